@@ -1,0 +1,282 @@
+// internal.h - engine internals shared by src/, ggml_ops/ and cuda/.
+// Not installed; apps use tinygml.h only.
+#pragma once
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tinygml.h"
+
+// ---------------------------------------------------------------------------
+// Errors: set the thread's message and return the status. Messages start with
+// "[call] ". Every public entry point validates its arguments first and
+// returns through these, so that a failed call changes nothing.
+
+tg_status tg_err(tg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// For constructors: set the error and return NULL.
+#define TG_FAIL_NULL(st, ...)       \
+    do {                            \
+        tg_err((st), __VA_ARGS__);  \
+        return nullptr;             \
+    } while (0)
+
+// Internal invariants only (never caller input): prints and aborts.
+#define TG_ASSERT(x)                                                                          \
+    do {                                                                                      \
+        if (!(x)) tg_assert_fail(__FILE__, __LINE__, #x);                                      \
+    } while (0)
+[[noreturn]] void tg_assert_fail(const char *file, int line, const char *expr);
+
+// ---------------------------------------------------------------------------
+// Ops
+
+enum tg_op {
+    TG_OP_NONE = 0,  // leaf: weights, caches, states, inputs
+    TG_OP_VIEW,      // view / reshape / permute / transpose: metadata only
+    TG_OP_CONT,
+    TG_OP_CPY,
+    TG_OP_GET_ROWS,
+    TG_OP_ADD,
+    TG_OP_MUL,
+    TG_OP_SCALE,
+    TG_OP_RMS_NORM,
+    TG_OP_L2_NORM,
+    TG_OP_SILU,
+    TG_OP_SIGMOID,
+    TG_OP_SOFTPLUS,
+    TG_OP_SWIGLU,
+    TG_OP_MUL_MAT,
+    TG_OP_SOFTMAX,
+    TG_OP_ATTENTION,
+    TG_OP_ROPE,
+    TG_OP_ROPE_KV_UPDATE,
+    TG_OP_DELTA_RULE,
+    TG_OP_COUNT
+};
+
+#define TG_MAX_SRC 8
+#define TG_MAX_OP_PARAMS 16  // int32 slots; typed params are memcpy'd in
+
+// Where a tensor's storage lives.
+enum tg_mem { TG_MEM_NONE = 0, TG_MEM_HOST = 1, TG_MEM_DEVICE = 2 };
+
+struct tg_tensor {
+    tg_type type;
+    int64_t ne[TG_MAX_DIMS];  // elements per dim, ne[0] innermost
+    size_t nb[TG_MAX_DIMS];   // byte strides
+
+    tg_op op;
+    tg_tensor *src[TG_MAX_SRC];
+    int32_t op_params[TG_MAX_OP_PARAMS];
+
+    // Views and ops that write into a source (cpy, rope_kv_update) alias
+    // view_src's storage at byte offset view_offs.
+    tg_tensor *view_src;
+    size_t view_offs;
+
+    // Storage: data is the address of element 0 in host or device memory.
+    void *data;
+    tg_mem mem;
+    uint64_t buffer_id;  // registry id of the buffer holding data (0: context arena)
+    int device;          // CUDA device when mem == TG_MEM_DEVICE
+
+    uint64_t id;  // global creation order: graphs run nodes by it
+    tg_context *ctx;
+    char name[TG_MAX_NAME];
+};
+
+// Typed op params, stored in op_params.
+template <typename T> inline void tg_set_params(tg_tensor *t, const T &p) {
+    static_assert(sizeof(T) <= sizeof(t->op_params), "op params too large");
+    memcpy(t->op_params, &p, sizeof(T));
+}
+template <typename T> inline T tg_get_params(const tg_tensor *t) {
+    T p;
+    memcpy(&p, t->op_params, sizeof(T));
+    return p;
+}
+
+// Per-op functions. CPU kernels split rows: thread ith of nth. A check runs on
+// the host, single-threaded, before any op of the graph writes (when its
+// inputs are persistent) or right before the op (when they are computed).
+typedef void (*tg_cpu_fn)(const tg_tensor *dst, int ith, int nth);
+typedef tg_status (*tg_check_fn)(const tg_tensor *dst);
+typedef tg_status (*tg_cuda_fn)(tg_backend *be, const tg_tensor *dst);
+
+struct tg_op_info {
+    tg_op op;
+    const char *name;
+    int n_src;        // sources the op needs (optional ones may be NULL past this count)
+    bool inplace_ok;  // result may take src[0]'s memory when src[0] has no other consumer
+    tg_check_fn cpu_check;
+    tg_cpu_fn cpu;
+    tg_cuda_fn cuda;  // NULL when built without CUDA
+};
+
+const tg_op_info &tg_op_get(tg_op op);  // the table in src/op_table.cpp
+
+// ---------------------------------------------------------------------------
+// Tensor helpers
+
+tg_context *tg_tensor_context(const tg_tensor *t);
+// New op result in ctx: type, shape (n_dims entries of ne, rest 1), op and sources.
+tg_tensor *tg_new_op(tg_context *ctx, const char *call, tg_op op, tg_type type, int n_dims, const int64_t *ne,
+                     tg_tensor *const *srcs, int n_srcs);
+// Result that aliases src's storage (views, cpy, rope_kv_update).
+tg_tensor *tg_new_view_of(tg_context *ctx, const char *call, tg_op op, tg_tensor *src, int n_dims,
+                          const int64_t *ne, const size_t *nb, size_t offset);
+
+inline int64_t tg_nrows(const tg_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b);
+std::string tg_shape_str(const tg_tensor *t);  // "{4,2,1,1} f32"
+tg_tensor *tg_view_root(tg_tensor *t);         // follow view_src to the tensor that owns storage
+bool tg_is_leaf(const tg_tensor *t);           // op NONE and not a view
+
+// Argument checks for constructors: NULL checks and type checks that set a
+// "[call] ..." error. Return false on failure.
+bool tg_check_not_null(const char *call, const char *what, const tg_tensor *t);
+bool tg_check_type(const char *call, const char *what, const tg_tensor *t, tg_type type);
+bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t);  // F32/F16/BF16
+
+// ---------------------------------------------------------------------------
+// Element access for the CPU reference kernels (any type, any strides).
+
+float tg_fp16_to_fp32_impl(uint16_t h);
+uint16_t tg_fp32_to_fp16_impl(float f);
+
+inline float tg_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline uint16_t tg_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);                                               // round to nearest even
+    return (uint16_t)(u >> 16);
+}
+
+inline float tg_load_f32(const void *p, tg_type type) {
+    switch (type) {
+        case TG_TYPE_F32: {
+            float f;
+            memcpy(&f, p, 4);
+            return f;
+        }
+        case TG_TYPE_F16: {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            return tg_fp16_to_fp32_impl(h);
+        }
+        case TG_TYPE_BF16: {
+            uint16_t h;
+            memcpy(&h, p, 2);
+            return tg_bf16_to_f32(h);
+        }
+        case TG_TYPE_I32: {
+            int32_t i;
+            memcpy(&i, p, 4);
+            return (float)i;
+        }
+        default: return NAN;
+    }
+}
+inline void tg_store_f32(void *p, tg_type type, float v) {
+    switch (type) {
+        case TG_TYPE_F32: memcpy(p, &v, 4); break;
+        case TG_TYPE_F16: {
+            uint16_t h = tg_fp32_to_fp16_impl(v);
+            memcpy(p, &h, 2);
+            break;
+        }
+        case TG_TYPE_BF16: {
+            uint16_t h = tg_f32_to_bf16(v);
+            memcpy(p, &h, 2);
+            break;
+        }
+        case TG_TYPE_I32: {
+            int32_t i = (int32_t)v;
+            memcpy(p, &i, 4);
+            break;
+        }
+        default: break;
+    }
+}
+inline char *tg_ptr(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+inline float tg_get_f32(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return tg_load_f32(tg_ptr(t, i0, i1, i2, i3), t->type);
+}
+inline void tg_set_f32(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, float v) {
+    tg_store_f32(tg_ptr(t, i0, i1, i2, i3), t->type, v);
+}
+inline int32_t tg_get_i32(const tg_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    int32_t v;
+    memcpy(&v, tg_ptr(t, i0, i1, i2, i3), 4);
+    return v;
+}
+// Rows [r0, r1) of nrows split evenly over nth threads.
+inline void tg_split_rows(int64_t nrows, int ith, int nth, int64_t *r0, int64_t *r1) {
+    int64_t per = (nrows + nth - 1) / nth;
+    *r0 = per * ith < nrows ? per * ith : nrows;
+    *r1 = *r0 + per < nrows ? *r0 + per : nrows;
+}
+
+// ---------------------------------------------------------------------------
+// Buffers: a registry of live storage, so a tensor whose buffer was freed is
+// detected instead of dereferenced.
+
+struct tg_buffer_entry {
+    tg_backend *backend;
+    void *base;
+    size_t size;
+};
+uint64_t tg_registry_add(tg_backend *be, void *base, size_t size);
+void tg_registry_remove(uint64_t id);
+bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out);
+// Storage check used by tensor_set/get and graph_compute: the tensor has data
+// and its buffer is still live. Sets "[call] ..." on failure.
+tg_status tg_check_storage(const char *call, const tg_tensor *t, tg_backend **owner);
+
+// ---------------------------------------------------------------------------
+// Backends
+
+struct tg_plan;  // src/planner.h
+
+struct tg_backend_iface {
+    void (*free)(tg_backend *be);
+    // device/host memory; alloc returns TG_ERR_OOM (with message) on failure
+    tg_status (*alloc)(tg_backend *be, size_t size, void **ptr);
+    void (*dealloc)(tg_backend *be, void *ptr);
+    tg_status (*memset)(tg_backend *be, void *ptr, int value, size_t size);
+    tg_status (*set)(tg_backend *be, void *dst, const void *host_src, size_t size);
+    tg_status (*get)(tg_backend *be, void *host_dst, const void *src, size_t size);
+    // run nodes (op != NONE, views included) in order; data pointers are set
+    tg_status (*compute)(tg_backend *be, const std::vector<tg_tensor *> &nodes);
+};
+
+struct tg_backend {
+    const tg_backend_iface *iface;
+    void *impl;
+    tg_mem mem;  // where its buffers live
+    int device;
+    std::string name;
+    bool tf32;
+    // the planner's buffer for intermediates, grown on demand
+    void *compute_buf;
+    size_t compute_size;
+    uint64_t compute_id;
+};
+
+tg_backend *tg_backend_cuda_create(int device);  // cuda/backend.cu; NULL + error
+bool tg_cuda_device_present(void);
+
+// Run an op's CPU check (if any) on host-resident data.
+tg_status tg_cpu_run_check(const tg_tensor *node);

@@ -1,0 +1,35 @@
+// ops.h - declarations of every op's kernels, named by level:
+//   tg_cpu_<op>   (ggml_ops/<family>.cpp)  CPU reference kernel, rows split over threads
+//   tg_check_<op> (ggml_ops/<family>.cpp)  host-side input check before any write
+//   tg_cuda_<op>  (cuda/<family>.cu)       CUDA backend entry (launches on the backend's stream)
+#pragma once
+#include "internal.h"
+
+#define TG_DECL_OP(op)                                          \
+    void tg_cpu_##op(const tg_tensor *dst, int ith, int nth);   \
+    tg_status tg_cuda_##op(tg_backend *be, const tg_tensor *dst);
+
+TG_DECL_OP(noop)
+TG_DECL_OP(cont)
+TG_DECL_OP(cpy)
+TG_DECL_OP(get_rows)
+TG_DECL_OP(add)
+TG_DECL_OP(mul)
+TG_DECL_OP(scale)
+TG_DECL_OP(rms_norm)
+TG_DECL_OP(l2_norm)
+TG_DECL_OP(silu)
+TG_DECL_OP(sigmoid)
+TG_DECL_OP(softplus)
+TG_DECL_OP(swiglu)
+TG_DECL_OP(mul_mat)
+TG_DECL_OP(softmax)
+TG_DECL_OP(attention)
+TG_DECL_OP(rope)
+TG_DECL_OP(rope_kv_update)
+TG_DECL_OP(delta_rule)
+
+#undef TG_DECL_OP
+
+tg_status tg_check_get_rows(const tg_tensor *dst);
+tg_status tg_check_rope_kv_update(const tg_tensor *dst);
