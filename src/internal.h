@@ -113,6 +113,7 @@ struct tg_op_info {
     int n_src;        // sources the op needs (optional ones may be NULL past this count)
     bool inplace_ok;  // result may take src[0]'s memory when src[0] has no other consumer
     tg_check_fn cpu_check;
+    int check_src;  // the source whose data cpu_check reads (-1: none)
     tg_cpu_fn cpu;
     tg_cuda_fn cuda;  // NULL when built without CUDA
 };

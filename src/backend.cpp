@@ -1,0 +1,196 @@
+// backend.cpp - buffer registry, backend buffers, tensor set/get, backend
+// selection.
+#include <mutex>
+#include <new>
+#include <unordered_map>
+
+#include "graph.h"
+
+// ---------------------------------------------------------------------------
+// registry of live storage
+
+static std::mutex g_reg_mutex;
+static std::unordered_map<uint64_t, tg_buffer_entry> g_registry;
+static uint64_t g_next_buffer_id = 1;
+
+uint64_t tg_registry_add(tg_backend *be, void *base, size_t size) {
+    std::lock_guard<std::mutex> lock(g_reg_mutex);
+    uint64_t id = g_next_buffer_id++;
+    g_registry[id] = tg_buffer_entry{be, base, size};
+    return id;
+}
+void tg_registry_remove(uint64_t id) {
+    std::lock_guard<std::mutex> lock(g_reg_mutex);
+    g_registry.erase(id);
+}
+bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out) {
+    std::lock_guard<std::mutex> lock(g_reg_mutex);
+    auto it = g_registry.find(id);
+    if (it == g_registry.end()) return false;
+    if (out) *out = it->second;
+    return true;
+}
+
+tg_status tg_check_storage(const char *call, const tg_tensor *t, tg_backend **owner) {
+    *owner = nullptr;
+    if (!t->data || t->mem == TG_MEM_NONE)
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s' has no storage", call, t->name);
+    if (t->buffer_id == 0) return TG_OK;  // host context arena
+    tg_buffer_entry e;
+    if (!tg_registry_lookup(t->buffer_id, &e))
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s': its buffer was freed (or replaced by a larger compute buffer)",
+                      call, t->name);
+    *owner = e.backend;
+    return TG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// buffers
+
+struct tg_buffer {
+    tg_backend *backend;
+    void *base;
+    size_t size;
+    uint64_t id;
+};
+
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
+    if (!b) TG_FAIL_NULL(TG_ERR_ARG, "[backend_alloc] backend is NULL");
+    if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[backend_alloc] context is NULL");
+    // leaves with no live storage get a slot
+    std::vector<tg_tensor *> todo;
+    size_t total = 0;
+    for (tg_tensor *t : ctx->tensors) {
+        if (!tg_is_leaf(t)) continue;
+        tg_backend *owner;
+        if (t->data && tg_check_storage("backend_alloc", t, &owner) == TG_OK) continue;
+        size_t n = align256(tg_nbytes(t));
+        if (__builtin_add_overflow(total, n, &total))
+            TG_FAIL_NULL(TG_ERR_OOM, "[backend_alloc] total size overflows");
+        todo.push_back(t);
+    }
+    if (total == 0) total = 256;  // an empty buffer is still a valid handle
+    tg_buffer *buf = new (std::nothrow) tg_buffer();
+    if (!buf) TG_FAIL_NULL(TG_ERR_OOM, "[backend_alloc] out of host memory");
+    void *base = nullptr;
+    tg_status s = b->iface->alloc(b, total, &base);
+    if (s != TG_OK) {
+        delete buf;
+        TG_FAIL_NULL(s, "[backend_alloc] cannot allocate %zu bytes on %s: %s", total, b->name.c_str(), tg_last_error());
+    }
+    buf->backend = b;
+    buf->base = base;
+    buf->size = total;
+    buf->id = tg_registry_add(b, base, total);
+    size_t off = 0;
+    for (tg_tensor *t : todo) {
+        t->data = (char *)base + off;
+        t->mem = b->mem;
+        t->device = b->device;
+        t->buffer_id = buf->id;
+        off += align256(tg_nbytes(t));
+    }
+    // views made before the allocation see the new storage
+    for (tg_tensor *t : ctx->tensors)
+        if (t->view_src) tg_resolve_view(t);
+    return buf;
+}
+
+void tg_buffer_free(tg_buffer *buf) {
+    if (!buf) return;
+    tg_registry_remove(buf->id);
+    buf->backend->iface->dealloc(buf->backend, buf->base);
+    delete buf;
+}
+
+size_t tg_buffer_size(const tg_buffer *buf) { return buf ? buf->size : 0; }
+
+tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value) {
+    if (!buf) return tg_err(TG_ERR_ARG, "[buffer_clear] buffer is NULL");
+    return buf->backend->iface->memset(buf->backend, buf->base, value, buf->size);
+}
+
+// ---------------------------------------------------------------------------
+// tensor set / get
+
+static tg_status check_range(const char *call, const tg_tensor *t, size_t offset, size_t size, const void *data) {
+    if (!t) return tg_err(TG_ERR_ARG, "[%s] tensor is NULL", call);
+    if (!data && size) return tg_err(TG_ERR_ARG, "[%s] data pointer is NULL", call);
+    if (!tg_is_contiguous(t)) return tg_err(TG_ERR_ARG, "[%s] tensor '%s' is not contiguous", call, t->name);
+    size_t end;
+    if (__builtin_add_overflow(offset, size, &end) || end > tg_nbytes(t))
+        return tg_err(TG_ERR_ARG, "[%s] range [%zu, %zu + %zu) outside tensor '%s' of %zu bytes", call, offset, offset,
+                      size, t->name, tg_nbytes(t));
+    return TG_OK;
+}
+
+tg_status tg_tensor_set(tg_tensor *t, const void *data, size_t offset, size_t size) {
+    tg_status s = check_range("tensor_set", t, offset, size, data);
+    if (s != TG_OK) return s;
+    tg_backend *owner;
+    if ((s = tg_check_storage("tensor_set", t, &owner)) != TG_OK) return s;
+    if (size == 0) return TG_OK;
+    if (t->mem == TG_MEM_HOST) {
+        memcpy((char *)t->data + offset, data, size);
+        return TG_OK;
+    }
+    return owner->iface->set(owner, (char *)t->data + offset, data, size);
+}
+
+tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, size_t size) {
+    tg_status s = check_range("tensor_get", t, offset, size, data);
+    if (s != TG_OK) return s;
+    tg_backend *owner;
+    if ((s = tg_check_storage("tensor_get", t, &owner)) != TG_OK) return s;
+    if (size == 0) return TG_OK;
+    if (t->mem == TG_MEM_HOST) {
+        memcpy(data, (const char *)t->data + offset, size);
+        return TG_OK;
+    }
+    return owner->iface->get(owner, data, (const char *)t->data + offset, size);
+}
+
+// ---------------------------------------------------------------------------
+// backends
+
+void tg_backend_free(tg_backend *b) {
+    if (!b) return;
+    if (b->compute_buf) {
+        tg_registry_remove(b->compute_id);
+        b->iface->dealloc(b, b->compute_buf);
+    }
+    b->iface->free(b);
+}
+
+const char *tg_backend_name(const tg_backend *b) { return b ? b->name.c_str() : ""; }
+size_t tg_backend_compute_buffer_size(const tg_backend *b) { return b ? b->compute_size : 0; }
+
+tg_status tg_backend_set_tf32(tg_backend *b, bool enabled) {
+    if (!b) return tg_err(TG_ERR_ARG, "[backend_set_tf32] backend is NULL");
+    b->tf32 = enabled;
+    return TG_OK;
+}
+
+tg_backend *tg_backend_cuda(int device) {
+#ifdef TG_HAVE_CUDA
+    return tg_backend_cuda_create(device);
+#else
+    (void)device;
+    TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] this build of tinygml has no CUDA backend (TG_CUDA=OFF)");
+#endif
+}
+
+bool tg_cuda_available(void) {
+#ifdef TG_HAVE_CUDA
+    return tg_cuda_device_present();
+#else
+    return false;
+#endif
+}
+
+tg_status tg_cpu_run_check(const tg_tensor *node) {
+    tg_check_fn f = tg_op_get(node->op).cpu_check;
+    return f ? f(node) : TG_OK;
+}

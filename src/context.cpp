@@ -1,0 +1,335 @@
+// context.cpp - the context arena, tensors, views.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "graph.h"
+#include "internal.h"
+
+static std::atomic<uint64_t> g_next_tensor_id{1};
+
+static constexpr size_t k_meta_align = 16;
+static constexpr size_t k_data_align = 64;
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+size_t tg_tensor_overhead(void) { return align_up(sizeof(tg_tensor), k_meta_align); }
+size_t tg_graph_overhead(void) { return align_up(sizeof(tg_graph), k_meta_align); }
+
+tg_context *tg_init(tg_init_params p) {
+    if (p.mem_size == 0) TG_FAIL_NULL(TG_ERR_ARG, "[init] mem_size is 0");
+    tg_context *ctx = new (std::nothrow) tg_context();
+    if (!ctx) TG_FAIL_NULL(TG_ERR_OOM, "[init] out of host memory");
+    ctx->mem_size = p.mem_size;
+    ctx->no_alloc = p.no_alloc;
+    if (p.mem_buffer) {
+        ctx->mem = (char *)p.mem_buffer;
+        ctx->owns_mem = false;
+    } else {
+        ctx->mem = (char *)std::aligned_alloc(k_data_align, align_up(p.mem_size, k_data_align));
+        if (!ctx->mem) {
+            delete ctx;
+            TG_FAIL_NULL(TG_ERR_OOM, "[init] cannot allocate an arena of %zu bytes", p.mem_size);
+        }
+        ctx->owns_mem = true;
+    }
+    return ctx;
+}
+
+void tg_free(tg_context *ctx) {
+    if (!ctx) return;
+    for (tg_graph *g : ctx->graphs) delete g;
+    if (ctx->owns_mem) std::free(ctx->mem);
+    delete ctx;
+}
+
+size_t tg_used_mem(const tg_context *ctx) { return ctx ? ctx->used : 0; }
+
+// Reserve n bytes of the arena at alignment a; NULL when it does not fit.
+static void *arena_take(tg_context *ctx, size_t n, size_t a) {
+    uintptr_t base = (uintptr_t)ctx->mem;
+    size_t off = align_up(base + ctx->used, a) - base;
+    if (off > ctx->mem_size || n > ctx->mem_size - off) return nullptr;
+    ctx->used = off + n;
+    return ctx->mem + off;
+}
+
+void *tg_arena_take(tg_context *ctx, size_t n) { return arena_take(ctx, n, k_meta_align); }
+
+tg_context *tg_tensor_context(const tg_tensor *t) { return t->ctx; }
+
+// A new tensor in ctx with contiguous strides; data from the arena when
+// with_data. Sets "[call] ..." errors.
+static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type type, int n_dims, const int64_t *ne,
+                                  bool with_data) {
+    if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[%s] context is NULL", call);
+    if (tg_type_size(type) == 0) TG_FAIL_NULL(TG_ERR_ARG, "[%s] invalid type %d", call, (int)type);
+    if (n_dims < 1 || n_dims > TG_MAX_DIMS) TG_FAIL_NULL(TG_ERR_ARG, "[%s] n_dims %d not in [1, 4]", call, n_dims);
+    if (!ne) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne is NULL", call);
+    int64_t full[TG_MAX_DIMS] = {1, 1, 1, 1};
+    int64_t n = 1;
+    for (int i = 0; i < n_dims; i++) {
+        if (ne[i] < 1) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne[%d] = %lld must be >= 1", call, i, (long long)ne[i]);
+        full[i] = ne[i];
+        if (__builtin_mul_overflow(n, ne[i], &n) || n > INT64_MAX / 8)
+            TG_FAIL_NULL(TG_ERR_ARG, "[%s] element count overflows", call);
+    }
+    size_t bytes = (size_t)n * tg_type_size(type);
+    size_t need = tg_tensor_overhead() + (with_data ? bytes + k_data_align : 0);
+    size_t free_bytes = ctx->mem_size > ctx->used ? ctx->mem_size - ctx->used : 0;
+    if (need > free_bytes)
+        TG_FAIL_NULL(TG_ERR_OOM, "[%s] context arena exhausted: need %zu bytes, %zu of %zu free", call, need,
+                     free_bytes, ctx->mem_size);
+    size_t used_before = ctx->used;
+    tg_tensor *t = (tg_tensor *)arena_take(ctx, sizeof(tg_tensor), k_meta_align);
+    void *data = nullptr;
+    if (t && with_data) data = arena_take(ctx, bytes, k_data_align);
+    if (!t || (with_data && !data)) {
+        ctx->used = used_before;
+        TG_FAIL_NULL(TG_ERR_OOM, "[%s] context arena exhausted", call);
+    }
+    memset(t, 0, sizeof(*t));
+    t->type = type;
+    for (int i = 0; i < TG_MAX_DIMS; i++) t->ne[i] = full[i];
+    t->nb[0] = tg_type_size(type);
+    for (int i = 1; i < TG_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
+    t->op = TG_OP_NONE;
+    t->id = g_next_tensor_id++;
+    t->ctx = ctx;
+    if (data) {
+        t->data = data;
+        t->mem = TG_MEM_HOST;
+    }
+    ctx->tensors.push_back(t);
+    return t;
+}
+
+tg_tensor *tg_new_tensor(tg_context *ctx, tg_type type, int n_dims, const int64_t *ne) {
+    return new_tensor_impl(ctx, "new_tensor", type, n_dims, ne, ctx && !ctx->no_alloc);
+}
+tg_tensor *tg_new_tensor_1d(tg_context *ctx, tg_type type, int64_t ne0) { return tg_new_tensor(ctx, type, 1, &ne0); }
+tg_tensor *tg_new_tensor_2d(tg_context *ctx, tg_type type, int64_t ne0, int64_t ne1) {
+    const int64_t ne[2] = {ne0, ne1};
+    return tg_new_tensor(ctx, type, 2, ne);
+}
+tg_tensor *tg_new_tensor_3d(tg_context *ctx, tg_type type, int64_t ne0, int64_t ne1, int64_t ne2) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    return tg_new_tensor(ctx, type, 3, ne);
+}
+tg_tensor *tg_new_tensor_4d(tg_context *ctx, tg_type type, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    return tg_new_tensor(ctx, type, 4, ne);
+}
+
+tg_tensor *tg_new_op(tg_context *ctx, const char *call, tg_op op, tg_type type, int n_dims, const int64_t *ne,
+                     tg_tensor *const *srcs, int n_srcs) {
+    TG_ASSERT(n_srcs <= TG_MAX_SRC);
+    tg_tensor *t = new_tensor_impl(ctx, call, type, n_dims, ne, false);
+    if (!t) return nullptr;
+    t->op = op;
+    for (int i = 0; i < n_srcs; i++) t->src[i] = srcs[i];
+    return t;
+}
+
+// Copy storage facts from the view source (data may still be unknown).
+void tg_resolve_view(tg_tensor *t) {
+    tg_tensor *s = t->view_src;
+    if (!s) return;
+    if (s->view_src) tg_resolve_view(s);
+    t->mem = s->mem;
+    t->buffer_id = s->buffer_id;
+    t->device = s->device;
+    t->data = s->data ? (char *)s->data + t->view_offs : nullptr;
+}
+
+tg_tensor *tg_new_view_of(tg_context *ctx, const char *call, tg_op op, tg_tensor *src, int n_dims, const int64_t *ne,
+                          const size_t *nb, size_t offset) {
+    if (!tg_check_not_null(call, "source", src)) return nullptr;
+    if (n_dims < 1 || n_dims > TG_MAX_DIMS) TG_FAIL_NULL(TG_ERR_ARG, "[%s] n_dims %d not in [1, 4]", call, n_dims);
+    // bounds first: the view's last byte must lie within the source's span
+    size_t span = tg_type_size(src->type);
+    for (int i = 0; i < n_dims; i++) {
+        if (ne[i] < 1) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne[%d] = %lld must be >= 1", call, i, (long long)ne[i]);
+        size_t step;
+        if (__builtin_mul_overflow((size_t)(ne[i] - 1), nb[i], &step) || __builtin_add_overflow(span, step, &span))
+            span = SIZE_MAX;
+    }
+    size_t end;
+    if (__builtin_add_overflow(offset, span, &end) || end > tg_nbytes(src))
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] view of %zu bytes at offset %zu exceeds source '%s' of %zu bytes", call, span,
+                     offset, src->name, tg_nbytes(src));
+    tg_tensor *t = new_tensor_impl(ctx, call, src->type, n_dims, ne, false);
+    if (!t) return nullptr;
+    for (int i = 0; i < TG_MAX_DIMS; i++) t->nb[i] = i < n_dims ? nb[i] : t->nb[i];
+    t->op = op;
+    t->src[0] = src;
+    t->view_src = src;
+    t->view_offs = offset;
+    snprintf(t->name, sizeof(t->name), "%.50s (view)", src->name);
+    tg_resolve_view(t);
+    return t;
+}
+
+// ---------------------------------------------------------------------------
+// accessors
+
+tg_tensor *tg_set_name(tg_tensor *t, const char *name) {
+    if (!t) TG_FAIL_NULL(TG_ERR_ARG, "[set_name] tensor is NULL");
+    if (!name) TG_FAIL_NULL(TG_ERR_ARG, "[set_name] name is NULL");
+    if (strlen(name) >= TG_MAX_NAME)
+        TG_FAIL_NULL(TG_ERR_ARG, "[set_name] name of %zu bytes is too long (max %d)", strlen(name), TG_MAX_NAME - 1);
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    return t;
+}
+const char *tg_get_name(const tg_tensor *t) { return t ? t->name : ""; }
+tg_tensor *tg_get_tensor(tg_context *ctx, const char *name) {
+    if (!ctx || !name) return nullptr;
+    for (tg_tensor *t : ctx->tensors)
+        if (strcmp(t->name, name) == 0) return t;
+    return nullptr;
+}
+tg_type tg_tensor_type(const tg_tensor *t) { return t ? t->type : TG_TYPE_COUNT; }
+int tg_n_dims(const tg_tensor *t) {
+    if (!t) return 0;
+    for (int i = TG_MAX_DIMS - 1; i >= 1; i--)
+        if (t->ne[i] > 1) return i + 1;
+    return 1;
+}
+int64_t tg_ne(const tg_tensor *t, int dim) { return t && dim >= 0 && dim < TG_MAX_DIMS ? t->ne[dim] : 0; }
+size_t tg_nb(const tg_tensor *t, int dim) { return t && dim >= 0 && dim < TG_MAX_DIMS ? t->nb[dim] : 0; }
+int64_t tg_nelements(const tg_tensor *t) { return t ? t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] : 0; }
+size_t tg_nbytes(const tg_tensor *t) {
+    if (!t) return 0;
+    size_t n = tg_type_size(t->type);
+    for (int i = 0; i < TG_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    return n;
+}
+bool tg_is_contiguous(const tg_tensor *t) {
+    if (!t) return false;
+    size_t expect = tg_type_size(t->type);
+    for (int i = 0; i < TG_MAX_DIMS; i++) {
+        if (t->ne[i] != 1 && t->nb[i] != expect) return false;
+        expect *= (size_t)t->ne[i];
+    }
+    return true;
+}
+void *tg_tensor_data(const tg_tensor *t) { return t && t->mem == TG_MEM_HOST ? t->data : nullptr; }
+
+bool tg_same_shape(const tg_tensor *a, const tg_tensor *b) {
+    for (int i = 0; i < TG_MAX_DIMS; i++)
+        if (a->ne[i] != b->ne[i]) return false;
+    return true;
+}
+std::string tg_shape_str(const tg_tensor *t) {
+    char buf[128];
+    snprintf(buf, sizeof(buf), "{%lld,%lld,%lld,%lld} %s", (long long)t->ne[0], (long long)t->ne[1],
+             (long long)t->ne[2], (long long)t->ne[3], tg_type_name(t->type));
+    return buf;
+}
+tg_tensor *tg_view_root(tg_tensor *t) {
+    while (t && t->view_src) t = t->view_src;
+    return t;
+}
+bool tg_is_leaf(const tg_tensor *t) { return t->op == TG_OP_NONE && !t->view_src; }
+
+bool tg_check_not_null(const char *call, const char *what, const tg_tensor *t) {
+    if (t) return true;
+    tg_err(TG_ERR_ARG, "[%s] %s is NULL", call, what);
+    return false;
+}
+bool tg_check_type(const char *call, const char *what, const tg_tensor *t, tg_type type) {
+    if (!tg_check_not_null(call, what, t)) return false;
+    if (t->type == type) return true;
+    tg_err(TG_ERR_ARG, "[%s] %s must be %s, got %s", call, what, tg_type_name(type), tg_type_name(t->type));
+    return false;
+}
+bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t) {
+    if (!tg_check_not_null(call, what, t)) return false;
+    if (t->type == TG_TYPE_F32 || t->type == TG_TYPE_F16 || t->type == TG_TYPE_BF16) return true;
+    tg_err(TG_ERR_ARG, "[%s] %s must be f32, f16 or bf16, got %s", call, what, tg_type_name(t->type));
+    return false;
+}
+
+// ---------------------------------------------------------------------------
+// views
+
+static tg_tensor *view_nd(tg_context *ctx, const char *call, tg_tensor *a, int n_dims, const int64_t *ne,
+                          const size_t *nb_in, size_t offset) {
+    if (!tg_check_not_null(call, "a", a)) return nullptr;
+    size_t nb[TG_MAX_DIMS];
+    nb[0] = a->nb[0];
+    for (int i = 1; i < n_dims; i++) nb[i] = nb_in[i - 1];
+    return tg_new_view_of(ctx, call, TG_OP_VIEW, a, n_dims, ne, nb, offset);
+}
+
+tg_tensor *tg_view_1d(tg_context *ctx, tg_tensor *a, int64_t ne0, size_t offset) {
+    const int64_t ne[1] = {ne0};
+    return view_nd(ctx, "view_1d", a, 1, ne, nullptr, offset);
+}
+tg_tensor *tg_view_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset) {
+    const int64_t ne[2] = {ne0, ne1};
+    const size_t nb[1] = {nb1};
+    return view_nd(ctx, "view_2d", a, 2, ne, nb, offset);
+}
+tg_tensor *tg_view_3d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1, size_t nb2,
+                      size_t offset) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    const size_t nb[2] = {nb1, nb2};
+    return view_nd(ctx, "view_3d", a, 3, ne, nb, offset);
+}
+tg_tensor *tg_view_4d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, size_t nb1,
+                      size_t nb2, size_t nb3, size_t offset) {
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    const size_t nb[3] = {nb1, nb2, nb3};
+    return view_nd(ctx, "view_4d", a, 4, ne, nb, offset);
+}
+
+tg_tensor *tg_reshape(tg_context *ctx, tg_tensor *a, int n_dims, const int64_t *ne) {
+    if (!tg_check_not_null("reshape", "a", a)) return nullptr;
+    if (!tg_is_contiguous(a)) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] a %s is not contiguous", tg_shape_str(a).c_str());
+    if (n_dims < 1 || n_dims > TG_MAX_DIMS || !ne) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] n_dims %d not in [1, 4]", n_dims);
+    int64_t n = 1;
+    for (int i = 0; i < n_dims; i++) {
+        if (ne[i] < 1 || __builtin_mul_overflow(n, ne[i], &n))
+            TG_FAIL_NULL(TG_ERR_ARG, "[reshape] bad dim ne[%d] = %lld", i, (long long)ne[i]);
+    }
+    if (n != tg_nelements(a))
+        TG_FAIL_NULL(TG_ERR_ARG, "[reshape] %lld elements cannot become %lld", (long long)tg_nelements(a), (long long)n);
+    size_t nb[TG_MAX_DIMS];
+    nb[0] = a->nb[0];
+    for (int i = 1; i < TG_MAX_DIMS; i++) nb[i] = nb[i - 1] * (size_t)(i - 1 < n_dims ? ne[i - 1] : 1);
+    return tg_new_view_of(ctx, "reshape", TG_OP_VIEW, a, n_dims, ne, nb, 0);
+}
+tg_tensor *tg_reshape_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1) {
+    const int64_t ne[2] = {ne0, ne1};
+    return tg_reshape(ctx, a, 2, ne);
+}
+tg_tensor *tg_reshape_3d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2) {
+    const int64_t ne[3] = {ne0, ne1, ne2};
+    return tg_reshape(ctx, a, 3, ne);
+}
+tg_tensor *tg_reshape_4d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    return tg_reshape(ctx, a, 4, ne);
+}
+
+tg_tensor *tg_permute(tg_context *ctx, tg_tensor *a, int axis0, int axis1, int axis2, int axis3) {
+    if (!tg_check_not_null("permute", "a", a)) return nullptr;
+    const int ax[4] = {axis0, axis1, axis2, axis3};
+    bool seen[4] = {false, false, false, false};
+    for (int i = 0; i < 4; i++) {
+        if (ax[i] < 0 || ax[i] > 3 || seen[ax[i]])
+            TG_FAIL_NULL(TG_ERR_ARG, "[permute] axes (%d,%d,%d,%d) are not a permutation of 0..3", axis0, axis1,
+                         axis2, axis3);
+        seen[ax[i]] = true;
+    }
+    int64_t ne[4];
+    size_t nb[4];
+    for (int i = 0; i < 4; i++) {
+        ne[ax[i]] = a->ne[i];
+        nb[ax[i]] = a->nb[i];
+    }
+    return tg_new_view_of(ctx, "permute", TG_OP_VIEW, a, 4, ne, nb, 0);
+}
+
+tg_tensor *tg_transpose(tg_context *ctx, tg_tensor *a) { return tg_permute(ctx, a, 1, 0, 2, 3); }

@@ -1,0 +1,121 @@
+// graph.cpp - graphs: collect nodes, plan, compute on a backend.
+#include <algorithm>
+#include <new>
+#include <unordered_set>
+
+#include "graph.h"
+
+tg_graph *tg_graph_new(tg_context *ctx) {
+    if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[graph_new] context is NULL");
+    if (!tg_arena_take(ctx, tg_graph_overhead()))
+        TG_FAIL_NULL(TG_ERR_OOM, "[graph_new] context arena exhausted (%zu of %zu bytes used)", ctx->used,
+                     ctx->mem_size);
+    tg_graph *g = new (std::nothrow) tg_graph();
+    if (!g) TG_FAIL_NULL(TG_ERR_OOM, "[graph_new] out of host memory");
+    g->ctx = ctx;
+    ctx->graphs.push_back(g);
+    return g;
+}
+
+tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
+    if (!g) return tg_err(TG_ERR_ARG, "[graph_expand] graph is NULL");
+    if (!t) return tg_err(TG_ERR_ARG, "[graph_expand] tensor is NULL (did an op constructor fail? %s)", tg_last_error());
+    std::unordered_set<tg_tensor *> seen(g->nodes.begin(), g->nodes.end());
+    seen.insert(g->leafs.begin(), g->leafs.end());
+    std::vector<tg_tensor *> stack{t}, found;
+    while (!stack.empty()) {
+        tg_tensor *x = stack.back();
+        stack.pop_back();
+        if (!seen.insert(x).second) continue;
+        found.push_back(x);
+        for (tg_tensor *s : x->src)
+            if (s) stack.push_back(s);
+        if (x->view_src) stack.push_back(x->view_src);
+    }
+    for (tg_tensor *x : found) (x->op == TG_OP_NONE ? g->leafs : g->nodes).push_back(x);
+    auto by_id = [](const tg_tensor *a, const tg_tensor *b) { return a->id < b->id; };
+    std::sort(g->nodes.begin(), g->nodes.end(), by_id);
+    std::sort(g->leafs.begin(), g->leafs.end(), by_id);
+    if (std::find(g->outputs.begin(), g->outputs.end(), t) == g->outputs.end()) g->outputs.push_back(t);
+    g->plan.valid = false;
+    return TG_OK;
+}
+
+int tg_graph_n_nodes(const tg_graph *g) { return g ? (int)g->nodes.size() : 0; }
+tg_tensor *tg_graph_node(const tg_graph *g, int i) {
+    if (!g || i < 0 || i >= (int)g->nodes.size()) return nullptr;
+    return g->nodes[i];
+}
+
+tg_status tg_graph_plan(tg_graph *g, tg_graph_stats *stats) {
+    if (!g) return tg_err(TG_ERR_ARG, "[graph_plan] graph is NULL");
+    if (!g->plan.valid) {
+        tg_status s = tg_plan_graph(g);
+        if (s != TG_OK) return s;
+    }
+    if (stats) *stats = g->plan.stats;
+    return TG_OK;
+}
+
+tg_status tg_graph_set_planner(tg_graph *g, bool enabled) {
+    if (!g) return tg_err(TG_ERR_ARG, "[graph_set_planner] graph is NULL");
+    g->plan.planner = enabled;
+    g->plan.valid = false;
+    return TG_OK;
+}
+
+// Leaves need live storage where the backend computes.
+static tg_status check_leaf(tg_backend *b, const tg_tensor *t) {
+    tg_backend *owner = nullptr;
+    if (!t->data)
+        return tg_err(TG_ERR_ARG, "[graph_compute] input '%s' %s has no storage: allocate it with tg_backend_alloc",
+                      t->name, tg_shape_str(t).c_str());
+    tg_status s = tg_check_storage("graph_compute", t, &owner);
+    if (s != TG_OK) return s;
+    if (t->mem != b->mem || (b->mem == TG_MEM_DEVICE && t->device != b->device))
+        return tg_err(TG_ERR_ARG, "[graph_compute] input '%s' lives in %s memory, but the backend is %s", t->name,
+                      t->mem == TG_MEM_HOST ? "host" : "device", b->name.c_str());
+    return TG_OK;
+}
+
+tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
+    if (!b) return tg_err(TG_ERR_ARG, "[graph_compute] backend is NULL");
+    if (!g) return tg_err(TG_ERR_ARG, "[graph_compute] graph is NULL");
+    for (const tg_tensor *t : g->leafs) {
+        tg_status s = check_leaf(b, t);
+        if (s != TG_OK) return s;
+    }
+    for (const tg_tensor *t : g->nodes)
+        if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
+            return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
+    if (!g->plan.valid) {
+        tg_status s = tg_plan_graph(g);
+        if (s != TG_OK) return s;
+    }
+    // grow the backend's pool for intermediates when the plan needs more
+    if (g->plan.size > b->compute_size) {
+        void *ptr = nullptr;
+        tg_status s = b->iface->alloc(b, g->plan.size, &ptr);
+        if (s != TG_OK)
+            return tg_err(s, "[graph_compute] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
+                          b->name.c_str(), tg_last_error());
+        if (b->compute_buf) {
+            tg_registry_remove(b->compute_id);
+            b->iface->dealloc(b, b->compute_buf);
+        }
+        b->compute_buf = ptr;
+        b->compute_size = g->plan.size;
+        b->compute_id = tg_registry_add(b, ptr, g->plan.size);
+    }
+    for (tg_tensor *t : g->nodes) {
+        if (t->view_src) {
+            tg_resolve_view(t);
+            continue;
+        }
+        t->data = (char *)b->compute_buf + g->plan.offset.at(t);
+        t->mem = b->mem;
+        t->device = b->device;
+        t->buffer_id = b->compute_id;
+    }
+    return b->iface->compute(b, g->nodes);
+}

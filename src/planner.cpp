@@ -1,0 +1,156 @@
+// planner.cpp - the memory planner.
+//
+// Every intermediate that owns storage (an op result that is not a view) gets
+// an offset in one buffer. Nodes are visited in run order: a node's result is
+// placed (in place on src[0] when allowed, else best fit in the free list,
+// else at the end), then the blocks whose last consumer was this node are
+// freed and merged with free neighbours. Graph outputs stay live to the end.
+#include <algorithm>
+#include <map>
+
+#include "graph.h"
+
+size_t tg_plan_size(const tg_tensor *t) {
+    size_t n = tg_nbytes(t);
+    return (n + TG_PLAN_ALIGN - 1) / TG_PLAN_ALIGN * TG_PLAN_ALIGN;
+}
+
+static bool owns_storage(const tg_tensor *t) { return t->op != TG_OP_NONE && !t->view_src; }
+
+namespace {
+// Free list of [offset, offset + size) blocks, kept sorted and merged.
+struct free_list {
+    std::map<size_t, size_t> blocks;  // offset -> size
+    size_t end = 0;                   // high-water mark
+
+    size_t take(size_t size) {
+        auto best = blocks.end();
+        for (auto it = blocks.begin(); it != blocks.end(); ++it)
+            if (it->second >= size && (best == blocks.end() || it->second < best->second)) best = it;
+        if (best != blocks.end()) {
+            size_t off = best->first, left = best->second - size;
+            blocks.erase(best);
+            if (left) blocks[off + size] = left;
+            return off;
+        }
+        // none fits: grow from a free block touching the end, or append
+        if (!blocks.empty()) {
+            auto last = std::prev(blocks.end());
+            if (last->first + last->second == end) {
+                size_t off = last->first;
+                blocks.erase(last);
+                end = off + size;
+                return off;
+            }
+        }
+        size_t off = end;
+        end += size;
+        return off;
+    }
+    void give(size_t off, size_t size) {
+        auto it = blocks.emplace(off, size).first;
+        auto next = std::next(it);
+        if (next != blocks.end() && off + size == next->first) {
+            it->second += next->second;
+            blocks.erase(next);
+        }
+        if (it != blocks.begin()) {
+            auto prev = std::prev(it);
+            if (prev->first + prev->second == it->first) {
+                prev->second += it->second;
+                blocks.erase(it);
+            }
+        }
+    }
+};
+}  // namespace
+
+tg_status tg_plan_graph(tg_graph *g) {
+    tg_plan &p = g->plan;
+    p.offset.clear();
+    p.stats = tg_graph_stats{};
+    const auto &nodes = g->nodes;
+    const int n = (int)nodes.size();
+    const int k_forever = n;
+
+    // last step at which each storage-owning intermediate is read
+    std::unordered_map<const tg_tensor *, int> last_use;
+    for (int i = 0; i < n; i++) {
+        if (owns_storage(nodes[i])) last_use[nodes[i]] = i;
+        for (int s = 0; s < TG_MAX_SRC; s++) {
+            const tg_tensor *src = nodes[i]->src[s];
+            if (!src) continue;
+            const tg_tensor *r = tg_view_root(const_cast<tg_tensor *>(src));
+            if (owns_storage(r)) last_use[r] = std::max(last_use[r], i);
+        }
+        if (nodes[i]->view_src) {
+            const tg_tensor *r = tg_view_root(nodes[i]);
+            if (owns_storage(r)) last_use[r] = std::max(last_use[r], i);
+        }
+    }
+    for (const tg_tensor *o : g->outputs) {
+        const tg_tensor *r = tg_view_root(const_cast<tg_tensor *>(o));
+        if (owns_storage(r)) last_use[r] = k_forever;
+    }
+
+    // blocks: one per allocation; an in-place result continues its input's block
+    struct block {
+        size_t off, size;
+        int first, last;
+    };
+    std::vector<block> blocks;
+    std::unordered_map<const tg_tensor *, int> block_of;
+    std::vector<std::vector<int>> frees_at(n + 1);
+    free_list fl;
+
+    auto place = [&](int i, tg_tensor *t) {
+        size_t size = tg_plan_size(t);
+        p.stats.naive_bytes += size;
+        p.stats.n_intermediates++;
+        int b = -1;
+        if (p.planner && tg_op_get(t->op).inplace_ok && t->src[0] && owns_storage(t->src[0])) {
+            tg_tensor *s0 = t->src[0];
+            bool ok = last_use[s0] == i && tg_is_contiguous(s0) && tg_is_contiguous(t) && s0->type == t->type &&
+                      tg_same_shape(s0, t) && block_of.count(s0);
+            for (int s = 1; ok && s < TG_MAX_SRC; s++)
+                if (t->src[s] && tg_view_root(t->src[s]) == s0) ok = false;  // another operand aliases it
+            if (ok) {
+                b = block_of[s0];
+                auto &fa = frees_at[i];
+                fa.erase(std::remove(fa.begin(), fa.end(), b), fa.end());
+                p.stats.n_inplace++;
+            }
+        }
+        if (b < 0) {
+            size_t off;
+            if (p.planner) {
+                off = fl.take(size);
+            } else {
+                off = fl.end;
+                fl.end += size;
+            }
+            blocks.push_back({off, size, i, i});
+            b = (int)blocks.size() - 1;
+        }
+        int lu = last_use[t];
+        blocks[b].last = lu;
+        block_of[t] = b;
+        p.offset[t] = blocks[b].off;
+        if (lu < k_forever) frees_at[lu].push_back(b);
+    };
+
+    for (int i = 0; i < n; i++) {
+        if (owns_storage(nodes[i])) place(i, nodes[i]);
+        if (p.planner)
+            for (int fb : frees_at[i]) fl.give(blocks[fb].off, blocks[fb].size);
+    }
+    p.size = fl.end;
+    p.stats.planned_bytes = fl.end;
+    // lower bound: the most bytes live at any one step
+    std::vector<size_t> live(n + 1, 0);
+    for (const block &bl : blocks)
+        for (int s = bl.first; s <= std::min(bl.last, n - 1); s++) live[s] += bl.size;
+    for (size_t v : live) p.stats.lower_bound = std::max(p.stats.lower_bound, v);
+    p.valid = true;
+    return TG_OK;
+}
