@@ -16,6 +16,16 @@ tg_status tg_err(tg_status s, const char *fmt, ...) {
     return s;
 }
 
+tg_status tg_set_error(tg_status s, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    t_last_error = buf;
+    return s;
+}
+
 const char *tg_last_error(void) { return t_last_error.c_str(); }
 
 const char *tg_status_name(tg_status s) {
