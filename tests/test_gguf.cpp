@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 
 #include "gguf_builder.h"
@@ -467,4 +468,21 @@ TEST(GgufWriter, WriteToBadPathFails) {
     EXPECT_EQ(st, TG_ERR_IO);
     EXPECT_TRUE(has(tg_last_error(), "write failed")) << tg_last_error();
     EXPECT_NE(access(path.c_str(), F_OK), 0) << "the partial file was left behind";
+}
+
+// The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid.
+TEST(GgufCorpus, SeedsOpen) {
+#ifdef TG_SOURCE_DIR
+    const std::string dir = std::string(TG_SOURCE_DIR) + "/tests/fuzz/corpus";
+    int n = 0;
+    for (const auto &e : std::filesystem::directory_iterator(dir)) {
+        if (e.path().extension() != ".gguf") continue;
+        GgufPtr g(tg_gguf_open(e.path().c_str()));
+        EXPECT_TRUE(g) << tg_last_error();
+        n++;
+    }
+    EXPECT_GE(n, 5);
+#else
+    GTEST_SKIP() << "TG_SOURCE_DIR not defined";
+#endif
 }
