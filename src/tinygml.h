@@ -296,6 +296,115 @@ TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
 
+// ---------------------------------------------------------------------------
+// GGUF files (version 3, little-endian): a strict reader and a writer.
+//
+// The reader loads the whole file into host memory and validates it before
+// it returns: every count and length against the bytes left, every size with
+// overflow checks, value and tensor types, names (unique, 1..63 bytes, no
+// NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
+// power of two, a multiple of 8; default 32), shapes (1..4 dims, each >= 1),
+// offsets (aligned, in the data section, not overlapping). A bad file gives
+// NULL and a message naming what and where, e.g. "[gguf_open] 'm.gguf':
+// tensor 3 'blk.0.attn_q.weight': offset 96 is not a multiple of alignment 64".
+// Tensor types: ggml F32 (0), F16 (1), BF16 (30) and I32 (26); any other
+// ggml type (quantized, ...) is rejected with its id and name in the message.
+
+typedef struct tg_gguf tg_gguf;                // a parsed, validated file (reader)
+typedef struct tg_gguf_writer tg_gguf_writer;  // key/values + tensors to write
+
+typedef enum tg_gguf_type {  // metadata value types (the file's ids)
+    TG_GGUF_INVALID = -1,    // returned for an out-of-range index
+    TG_GGUF_UINT8 = 0,
+    TG_GGUF_INT8 = 1,
+    TG_GGUF_UINT16 = 2,
+    TG_GGUF_INT16 = 3,
+    TG_GGUF_UINT32 = 4,
+    TG_GGUF_INT32 = 5,
+    TG_GGUF_FLOAT32 = 6,
+    TG_GGUF_BOOL = 7,  // one byte, 0 or 1
+    TG_GGUF_STRING = 8,
+    TG_GGUF_ARRAY = 9,  // of one non-array type
+    TG_GGUF_UINT64 = 10,
+    TG_GGUF_INT64 = 11,
+    TG_GGUF_FLOAT64 = 12,
+    TG_GGUF_TYPE_COUNT = 13
+} tg_gguf_type;
+
+TG_API const char *tg_gguf_type_name(tg_gguf_type t);  // "uint8" .. "float64"; NULL if invalid
+
+// Reader. Strings and pointers returned stay valid until tg_gguf_close.
+TG_API tg_gguf *tg_gguf_open(const char *path);                     // NULL + error ("[gguf_open] ...")
+TG_API tg_gguf *tg_gguf_open_memory(const void *data, size_t size);  // copies data; NULL + error
+TG_API void tg_gguf_close(tg_gguf *g);                               // NULL is fine
+TG_API uint32_t tg_gguf_version(const tg_gguf *g);                   // 3
+TG_API size_t tg_gguf_alignment(const tg_gguf *g);                   // general.alignment, or 32
+TG_API size_t tg_gguf_data_offset(const tg_gguf *g);                 // file offset of the data section
+TG_API int64_t tg_gguf_n_kv(const tg_gguf *g);                       // key/value pairs, in file order
+TG_API const char *tg_gguf_kv_key(const tg_gguf *g, int64_t i);      // key of pair i; NULL if out of range
+TG_API tg_gguf_type tg_gguf_kv_type(const tg_gguf *g, int64_t i);    // TG_GGUF_INVALID if out of range
+TG_API int64_t tg_gguf_find_key(const tg_gguf *g, const char *key);  // index of key, or -1 if absent
+
+// Typed getters by key: TG_OK, or TG_ERR_FORMAT naming the key when it is
+// missing, of another type or out of the target's range (NULL g/key/out:
+// TG_ERR_ARG). *out is written only on TG_OK.
+// Integer getters accept any integer type whose value fits the target.
+TG_API tg_status tg_gguf_get_u32(const tg_gguf *g, const char *key, uint32_t *out);
+TG_API tg_status tg_gguf_get_i32(const tg_gguf *g, const char *key, int32_t *out);
+TG_API tg_status tg_gguf_get_u64(const tg_gguf *g, const char *key, uint64_t *out);
+TG_API tg_status tg_gguf_get_i64(const tg_gguf *g, const char *key, int64_t *out);
+TG_API tg_status tg_gguf_get_f32(const tg_gguf *g, const char *key, float *out);   // FLOAT32 or FLOAT64
+TG_API tg_status tg_gguf_get_f64(const tg_gguf *g, const char *key, double *out);  // FLOAT32 or FLOAT64
+TG_API tg_status tg_gguf_get_bool(const tg_gguf *g, const char *key, bool *out);
+// STRING value as a NUL-terminated string (a value holding a NUL byte reads as cut there).
+TG_API tg_status tg_gguf_get_str(const tg_gguf *g, const char *key, const char **out);
+// ARRAY: element type and count (each out may be NULL). Numeric and bool
+// arrays: *data = packed little-endian elements, aligned for the element type
+// (NULL when n is 0); string arrays: *data = NULL, read them with get_arr_str.
+TG_API tg_status tg_gguf_get_arr(const tg_gguf *g, const char *key, tg_gguf_type *elem_type, uint64_t *n,
+                                 const void **data);
+TG_API tg_status tg_gguf_get_arr_str(const tg_gguf *g, const char *key, uint64_t i, const char **out);  // element i
+
+// Tensors, in file order. ne has 4 entries; dims past n_dims are 1. Each out may be NULL.
+TG_API int64_t tg_gguf_n_tensors(const tg_gguf *g);
+TG_API int64_t tg_gguf_find_tensor(const tg_gguf *g, const char *name);  // index, or -1 if absent
+TG_API tg_status tg_gguf_tensor_info(const tg_gguf *g, int64_t i, const char **name, tg_type *type, int *n_dims,
+                                     int64_t ne[4], size_t *nbytes);
+// Host pointer to tensor i's bytes in the loaded data section, aligned to
+// min(alignment, 64) bytes; NULL (+ error) if i is out of range.
+TG_API const void *tg_gguf_tensor_data(const tg_gguf *g, int64_t i);
+
+// Writer. Keys keep the order of their first set; setting a key again
+// replaces its value (and type). general.alignment may only be set with
+// tg_gguf_set_u32 to a power of two that is a multiple of 8; tensor data is
+// laid out at that alignment (default 32). Errors: ARG (+ message), OOM.
+TG_API tg_gguf_writer *tg_gguf_writer_new(void);  // NULL + error on OOM
+TG_API void tg_gguf_writer_free(tg_gguf_writer *w);
+TG_API tg_status tg_gguf_set_u8(tg_gguf_writer *w, const char *key, uint8_t v);
+TG_API tg_status tg_gguf_set_i8(tg_gguf_writer *w, const char *key, int8_t v);
+TG_API tg_status tg_gguf_set_u16(tg_gguf_writer *w, const char *key, uint16_t v);
+TG_API tg_status tg_gguf_set_i16(tg_gguf_writer *w, const char *key, int16_t v);
+TG_API tg_status tg_gguf_set_u32(tg_gguf_writer *w, const char *key, uint32_t v);
+TG_API tg_status tg_gguf_set_i32(tg_gguf_writer *w, const char *key, int32_t v);
+TG_API tg_status tg_gguf_set_u64(tg_gguf_writer *w, const char *key, uint64_t v);
+TG_API tg_status tg_gguf_set_i64(tg_gguf_writer *w, const char *key, int64_t v);
+TG_API tg_status tg_gguf_set_f32(tg_gguf_writer *w, const char *key, float v);
+TG_API tg_status tg_gguf_set_f64(tg_gguf_writer *w, const char *key, double v);
+TG_API tg_status tg_gguf_set_bool(tg_gguf_writer *w, const char *key, bool v);
+TG_API tg_status tg_gguf_set_str(tg_gguf_writer *w, const char *key, const char *v);  // copies v
+// Numeric or bool array of n packed little-endian elements (copied; data may be NULL if n is 0).
+TG_API tg_status tg_gguf_set_arr(tg_gguf_writer *w, const char *key, tg_gguf_type elem_type, uint64_t n,
+                                 const void *data);
+TG_API tg_status tg_gguf_set_arr_str(tg_gguf_writer *w, const char *key, uint64_t n, const char *const *strs);
+// Tensor of n_dims (1..4) dims ne (each >= 1); prod(ne) * tg_type_size(type) bytes copied from data.
+TG_API tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
+                                    const int64_t *ne, const void *data);
+// Write the file (IO error: the partial file is removed).
+TG_API tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path);
+// Write into a malloc'ed buffer; the caller frees *data with tg_gguf_free_memory.
+TG_API tg_status tg_gguf_write_memory(const tg_gguf_writer *w, void **data, size_t *size);
+TG_API void tg_gguf_free_memory(void *data);
+
 #ifdef __cplusplus
 }
 #endif
