@@ -122,36 +122,36 @@ static tg_status get_integer(const char *call, const tg_gguf *g, const char *key
 }
 
 tg_status tg_gguf_get_u32(const tg_gguf *g, const char *key, uint32_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     tg_status st = get_integer("gguf_get_u32", g, key, out, 0, UINT32_MAX, "uint32", &neg, &s, &u);
     if (st == TG_OK) *out = (uint32_t)u;
     return st;
 }
 
 tg_status tg_gguf_get_i32(const tg_gguf *g, const char *key, int32_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     tg_status st = get_integer("gguf_get_i32", g, key, out, INT32_MIN, INT32_MAX, "int32", &neg, &s, &u);
     if (st == TG_OK) *out = neg ? (int32_t)s : (int32_t)u;
     return st;
 }
 
 tg_status tg_gguf_get_u64(const tg_gguf *g, const char *key, uint64_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     tg_status st = get_integer("gguf_get_u64", g, key, out, 0, UINT64_MAX, "uint64", &neg, &s, &u);
     if (st == TG_OK) *out = u;
     return st;
 }
 
 tg_status tg_gguf_get_i64(const tg_gguf *g, const char *key, int64_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     tg_status st = get_integer("gguf_get_i64", g, key, out, INT64_MIN, INT64_MAX, "int64", &neg, &s, &u);
     if (st == TG_OK) *out = neg ? s : (int64_t)u;
     return st;
