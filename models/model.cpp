@@ -1,0 +1,278 @@
+// model.cpp - load a llama or hybrid model from GGUF onto a backend.
+#include "model.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace tgm {
+
+namespace {
+
+tg_status fail(tg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+tg_status fail(tg_status s, const char *fmt, ...) {
+    char buf[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return tg_set_error(s, "%s", buf);
+}
+
+struct gguf_closer {
+    void operator()(tg_gguf *g) const { tg_gguf_close(g); }
+};
+using gguf_ptr = std::unique_ptr<tg_gguf, gguf_closer>;
+
+struct loader {
+    tg_gguf *g;
+    std::string arch;
+
+    // integer key under the architecture's prefix, in [lo, hi]; def < 0: required
+    tg_status get_int(const char *suffix, int *out, long long def, long long lo, long long hi) {
+        std::string key = arch + "." + suffix;
+        int64_t v;
+        if (tg_gguf_find_key(g, key.c_str()) < 0) {
+            if (def < 0) return fail(TG_ERR_FORMAT, "[model_load] missing key '%s'", key.c_str());
+            *out = (int)def;
+            return TG_OK;
+        }
+        if (tg_gguf_get_i64(g, key.c_str(), &v) != TG_OK)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s': %s", key.c_str(), tg_last_error());
+        if (v < lo || v > hi)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s' = %lld outside [%lld, %lld]", key.c_str(), (long long)v,
+                        lo, hi);
+        *out = (int)v;
+        return TG_OK;
+    }
+    tg_status get_float(const char *suffix, float *out, float def) {
+        std::string key = arch + "." + suffix;
+        if (tg_gguf_find_key(g, key.c_str()) < 0) {
+            *out = def;
+            return TG_OK;
+        }
+        if (tg_gguf_get_f32(g, key.c_str(), out) != TG_OK)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s': %s", key.c_str(), tg_last_error());
+        if (!std::isfinite(*out) || *out <= 0.0f)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s' = %g must be finite and > 0", key.c_str(), *out);
+        return TG_OK;
+    }
+};
+
+#define TRY(expr)                          \
+    do {                                   \
+        tg_status s_ = (expr);             \
+        if (s_ != TG_OK) return s_;        \
+    } while (0)
+
+tg_status read_hparams(loader &L, hparams &hp) {
+    const char *a = nullptr;
+    if (tg_gguf_get_str(L.g, "general.architecture", &a) != TG_OK)
+        return fail(TG_ERR_FORMAT, "[model_load] general.architecture: %s", tg_last_error());
+    L.arch = a;
+    if (L.arch == "llama")
+        hp.kind = arch::llama;
+    else if (L.arch == "tghybrid")
+        hp.kind = arch::hybrid;
+    else
+        return fail(TG_ERR_UNSUPPORTED, "[model_load] architecture '%s' is not supported (llama, tghybrid)", a);
+    hp.arch_name = L.arch;
+    TRY(L.get_int("context_length", &hp.n_ctx, -1, 1, 1 << 20));
+    TRY(L.get_int("embedding_length", &hp.n_embd, -1, 1, 1 << 16));
+    TRY(L.get_int("block_count", &hp.n_layer, -1, 1, 4096));
+    TRY(L.get_int("feed_forward_length", &hp.n_ff, -1, 1, 1 << 18));
+    TRY(L.get_int("attention.head_count", &hp.n_head, -1, 1, 4096));
+    TRY(L.get_int("attention.head_count_kv", &hp.n_head_kv, hp.n_head, 1, 4096));
+    if (hp.n_embd % hp.n_head != 0)
+        return fail(TG_ERR_FORMAT, "[model_load] head_count %d does not divide embedding_length %d", hp.n_head,
+                    hp.n_embd);
+    TRY(L.get_int("attention.key_length", &hp.head_dim, hp.n_embd / hp.n_head, 1, 4096));
+    if (hp.head_dim % 2 != 0) return fail(TG_ERR_FORMAT, "[model_load] head dim %d is odd", hp.head_dim);
+    if (hp.n_head % hp.n_head_kv != 0)
+        return fail(TG_ERR_FORMAT, "[model_load] head_count_kv %d does not divide head_count %d", hp.n_head_kv,
+                    hp.n_head);
+    TRY(L.get_int("rope.dimension_count", &hp.n_rot, hp.head_dim, 2, hp.head_dim));
+    if (hp.n_rot % 2 != 0) return fail(TG_ERR_FORMAT, "[model_load] rope.dimension_count %d is odd", hp.n_rot);
+    TRY(L.get_float("rope.freq_base", &hp.rope_base, 10000.0f));
+    TRY(L.get_float("attention.layer_norm_rms_epsilon", &hp.rms_eps, 1e-5f));
+    TRY(L.get_int("vocab_size", &hp.n_vocab, 0, 1, 1 << 22));
+    if (hp.kind == arch::hybrid) {
+        TRY(L.get_int("full_attention_interval", &hp.attn_interval, -1, 1, 4096));
+        TRY(L.get_int("ssm.head_count_k", &hp.ssm_hk, -1, 1, 4096));
+        TRY(L.get_int("ssm.head_count_v", &hp.ssm_hv, -1, 1, 4096));
+        TRY(L.get_int("ssm.head_dim_k", &hp.ssm_dk, -1, 1, 256));
+        TRY(L.get_int("ssm.head_dim_v", &hp.ssm_dv, -1, 1, 256));
+        if (hp.ssm_hv % hp.ssm_hk != 0)
+            return fail(TG_ERR_FORMAT, "[model_load] ssm.head_count_k %d does not divide ssm.head_count_v %d",
+                        hp.ssm_hk, hp.ssm_hv);
+    }
+    uint32_t tok;
+    if (tg_gguf_find_key(L.g, "tokenizer.ggml.bos_token_id") >= 0 &&
+        tg_gguf_get_u32(L.g, "tokenizer.ggml.bos_token_id", &tok) == TG_OK)
+        hp.bos = (int)tok;
+    if (tg_gguf_find_key(L.g, "tokenizer.ggml.eos_token_id") >= 0 &&
+        tg_gguf_get_u32(L.g, "tokenizer.ggml.eos_token_id", &tok) == TG_OK)
+        hp.eos = (int)tok;
+    return TG_OK;
+}
+
+struct pending_tensor {
+    tg_tensor *t;
+    int64_t index;  // in the GGUF file, or -1 for derived data
+    std::vector<float> derived;
+};
+
+// Declare the tensor `name` with the expected shape; its type is the file's.
+tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, const std::string &name,
+               std::vector<int64_t> shape, tg_tensor **out) {
+    int64_t i = tg_gguf_find_tensor(g, name.c_str());
+    if (i < 0) return fail(TG_ERR_FORMAT, "[model_load] missing tensor '%s'", name.c_str());
+    const char *nm;
+    tg_type type;
+    int n_dims;
+    int64_t ne[4];
+    size_t nbytes;
+    if (tg_gguf_tensor_info(g, i, &nm, &type, &n_dims, ne, &nbytes) != TG_OK)
+        return fail(TG_ERR_FORMAT, "[model_load] tensor '%s': %s", name.c_str(), tg_last_error());
+    if (type == TG_TYPE_I32) return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' must be a float type", name.c_str());
+    for (int d = 0; d < 4; d++) {
+        int64_t expect = d < (int)shape.size() ? shape[d] : 1;
+        int64_t got = d < n_dims ? ne[d] : 1;
+        if (got != expect) {
+            std::string es, gs;
+            for (int k = 0; k < 4; k++) {
+                es += std::to_string(k < (int)shape.size() ? shape[k] : 1) + (k < 3 ? "," : "");
+                gs += std::to_string(k < n_dims ? ne[k] : 1) + (k < 3 ? "," : "");
+            }
+            return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' has shape {%s}, expected {%s}", name.c_str(),
+                        gs.c_str(), es.c_str());
+        }
+    }
+    tg_tensor *t = tg_new_tensor(ctx, type, (int)shape.size(), shape.data());
+    if (!t) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+    tg_set_name(t, name.c_str());
+    list.push_back({t, i, {}});
+    *out = t;
+    return TG_OK;
+}
+
+tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
+    loader L{g, ""};
+    hparams &hp = m.hp;
+    TRY(read_hparams(L, hp));
+    // vocab from the embedding when the key is absent
+    int64_t ti = tg_gguf_find_tensor(g, "token_embd.weight");
+    if (ti < 0) return fail(TG_ERR_FORMAT, "[model_load] missing tensor 'token_embd.weight'");
+    if (hp.n_vocab == 0) {
+        const char *nm;
+        tg_type ty;
+        int nd;
+        int64_t ne[4];
+        size_t nb;
+        if (tg_gguf_tensor_info(g, ti, &nm, &ty, &nd, ne, &nb) != TG_OK || nd < 2 || ne[1] > (1 << 22))
+            return fail(TG_ERR_FORMAT, "[model_load] cannot read the vocabulary size from token_embd.weight");
+        hp.n_vocab = (int)ne[1];
+    }
+    if (hp.bos < 0 || hp.bos >= hp.n_vocab || hp.eos < 0 || hp.eos >= hp.n_vocab)
+        return fail(TG_ERR_FORMAT, "[model_load] bos/eos ids %d/%d outside the vocabulary of %d", hp.bos, hp.eos,
+                    hp.n_vocab);
+
+    const int n_tensors = 3 + hp.n_layer * 16;
+    tg_init_params ip = {(size_t)n_tensors * tg_tensor_overhead() + 4096, nullptr, true};
+    m.ctx = tg_init(ip);
+    if (!m.ctx) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+    std::vector<pending_tensor> list;
+    const int64_t E = hp.n_embd, V = hp.n_vocab, F = hp.n_ff;
+    const int64_t QD = (int64_t)hp.n_head * hp.head_dim, KD = (int64_t)hp.n_head_kv * hp.head_dim;
+    TRY(want(g, m.ctx, list, "token_embd.weight", {E, V}, &m.tok_embd));
+    TRY(want(g, m.ctx, list, "output_norm.weight", {E}, &m.out_norm));
+    TRY(want(g, m.ctx, list, "output.weight", {E, V}, &m.output));
+    m.layers.resize(hp.n_layer);
+    for (int il = 0; il < hp.n_layer; il++) {
+        layer &l = m.layers[il];
+        std::string p = "blk." + std::to_string(il) + ".";
+        TRY(want(g, m.ctx, list, p + "attn_norm.weight", {E}, &l.attn_norm));
+        if (hp.is_attention(il)) {
+            TRY(want(g, m.ctx, list, p + "attn_q.weight", {E, QD}, &l.wq));
+            TRY(want(g, m.ctx, list, p + "attn_k.weight", {E, KD}, &l.wk));
+            TRY(want(g, m.ctx, list, p + "attn_v.weight", {E, KD}, &l.wv));
+            TRY(want(g, m.ctx, list, p + "attn_output.weight", {QD, E}, &l.wo));
+        } else {
+            const int64_t HK = (int64_t)hp.ssm_hk * hp.ssm_dk, HV = (int64_t)hp.ssm_hv * hp.ssm_dv;
+            TRY(want(g, m.ctx, list, p + "ssm_q.weight", {E, HK}, &l.ssm_q));
+            TRY(want(g, m.ctx, list, p + "ssm_k.weight", {E, HK}, &l.ssm_k));
+            TRY(want(g, m.ctx, list, p + "ssm_v.weight", {E, HV}, &l.ssm_v));
+            TRY(want(g, m.ctx, list, p + "ssm_beta.weight", {E, hp.ssm_hv}, &l.ssm_beta));
+            TRY(want(g, m.ctx, list, p + "ssm_alpha.weight", {E, hp.ssm_hv}, &l.ssm_alpha));
+            TRY(want(g, m.ctx, list, p + "ssm_dt.bias", {hp.ssm_hv}, &l.ssm_dt_bias));
+            TRY(want(g, m.ctx, list, p + "ssm_out.weight", {HV, E}, &l.ssm_out));
+            tg_tensor *a_log;
+            TRY(want(g, m.ctx, list, p + "ssm_a", {hp.ssm_hv}, &a_log));
+            // the graph needs -exp(A_log): derive it once, in F32
+            pending_tensor &pa = list.back();
+            const void *src = tg_gguf_tensor_data(g, pa.index);
+            std::vector<float> neg((size_t)hp.ssm_hv);
+            for (int h = 0; h < hp.ssm_hv; h++) {
+                float x;
+                if (tg_tensor_type(a_log) == TG_TYPE_F32)
+                    memcpy(&x, (const char *)src + 4 * h, 4);
+                else {
+                    uint16_t u;
+                    memcpy(&u, (const char *)src + 2 * h, 2);
+                    x = tg_tensor_type(a_log) == TG_TYPE_F16 ? tg_fp16_to_fp32(u) : tg_bf16_to_fp32(u);
+                }
+                neg[h] = -std::exp(x);
+            }
+            l.ssm_neg_exp_a = tg_new_tensor_1d(m.ctx, TG_TYPE_F32, hp.ssm_hv);
+            if (!l.ssm_neg_exp_a) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+            tg_set_name(l.ssm_neg_exp_a, (p + "ssm_neg_exp_a").c_str());
+            list.push_back({l.ssm_neg_exp_a, -1, neg});
+        }
+        TRY(want(g, m.ctx, list, p + "ffn_norm.weight", {E}, &l.ffn_norm));
+        TRY(want(g, m.ctx, list, p + "ffn_gate.weight", {E, F}, &l.ffn_gate));
+        TRY(want(g, m.ctx, list, p + "ffn_up.weight", {E, F}, &l.ffn_up));
+        TRY(want(g, m.ctx, list, p + "ffn_down.weight", {F, E}, &l.ffn_down));
+    }
+    m.buf = tg_backend_alloc(be, m.ctx);
+    if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+    m.backend = be;
+    m.weight_bytes = tg_buffer_size(m.buf);
+    for (pending_tensor &p : list) {
+        const void *data = p.index >= 0 ? tg_gguf_tensor_data(g, p.index) : p.derived.data();
+        if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
+        if (tg_tensor_set(p.t, data, 0, tg_nbytes(p.t)) != TG_OK)
+            return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
+    }
+    return TG_OK;
+}
+
+}  // namespace
+
+model *model_load(const char *path, tg_backend *be) {
+    if (!path || !be) {
+        fail(TG_ERR_ARG, "[model_load] %s is NULL", path ? "backend" : "path");
+        return nullptr;
+    }
+    gguf_ptr g(tg_gguf_open(path));
+    if (!g) {
+        fail(TG_ERR_FORMAT, "[model_load] %s: %s", path, tg_last_error());
+        return nullptr;
+    }
+    auto *m = new model();
+    if (load_into(*m, g.get(), be) != TG_OK) {
+        model_free(m);
+        return nullptr;
+    }
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    tg_buffer_free(m->buf);
+    tg_free(m->ctx);
+    delete m;
+}
+
+}  // namespace tgm

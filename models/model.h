@@ -1,0 +1,94 @@
+// model.h - toy decoder models on the public tinygml API: a llama and a
+// hybrid of gated-delta-rule and attention layers, loaded from GGUF, with
+// sessions that hold KV caches and recurrent states for a batch of sequences.
+// Everything here uses tinygml.h only. See models/README.md for the file
+// format (keys, tensor names, math).
+#pragma once
+#include <stdint.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tinygml.h"
+
+namespace tgm {
+
+enum class arch { llama, hybrid };
+
+struct hparams {
+    arch kind = arch::llama;
+    std::string arch_name;  // "llama" or "tghybrid"
+    int n_vocab = 0, n_ctx = 0, n_embd = 0, n_layer = 0, n_ff = 0;
+    int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+    float rope_base = 10000.0f, rms_eps = 1e-5f;
+    // hybrid only
+    int attn_interval = 0;  // layer i is attention when (i + 1) % attn_interval == 0
+    int ssm_hk = 0, ssm_hv = 0, ssm_dk = 0, ssm_dv = 0;
+    int bos = 256, eos = 257;
+    bool is_attention(int il) const { return kind == arch::llama || (il + 1) % attn_interval == 0; }
+};
+
+struct layer {
+    tg_tensor *attn_norm = nullptr, *ffn_norm = nullptr;
+    tg_tensor *wq = nullptr, *wk = nullptr, *wv = nullptr, *wo = nullptr;           // attention
+    tg_tensor *ssm_q = nullptr, *ssm_k = nullptr, *ssm_v = nullptr, *ssm_out = nullptr;  // delta rule
+    tg_tensor *ssm_beta = nullptr, *ssm_alpha = nullptr, *ssm_dt_bias = nullptr;
+    tg_tensor *ssm_neg_exp_a = nullptr;  // -exp(A_log), computed at load
+    tg_tensor *ffn_gate = nullptr, *ffn_up = nullptr, *ffn_down = nullptr;
+};
+
+struct model {
+    hparams hp;
+    tg_backend *backend = nullptr;  // not owned
+    tg_context *ctx = nullptr;      // weight metadata
+    tg_buffer *buf = nullptr;       // weight storage on the backend
+    tg_tensor *tok_embd = nullptr, *out_norm = nullptr, *output = nullptr;
+    std::vector<layer> layers;
+    size_t weight_bytes = 0;
+};
+
+// Load a model file onto backend be. NULL + tg_last_error() "[model_load] ..."
+// for a bad file (the GGUF reader's checks) or impossible metadata.
+model *model_load(const char *path, tg_backend *be);
+void model_free(model *m);
+
+// KV caches (F32, {head_dim, n_head_kv, n_ctx, n_seq} per attention layer)
+// and recurrent states (F32, {dk, dv, hv, n_seq} per delta layer) for n_seq
+// sequences, persistent on the model's backend.
+struct session {
+    const model *m = nullptr;
+    int n_seq = 0, n_ctx = 0;
+    tg_context *ctx = nullptr;
+    tg_buffer *buf = nullptr;
+    std::vector<tg_tensor *> k_cache, v_cache, state;  // per layer (NULL where not used)
+    tg_tensor *tokens = nullptr, *positions = nullptr;  // input slots {n_ctx * n_seq} I32
+    std::vector<int> n_past;                            // tokens seen per sequence
+    size_t state_bytes = 0;
+};
+
+session *session_new(const model *m, int n_seq, int n_ctx);
+void session_free(session *s);
+// Forget sequence seq: zero its caches' rows and its state, n_past = 0.
+tg_status session_reset(session *s, int seq);
+
+// Run T new tokens for each of the n sequences [seq0, seq0 + n): tokens[b*T + t].
+// Positions continue each sequence's n_past. logits receives vocab floats per
+// token, [b][t][vocab] when all_logits, else the last token's [b][vocab].
+// Fails (changing nothing) past the context length or for bad token ids.
+tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T, bool all_logits,
+                       std::vector<float> *logits);
+
+// Byte-level tokenizer: bytes 0..255, BOS 256, EOS 257.
+std::vector<int32_t> tokenize(const std::string &text, bool add_bos);
+std::string detokenize(int32_t token);  // "" for BOS/EOS
+
+struct sampler {
+    float temp = 0.0f;  // 0: greedy
+    int top_k = 40;
+    float top_p = 0.95f;
+    std::mt19937_64 rng{1234};
+    int32_t sample(const float *logits, int n_vocab);
+};
+
+}  // namespace tgm

@@ -1,0 +1,185 @@
+// tinygml-run - generate text with a toy model, llama.cpp style:
+//   tinygml-run -m models/hybrid-recall.gguf -p "a3:x7 k1:q2 ?k1=" -n 16
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "model.h"
+
+namespace {
+
+struct options {
+    std::string model, prompt, device = "auto";
+    int n_predict = 64, threads = 0, batch = 1;
+    float temp = 0.0f, top_p = 0.95f;
+    int top_k = 40;
+    unsigned long long seed = 1234;
+    bool quiet = false;
+};
+
+void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s -m MODEL.gguf [-p PROMPT] [-n N] [--device cpu|cuda|auto] [--temp T] [--top-k K]\n"
+            "          [--top-p P] [--seed S] [-t THREADS] [-b BATCH] [-q]\n"
+            "  -b BATCH  run BATCH copies of the prompt as one batch (throughput)\n"
+            "  -q        print only the timing lines\n",
+            argv0);
+}
+
+// Parse a number strictly: the whole string, in range.
+bool parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+bool parse_float(const char *s, float lo, float hi, float *out) {
+    char *end;
+    float v = strtof(s, &end);
+    if (*end || end == s || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+bool parse(int argc, char **argv, options &o) {
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        auto next = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
+        long long v;
+        const char *val = nullptr;
+        bool ok = true;
+        if (a == "-q") {
+            o.quiet = true;
+            continue;
+        }
+        if (a == "-h" || a == "--help") return false;
+        val = next();
+        if (!val) {
+            fprintf(stderr, "error: %s needs a value\n", a.c_str());
+            return false;
+        }
+        if (a == "-m") o.model = val;
+        else if (a == "-p") o.prompt = val;
+        else if (a == "--device") o.device = val;
+        else if (a == "-n") ok = parse_int(val, 0, 1 << 20, &v) && ((o.n_predict = (int)v), true);
+        else if (a == "-t") ok = parse_int(val, 0, 256, &v) && ((o.threads = (int)v), true);
+        else if (a == "-b") ok = parse_int(val, 1, 4096, &v) && ((o.batch = (int)v), true);
+        else if (a == "--top-k") ok = parse_int(val, 0, 1 << 22, &v) && ((o.top_k = (int)v), true);
+        else if (a == "--seed") ok = parse_int(val, 0, (1LL << 62), &v) && ((o.seed = (unsigned long long)v), true);
+        else if (a == "--temp") ok = parse_float(val, 0.0f, 100.0f, &o.temp);
+        else if (a == "--top-p") ok = parse_float(val, 0.0f, 1.0f, &o.top_p);
+        else {
+            fprintf(stderr, "error: unknown option %s\n", a.c_str());
+            return false;
+        }
+        if (!ok) {
+            fprintf(stderr, "error: bad value '%s' for %s\n", val, a.c_str());
+            return false;
+        }
+    }
+    if (o.model.empty()) {
+        fprintf(stderr, "error: -m MODEL.gguf is required\n");
+        return false;
+    }
+    if (o.device != "cpu" && o.device != "cuda" && o.device != "auto") {
+        fprintf(stderr, "error: --device must be cpu, cuda or auto\n");
+        return false;
+    }
+    return true;
+}
+
+double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    options o;
+    if (!parse(argc, argv, o)) {
+        usage(argv[0]);
+        return 2;
+    }
+    tg_backend *be = nullptr;
+    if (o.device == "cuda" || (o.device == "auto" && tg_cuda_available())) be = tg_backend_cuda(0);
+    else be = tg_backend_cpu(o.threads);
+    if (!be) {
+        fprintf(stderr, "error: %s\n", tg_last_error());
+        return 1;
+    }
+    tgm::model *m = tgm::model_load(o.model.c_str(), be);
+    if (!m) {
+        fprintf(stderr, "error: %s\n", tg_last_error());
+        tg_backend_free(be);
+        return 1;
+    }
+    std::vector<int32_t> prompt = tgm::tokenize(o.prompt, true);
+    const int n_ctx = std::min<int>(m->hp.n_ctx, (int)prompt.size() + o.n_predict);
+    tgm::session *s = tgm::session_new(m, o.batch, n_ctx);
+    int rc = 0;
+    if (!s || (int)prompt.size() + o.n_predict > m->hp.n_ctx) {
+        fprintf(stderr, "error: %s\n",
+                s ? "prompt + n_predict exceed the model's context length" : tg_last_error());
+        rc = 1;
+    }
+    tgm::sampler smp;
+    smp.temp = o.temp;
+    smp.top_k = o.top_k;
+    smp.top_p = o.top_p;
+    smp.rng.seed(o.seed);
+    std::vector<float> logits;
+    double t_prompt = 0, t_gen = 0;
+    int n_gen = 0;
+    const int V = m->hp.n_vocab, B = o.batch;
+    if (rc == 0) {
+        if (!o.quiet) printf("%s", o.prompt.c_str());
+        std::vector<int32_t> toks;
+        for (int b = 0; b < B; b++) toks.insert(toks.end(), prompt.begin(), prompt.end());
+        double t0 = now_ms();
+        tg_status st = tgm::session_eval(s, 0, B, toks.data(), (int)prompt.size(), false, &logits);
+        t_prompt = now_ms() - t0;
+        std::vector<int32_t> cur(B);
+        std::vector<bool> done(B, false);
+        while (st == TG_OK && n_gen < o.n_predict) {
+            for (int b = 0; b < B; b++) cur[b] = smp.sample(&logits[(size_t)b * V], V);
+            n_gen++;
+            if (cur[0] == m->hp.eos) done[0] = true;
+            if (!o.quiet && !done[0]) {
+                printf("%s", tgm::detokenize(cur[0]).c_str());
+                fflush(stdout);
+            }
+            if (B == 1 && done[0]) break;
+            if (n_gen == o.n_predict) break;
+            t0 = now_ms();
+            st = tgm::session_eval(s, 0, B, cur.data(), 1, false, &logits);
+            t_gen += now_ms() - t0;
+        }
+        if (!o.quiet) printf("\n");
+        if (st != TG_OK) {
+            fprintf(stderr, "error: %s\n", tg_last_error());
+            rc = 1;
+        }
+    }
+    if (rc == 0) {
+        const double pp = B * prompt.size() / (t_prompt / 1e3);
+        const int n_steps = std::max(0, n_gen - 1);  // the first token comes from the prompt pass
+        fprintf(stderr, "backend %s, batch %d\n", tg_backend_name(be), B);
+        fprintf(stderr, "prompt:     %5zu tokens x %d in %8.2f ms (%10.1f tokens/s)\n", prompt.size(), B, t_prompt, pp);
+        if (n_steps > 0)
+            fprintf(stderr, "generation: %5d tokens x %d in %8.2f ms (%10.1f tokens/s)\n", n_steps, B, t_gen,
+                    B * n_steps / (t_gen / 1e3));
+        fprintf(stderr, "memory: weights %.2f MiB, caches+states %.2f MiB, compute buffer %.2f MiB\n",
+                m->weight_bytes / 1048576.0, s->state_bytes / 1048576.0,
+                tg_backend_compute_buffer_size(be) / 1048576.0);
+    }
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+    return rc;
+}
