@@ -33,3 +33,17 @@ TG_DECL_OP(delta_rule)
 
 tg_status tg_check_get_rows(const tg_tensor *dst);
 tg_status tg_check_rope_kv_update(const tg_tensor *dst);
+
+// Whether a and b may share bytes: same storage root and overlapping byte
+// ranges (conservative for interleaved strided views). ggml_ops/rope.cpp.
+bool tg_storage_overlaps(const tg_tensor *a, const tg_tensor *b);
+
+// The int a C caller stored in an enum field of a params struct, read without
+// loading the field as the C++ enum type (an out-of-range value, legal in C,
+// would be undefined behaviour in C++ and is caught by UBSan).
+template <typename E> inline int tg_enum_value(const E &field) {
+    static_assert(sizeof(E) == sizeof(int), "C enums are int-sized on supported ABIs");
+    int v;
+    memcpy(&v, &field, sizeof v);
+    return v;
+}

@@ -206,13 +206,25 @@ TG_API tg_rope_params tg_rope_default_params(int n_rot);  // INTERLEAVED, base 1
 TG_API tg_tensor *tg_rope(tg_context *ctx, tg_tensor *a, tg_tensor *positions, const tg_rope_params *params);
 
 // rope_kv_update: rotate new keys and write K and V rows into the caches, in
-// place. k_cache, v_cache {D, Hkv, L, B} (F32/F16/BF16); k_new, v_new
-// {D, Hkv, T, B} F32; positions {T, B} I32; cos, sin {n_rot/2, L_tab} F32 or
-// both NULL (angles from params->base). For each (t, b), p = positions[t, b]:
-//   k_cache[:, h, p, b] = rope(k_new[:, h, t, b], p);  v_cache[:, h, p, b] = v_new[:, h, t, b]
-// p outside [0, L) or past the table, or repeated within a sequence, makes
-// tg_graph_compute fail and writes nothing. Cost grows with T, not L. The
-// result is a view of k_cache: use it (or k_cache, later in the graph) to read.
+// place (the fused RoPE + KV-cache update).
+//   k_cache, v_cache {D, Hkv, L, B}, same shape, each F32, F16 or BF16 (K and
+//   V types may differ); k_new, v_new {D, Hkv, T, B} F32; positions {T, B} I32;
+//   cos, sin {n_rot/2, L_tab} F32 (row p: the angles of position p), or both
+//   NULL: theta_i = p * params->base^(-2i/n_rot). params->n_rot even, <= D.
+// For each sequence b, token t, kv head h, with p = positions[t, b]:
+//   k_cache[:, h, p, b] = rope(k_new[:, h, t, b], p)  (pairs by params->mode
+//                         over dims < n_rot: (x_e c - x_o s, x_e s + x_o c);
+//                         dims >= n_rot copied)
+//   v_cache[:, h, p, b] = v_new[:, h, t, b]
+// Values are rounded to the cache type (nearest even); every other cache row
+// keeps its bytes. Strided views work anywhere; the caches may share no bytes
+// with each other or with an input. Positions are checked before the op writes
+// (before any op of the graph writes when positions is a persistent tensor):
+// p outside [0, L), p >= L_tab with tables, or p repeated within a sequence
+// makes tg_graph_compute return TG_ERR_ARG ("[rope_kv_update] position 130 out
+// of range [0, 128) in sequence 1 ...") with both caches untouched. Cost grows
+// with T*Hkv*B, never with L. The result is a view of k_cache: read K through
+// it (or through k_cache, or v_cache, by ops created after it).
 TG_API tg_tensor *tg_rope_kv_update(tg_context *ctx, tg_tensor *k_cache, tg_tensor *v_cache, tg_tensor *k_new,
                                     tg_tensor *v_new, tg_tensor *positions, tg_tensor *cos, tg_tensor *sin,
                                     const tg_rope_params *params);
@@ -236,10 +248,26 @@ typedef struct tg_delta_params {
 
 // delta_rule: gated linear / gated delta-rule recurrence.
 //   q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}; g, beta {Hv, T, B}; all F32;
-//   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256].
-//   state {Dk, Dv, Hv, B} (F32/F16/BF16; S[i][j] at i + j*Dk) or NULL.
-//   -> o {Dv, Hv, T, B}. With a state, S starts from it and the final S is
-//   written back in place; with NULL, S starts at zero and is dropped.
+//   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256];
+//   state {Dk, Dv, Hv, B} F32/F16/BF16 (S[i][j] at i + j*Dk) or NULL.
+//   -> o {Dv, Hv, T, B} F32.
+// Per sequence b and value head h, S (Dk x Dv, F32) runs over t = 0 .. T-1:
+//   a = g (LINEAR gate) or exp(g) (LOG gate);  S = a*S
+//   GATED_LINEAR: u = beta * v_t               GATED_DELTA: u = beta * (v_t - S^T k_t)
+//   S = S + k_t u^T;  o_t = scale * S^T q_t
+// (q_t, k_t first normalized as x / sqrt(sum x^2 + 1e-6) when l2norm_qk.)
+// With a state, S starts from it and the final S is written back in place
+// (rounded to its type), so decode steps continue the sequence: with an F32
+// state, T tokens at once equal T calls of one token each. The state must be
+// persistent (a leaf or a view of one) and share no bytes with an input.
+// With NULL, S starts at zero and is dropped.
+// Numbers: any beta is allowed. A zero entry of S stays zero under any non-NaN
+// gate, so g = -inf or -1e4 (a = 0) forgets the state, and a gate that
+// overflows to inf (LOG g > ~88) on a zero state is still exact. A gate that
+// overflows on a nonzero state gives inf/NaN (beyond F32) in that head and
+// sequence only. A NaN input reaches the outputs and state entries that
+// depend on it, in its own sequence and value heads only (a NaN g or beta:
+// the whole S of that head from that token on); reset the state to recover.
 TG_API tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *g,
                                 tg_tensor *beta, tg_tensor *state, const tg_delta_params *params);
 
