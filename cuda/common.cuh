@@ -44,6 +44,11 @@ struct tg_cuda_impl {
     bool failed = false;           // a CUDA error happened: refuse further work
     std::string fail_msg;
     int sm_count = 0;
+    // grow-only scratch for ops (mul_mat conversions); see tg_cuda_scratch
+    void *scratch = nullptr;
+    size_t scratch_size = 0;
+    // mul_mat: most bytes of F32 weights converted at once (env TG_CUDA_MM_BUDGET)
+    size_t mm_budget = (size_t)256 << 20;
 };
 
 inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; }
@@ -109,3 +114,81 @@ inline tg_cuda_desc tg_cuda_desc_of(const tg_tensor *t) {
 __device__ inline char *tg_cuda_ptr(const tg_cuda_desc &d, long long i0, long long i1, long long i2, long long i3) {
     return d.data + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
 }
+
+// ---------------------------------------------------------------------------
+// Added by the backend (cuda/backend.cu, cuda/copy.cu): scratch, flat index
+// decomposition, warp reductions, device-side input checks.
+
+// At least `size` bytes of the backend's scratch (grow-only: no cudaMalloc in
+// steady state). Growing synchronizes the stream first, since queued work may
+// still read the old scratch. The pointer is valid until the next call.
+tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *call);
+
+#define TG_CUBLAS_TRY(be, call, expr)                                          \
+    do {                                                                       \
+        cublasStatus_t s_ = (expr);                                            \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return tg_cublas_status((be), s_, (call), #expr); \
+    } while (0)
+
+// True while no kernel of this graph has reported bad input. Kernels that
+// write persistent tensors (cpy targets, caches, states) return early when it
+// is false, so a failed graph leaves them as they were.
+__device__ inline bool tg_cuda_record_clear(const tg_cuda_err *e) {
+    return e == nullptr || *(volatile const int *)&e->code == 0;
+}
+
+// Byte offset of element i, in row-major order of d's shape (i0 fastest).
+// I is the index type: unsigned when every index fits 32 bits (cheaper
+// division), long long otherwise (RELIABILITY 16).
+template <typename I> __device__ inline long long tg_cuda_offset(const tg_cuda_desc &d, I i) {
+    const I i0 = i % (I)d.ne[0];
+    i /= (I)d.ne[0];
+    const I i1 = i % (I)d.ne[1];
+    i /= (I)d.ne[1];
+    const I i2 = i % (I)d.ne[2];
+    const I i3 = i / (I)d.ne[2];
+    return (long long)i0 * d.nb[0] + (long long)i1 * d.nb[1] + (long long)i2 * d.nb[2] + (long long)i3 * d.nb[3];
+}
+inline long long tg_cuda_nelements(const tg_cuda_desc &d) { return d.ne[0] * d.ne[1] * d.ne[2] * d.ne[3]; }
+// Elements stored densely in row-major order (strides of a fresh tensor).
+inline bool tg_cuda_is_contiguous(const tg_cuda_desc &d, size_t es) {
+    long long expect = (long long)es;
+    for (int i = 0; i < 4; i++) {
+        if (d.ne[i] != 1 && d.nb[i] != expect) return false;
+        expect *= d.ne[i];
+    }
+    return true;
+}
+// A contiguous descriptor for n-dim data at ptr (strides from shape).
+inline tg_cuda_desc tg_cuda_desc_dense(void *ptr, tg_type type, const long long ne[4]) {
+    tg_cuda_desc d;
+    d.data = (char *)ptr;
+    d.type = type;
+    long long nb = (long long)tg_type_size(type);
+    for (int i = 0; i < 4; i++) {
+        d.ne[i] = ne[i];
+        d.nb[i] = nb;
+        nb *= ne[i];
+    }
+    return d;
+}
+
+__device__ inline float tg_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float tg_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Copy src's elements into dst element by element in row-major order of each
+// (same count, any float types, or I32 to I32), as tg_cpu_cpy. With
+// skip_on_error the kernel writes nothing once the graph's error record is set.
+tg_status tg_cuda_copy(tg_backend *be, const tg_cuda_desc &src, const tg_cuda_desc &dst, bool skip_on_error,
+                       const char *call);
+
+// Device-side checks of inputs that are persistent (the op table's
+// check_src is a leaf): run before any node of the graph launches, they fill
+// the error record, so that every writer of persistent tensors skips.
+tg_status tg_cuda_check_get_rows(tg_backend *be, const tg_tensor *dst);

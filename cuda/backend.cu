@@ -1,0 +1,421 @@
+// backend.cu - the CUDA backend: device selection, device memory, one
+// non-blocking stream, a cuBLAS handle, graph execution, and the read-back of
+// the device error record (bad positions / ids found by kernels).
+//
+// Faults: a CUDA error that poisons the context (illegal address, launch
+// failure, ...) marks the backend failed; every later call on it is refused
+// with TG_ERR_BACKEND until it is freed and recreated (RELIABILITY 22).
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "common.cuh"
+#include "ops.h"
+
+// ---------------------------------------------------------------------------
+// Error conversion
+
+// Errors after which the CUDA context is unusable: every later call returns
+// them again. Unknown errors are treated the same way, to be safe.
+static bool is_sticky(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess:
+        case cudaErrorMemoryAllocation:
+        case cudaErrorInvalidValue:
+        case cudaErrorInvalidConfiguration:
+        case cudaErrorInvalidDevice:
+        case cudaErrorInvalidDevicePointer:
+        case cudaErrorInvalidMemcpyDirection:
+        case cudaErrorInvalidResourceHandle:
+        case cudaErrorInvalidDeviceFunction:
+        case cudaErrorLaunchOutOfResources:
+        case cudaErrorNoDevice:
+        case cudaErrorInsufficientDriver:
+        case cudaErrorNoKernelImageForDevice:
+        case cudaErrorNotReady:
+        case cudaErrorNotSupported:
+        case cudaErrorInvalidPitchValue:
+        case cudaErrorInvalidSymbol:
+        case cudaErrorCudartUnloading:
+        case cudaErrorInitializationError:
+        case cudaErrorDevicesUnavailable:
+        case cudaErrorSystemNotReady:
+        case cudaErrorSystemDriverMismatch:
+        case cudaErrorCompatNotSupportedOnDevice:
+        case cudaErrorNotPermitted:
+        case cudaErrorStubLibrary:
+        case cudaErrorOperatingSystem:
+        case cudaErrorInvalidKernelImage:
+        case cudaErrorUnsupportedPtxVersion: return false;
+        default: return true;
+    }
+}
+
+tg_status tg_cuda_status(tg_backend *be, cudaError_t e, const char *call, const char *what) {
+    char msg[768];
+    snprintf(msg, sizeof(msg), "CUDA error %s: %s in %s", cudaGetErrorName(e), cudaGetErrorString(e), what);
+    if (is_sticky(e)) {
+        if (be && be->impl && !tg_cuda(be)->failed) {
+            tg_cuda(be)->failed = true;
+            tg_cuda(be)->fail_msg = msg;
+        }
+    } else {
+        (void)cudaGetLastError();  // clear it, so the next launch check does not see it
+    }
+    return tg_err(e == cudaErrorMemoryAllocation ? TG_ERR_OOM : TG_ERR_BACKEND, "[%s] %s", call, msg);
+}
+
+tg_status tg_cublas_status(tg_backend *be, cublasStatus_t s, const char *call, const char *what) {
+    char msg[768];
+    snprintf(msg, sizeof(msg), "cuBLAS error %s: %s in %s", cublasGetStatusName(s), cublasGetStatusString(s), what);
+    tg_status st = TG_ERR_BACKEND;
+    switch (s) {
+        case CUBLAS_STATUS_ALLOC_FAILED: st = TG_ERR_OOM; break;
+        case CUBLAS_STATUS_NOT_SUPPORTED:
+        case CUBLAS_STATUS_ARCH_MISMATCH: st = TG_ERR_UNSUPPORTED; break;
+        case CUBLAS_STATUS_EXECUTION_FAILED:
+        case CUBLAS_STATUS_INTERNAL_ERROR:
+            // a kernel of cuBLAS failed: the context may be poisoned
+            if (be && be->impl && !tg_cuda(be)->failed) {
+                tg_cuda(be)->failed = true;
+                tg_cuda(be)->fail_msg = msg;
+            }
+            break;
+        default: break;
+    }
+    (void)cudaGetLastError();
+    return tg_err(st, "[%s] %s", call, msg);
+}
+
+// ---------------------------------------------------------------------------
+// Scratch
+
+tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *call) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    *ptr = nullptr;
+    if (size <= impl->scratch_size) {
+        *ptr = impl->scratch;
+        return TG_OK;
+    }
+    const size_t mib = (size_t)1 << 20;
+    if (size > SIZE_MAX - mib) return tg_err(TG_ERR_OOM, "[%s] scratch of %zu bytes is too large", call, size);
+    const size_t want = (size + mib - 1) / mib * mib;
+    // queued kernels may still read the old scratch
+    TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    if (impl->scratch) {
+        void *old = impl->scratch;
+        impl->scratch = nullptr;
+        impl->scratch_size = 0;
+        TG_CUDA_TRY(be, call, cudaFree(old));
+    }
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e != cudaSuccess) {
+        tg_cuda_status(be, e, call, "cudaMalloc (scratch)");
+        return tg_err(e == cudaErrorMemoryAllocation ? TG_ERR_OOM : TG_ERR_BACKEND,
+                      "[%s] cannot allocate %zu bytes of scratch on %s: %s", call, want, be->name.c_str(),
+                      cudaGetErrorName(e));
+    }
+    impl->scratch = p;
+    impl->scratch_size = want;
+    *ptr = p;
+    return TG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// The backend interface
+
+namespace {
+
+// Live backends per device: a device whose context was poisoned by a fault is
+// reset only when no backend on it is left (they are all unusable anyway).
+std::mutex g_live_mutex;
+std::map<int, int> g_live;
+
+tg_status refuse(tg_backend *be, const char *call) {
+    return tg_err(TG_ERR_BACKEND, "[%s] cuda backend is unusable after an earlier CUDA error (%s): recreate it", call,
+                  tg_cuda(be)->fail_msg.c_str());
+}
+
+// Every entry point: refuse after a fault, then make the backend's device current.
+tg_status enter(tg_backend *be, const char *call) {
+    if (tg_cuda(be)->failed) return refuse(be, call);
+    TG_CUDA_TRY(be, call, cudaSetDevice(tg_cuda(be)->device));
+    return TG_OK;
+}
+
+void destroy_impl(tg_cuda_impl *impl) {
+    if (!impl) return;
+    (void)cudaSetDevice(impl->device);
+    if (impl->stream) (void)cudaStreamSynchronize(impl->stream);
+    if (impl->scratch) (void)cudaFree(impl->scratch);
+    if (impl->d_err) (void)cudaFree(impl->d_err);
+    if (impl->cublas) (void)cublasDestroy(impl->cublas);
+    if (impl->stream) (void)cudaStreamDestroy(impl->stream);
+    (void)cudaGetLastError();
+    delete impl;
+}
+
+void cuda_free(tg_backend *be) {
+    const int dev = tg_cuda(be)->device;
+    destroy_impl(tg_cuda(be));
+    {
+        std::lock_guard<std::mutex> lock(g_live_mutex);
+        if (--g_live[dev] <= 0) g_live.erase(dev);
+    }
+    delete be;
+}
+
+tg_status cuda_alloc(tg_backend *be, size_t size, void **ptr) {
+    *ptr = nullptr;
+    tg_status s = enter(be, "cuda_alloc");
+    if (s != TG_OK) return s;
+    if (size == 0) size = 256;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
+        if (is_sticky(e)) return tg_cuda_status(be, e, "cuda_alloc", "cudaMalloc");
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+        return tg_err(e == cudaErrorMemoryAllocation ? TG_ERR_OOM : TG_ERR_BACKEND,
+                      "[cuda_alloc] cannot allocate %zu bytes on %s (%zu of %zu bytes free): %s", size,
+                      be->name.c_str(), free_b, total_b, cudaGetErrorName(e));
+    }
+    *ptr = p;
+    return TG_OK;
+}
+
+void cuda_dealloc(tg_backend *be, void *ptr) {
+    if (!ptr) return;
+    (void)cudaSetDevice(tg_cuda(be)->device);
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+
+tg_status cuda_memset(tg_backend *be, void *ptr, int value, size_t size) {
+    tg_status s = enter(be, "buffer_clear");
+    if (s != TG_OK) return s;
+    tg_cuda_impl *impl = tg_cuda(be);
+    TG_CUDA_TRY(be, "buffer_clear", cudaMemsetAsync(ptr, value, size, impl->stream));
+    TG_CUDA_TRY(be, "buffer_clear", cudaStreamSynchronize(impl->stream));
+    return TG_OK;
+}
+
+// Copies go through the backend's stream, so they are ordered after (and
+// finished before) its kernels; synchronous for the caller.
+tg_status cuda_set(tg_backend *be, void *dst, const void *src, size_t size) {
+    tg_status s = enter(be, "tensor_set");
+    if (s != TG_OK) return s;
+    tg_cuda_impl *impl = tg_cuda(be);
+    TG_CUDA_TRY(be, "tensor_set", cudaMemcpyAsync(dst, src, size, cudaMemcpyHostToDevice, impl->stream));
+    TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
+    return TG_OK;
+}
+
+tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
+    tg_status s = enter(be, "tensor_get");
+    if (s != TG_OK) return s;
+    tg_cuda_impl *impl = tg_cuda(be);
+    TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
+    TG_CUDA_TRY(be, "tensor_get", cudaStreamSynchronize(impl->stream));
+    return TG_OK;
+}
+
+// Kernels read elements with their natural alignment: a view at an offset
+// that is not a multiple of its element size is refused up front (a misaligned
+// access would poison the context), never computed wrong (RELIABILITY 17).
+tg_status check_layout(const tg_tensor *node) {
+    const tg_tensor *ts[TG_MAX_SRC + 1] = {node};
+    for (int i = 0; i < TG_MAX_SRC; i++) ts[i + 1] = node->src[i];
+    for (const tg_tensor *t : ts) {
+        if (!t || !t->data) continue;
+        const size_t es = tg_type_size(t->type);
+        bool ok = es != 0 && (uintptr_t)t->data % es == 0;
+        for (int d = 0; ok && d < TG_MAX_DIMS; d++) ok = t->ne[d] == 1 || t->nb[d] % es == 0;
+        if (!ok)
+            return tg_err(TG_ERR_UNSUPPORTED,
+                          "[%s] tensor '%s' %s is not aligned to its %zu-byte elements (view offset or stride): the "
+                          "CUDA backend needs element-aligned views",
+                          tg_op_get(node->op).name, t->name, tg_shape_str(t).c_str(), es);
+    }
+    return TG_OK;
+}
+
+// As the CPU backend: the data an op's check reads is known before the graph
+// runs when it is persistent (a leaf), not computed by the graph.
+bool check_input_is_persistent(const tg_tensor *t) {
+    int i = tg_op_get(t->op).check_src;
+    return i < 0 || !t->src[i] || tg_is_leaf(tg_view_root(t->src[i]));
+}
+
+// Device-side pre-checks by op (ops without one validate inside their kernel).
+tg_cuda_fn device_check_of(tg_op op) {
+    switch (op) {
+        case TG_OP_GET_ROWS: return tg_cuda_check_get_rows;
+        default: return nullptr;
+    }
+}
+
+tg_status record_to_status(const tg_cuda_err &r) {
+    const char *op = r.op > 0 && r.op < TG_OP_COUNT ? tg_op_get((tg_op)r.op).name : "graph_compute";
+    switch (r.code) {
+        case TG_CUDA_ERR_POSITION_RANGE:
+            return tg_err(TG_ERR_ARG, "[%s] position %lld out of range [0, %lld) in sequence %lld, token %lld", op,
+                          r.info[0], r.info[1], r.info[2], r.info[3]);
+        case TG_CUDA_ERR_POSITION_REPEAT:
+            return tg_err(TG_ERR_ARG, "[%s] position %lld repeated in sequence %lld (tokens %lld and %lld)", op,
+                          r.info[0], r.info[1], r.info[2], r.info[3]);
+        case TG_CUDA_ERR_ID_RANGE:
+            return tg_err(TG_ERR_ARG, "[%s] id %lld out of range [0, %lld) at ids element %lld", op, r.info[0],
+                          r.info[1], r.info[2]);
+        default:
+            return tg_err(TG_ERR_ARG, "[%s] a kernel reported bad input (code %d, info %lld %lld %lld %lld)", op,
+                          r.code, r.info[0], r.info[1], r.info[2], r.info[3]);
+    }
+}
+
+tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    const char *call = "graph_compute";
+    tg_status s = enter(be, call);
+    if (s != TG_OK) return s;
+    tg_cuda_impl *impl = tg_cuda(be);
+    for (const tg_tensor *t : nodes)
+        if (t->op != TG_OP_VIEW && (s = check_layout(t)) != TG_OK) return s;
+    for (const tg_tensor *t : nodes)
+        if (t->op != TG_OP_VIEW && !tg_op_get(t->op).cuda)
+            return tg_err(TG_ERR_UNSUPPORTED, "[%s] op %s has no CUDA kernel", call, tg_op_get(t->op).name);
+    TG_CUBLAS_TRY(be, call,
+                  cublasSetMathMode(impl->cublas, be->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
+
+    // checks of persistent inputs first, then the nodes in order; stop at the
+    // first host-side error
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_VIEW || !check_input_is_persistent(t)) continue;
+        tg_cuda_fn check = device_check_of(t->op);
+        if (check && (s = check(be, t)) != TG_OK) break;
+    }
+    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
+        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+
+    // drain the stream even after a host-side error: nothing may still run on
+    // our buffers when we return. A failure here came from a kernel: the
+    // context is suspect, so the backend refuses further work.
+    cudaError_t e = cudaStreamSynchronize(impl->stream);
+    if (e != cudaSuccess) {
+        tg_status fs = tg_cuda_status(be, e, call, "cudaStreamSynchronize after the graph's kernels");
+        if (!impl->failed) {
+            impl->failed = true;
+            impl->fail_msg = tg_last_error();
+        }
+        return fs;
+    }
+    if (impl->failed) return refuse(be, call);  // a sticky error seen by an op
+    if (s != TG_OK) return s;
+    tg_cuda_err rec;
+    TG_CUDA_TRY(be, call, cudaMemcpyAsync(&rec, impl->d_err, sizeof(rec), cudaMemcpyDeviceToHost, impl->stream));
+    TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    if (rec.code != TG_CUDA_ERR_NONE) return record_to_status(rec);
+    return TG_OK;
+}
+
+const tg_backend_iface k_cuda_iface = {cuda_free, cuda_alloc, cuda_dealloc, cuda_memset,
+                                       cuda_set,  cuda_get,   cuda_compute};
+
+// Make the device's context usable: a context poisoned by an earlier fault is
+// reset when no backend on the device is left.
+tg_status open_device(int device) {
+    const char *call = "backend_cuda";
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaFree(nullptr);  // creates the context; shows a poisoned one
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (!is_sticky(e))
+            return tg_err(TG_ERR_BACKEND, "[%s] cannot use device %d: CUDA error %s: %s", call, device,
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+        bool others;
+        {
+            std::lock_guard<std::mutex> lock(g_live_mutex);
+            others = g_live.count(device) && g_live[device] > 0;
+        }
+        if (others)
+            return tg_err(TG_ERR_BACKEND,
+                          "[%s] device %d is in an error state (%s): free every cuda backend on it, then recreate", call,
+                          device, cudaGetErrorName(e));
+        (void)cudaDeviceReset();
+        (void)cudaGetLastError();
+        TG_CUDA_TRY(nullptr, call, cudaSetDevice(device));
+        TG_CUDA_TRY(nullptr, call, cudaFree(nullptr));
+    }
+    return TG_OK;
+}
+
+tg_status init_impl(tg_cuda_impl *impl, int device) {
+    const char *call = "backend_cuda";
+    impl->device = device;
+    TG_CUDA_TRY(nullptr, call, cudaDeviceGetAttribute(&impl->sm_count, cudaDevAttrMultiProcessorCount, device));
+    if (const char *env = getenv("TG_CUDA_MM_BUDGET")) {  // tests: force chunked weight conversion
+        const long long v = atoll(env);
+        if (v >= 1024) impl->mm_budget = (size_t)v;
+    }
+    TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+    TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
+    TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));
+    TG_CUBLAS_TRY(nullptr, call, cublasSetMathMode(impl->cublas, CUBLAS_DEFAULT_MATH));
+    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
+    TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
+    TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));
+    return TG_OK;
+}
+
+}  // namespace
+
+bool tg_cuda_device_present(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+tg_backend *tg_backend_cuda_create(int device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no usable CUDA driver or device (%s: %s)",
+                     cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (n <= 0) TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no CUDA device present");
+    if (device < 0 || device >= n)
+        TG_FAIL_NULL(TG_ERR_ARG, "[backend_cuda] device %d out of range [0, %d)", device, n);
+    if (open_device(device) != TG_OK) return nullptr;
+
+    tg_cuda_impl *impl = new (std::nothrow) tg_cuda_impl();
+    tg_backend *be = new (std::nothrow) tg_backend();
+    if (!impl || !be) {
+        delete impl;
+        delete be;
+        TG_FAIL_NULL(TG_ERR_OOM, "[backend_cuda] out of host memory");
+    }
+    if (init_impl(impl, device) != TG_OK) {
+        destroy_impl(impl);
+        delete be;
+        return nullptr;
+    }
+    be->iface = &k_cuda_iface;
+    be->impl = impl;
+    be->mem = TG_MEM_DEVICE;
+    be->device = device;
+    be->name = "cuda:" + std::to_string(device);
+    be->tf32 = false;
+    {
+        std::lock_guard<std::mutex> lock(g_live_mutex);
+        g_live[device]++;
+    }
+    return be;
+}

@@ -1,0 +1,91 @@
+// norm.cu - rms_norm, l2_norm over ne0, and softmax: a warp per row for rows of
+// up to 1024 elements, a block of 8 warps per row above; reductions in
+// registers and warp shuffles (plus one shared-memory step across warps).
+#include "common.cuh"
+#include "ops.h"
+
+enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
+
+// WPR warps per row. WPR == 1: 4 rows per 128-thread block; else one row per
+// block of WPR warps.
+template <int WPR> struct row_cfg {
+    static constexpr int threads = WPR == 1 ? 128 : 32 * WPR;
+    static constexpr int rows_per_block = threads / (32 * WPR);
+};
+
+// Sum / max over the WPR warps of one row. Every thread of the block calls it
+// the same number of times (WPR > 1 has one row per block), so the barriers
+// are safe.
+template <int WPR, bool MAX> __device__ float row_reduce(float v, float *sh) {
+    v = MAX ? tg_warp_max(v) : tg_warp_sum(v);
+    if (WPR == 1) return v;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = sh[0];
+    for (int w = 1; w < WPR; w++) t = MAX ? fmaxf(t, sh[w]) : t + sh[w];
+    __syncthreads();  // sh is reused by the next reduction
+    return t;
+}
+
+template <int OP, int WPR> __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param) {
+    __shared__ float sh[WPR];
+    constexpr int RPB = row_cfg<WPR>::rows_per_block, TPR = 32 * WPR;
+    const int grp = threadIdx.x / TPR, tid = threadIdx.x % TPR;
+    const long long n0 = x.ne[0];
+    for (long long r = (long long)blockIdx.x * RPB + grp; r < nrows; r += (long long)gridDim.x * RPB) {
+        const long long i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        const char *xr = tg_cuda_ptr(x, 0, i1, i2, i3);
+        char *yr = tg_cuda_ptr(y, 0, i1, i2, i3);
+        if (OP == NORM_SOFTMAX) {
+            // softmax(param * x); -inf entries give 0, a row of all -inf gives 0s
+            float mx = -INFINITY;
+            for (long long i = tid; i < n0; i += TPR) mx = fmaxf(mx, param * tg_cuda_load(xr + i * x.nb[0], x.type));
+            mx = row_reduce<WPR, true>(mx, sh);
+            float sum = 0.0f;
+            if (mx != -INFINITY)
+                for (long long i = tid; i < n0; i += TPR) sum += expf(param * tg_cuda_load(xr + i * x.nb[0], x.type) - mx);
+            sum = row_reduce<WPR, false>(sum, sh);
+            for (long long i = tid; i < n0; i += TPR) {
+                const float e = mx == -INFINITY ? 0.0f : expf(param * tg_cuda_load(xr + i * x.nb[0], x.type) - mx);
+                *(float *)(yr + i * y.nb[0]) = sum > 0.0f ? e / sum : 0.0f;
+            }
+        } else {
+            // x / sqrt(sum(x^2) / div + eps), div = n0 for rms_norm, 1 for l2_norm
+            float ss = 0.0f;
+            for (long long i = tid; i < n0; i += TPR) {
+                const float v = tg_cuda_load(xr + i * x.nb[0], x.type);
+                ss += v * v;
+            }
+            ss = row_reduce<WPR, false>(ss, sh);
+            const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
+            for (long long i = tid; i < n0; i += TPR)
+                *(float *)(yr + i * y.nb[0]) = tg_cuda_load(xr + i * x.nb[0], x.type) * inv;
+        }
+    }
+}
+
+template <int OP, int WPR> static void launch_norm(cudaStream_t stream, const tg_cuda_desc &x, const tg_cuda_desc &y,
+                                                   long long nrows, float param) {
+    constexpr int RPB = row_cfg<WPR>::rows_per_block;
+    const long long blocks = (nrows + RPB - 1) / RPB;
+    const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
+    norm_kernel<OP, WPR><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param);
+}
+
+template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *dst, const char *call) {
+    cudaStream_t stream = tg_cuda(be)->stream;
+    const tg_cuda_desc x = tg_cuda_desc_of(dst->src[0]), y = tg_cuda_desc_of(dst);
+    const long long nrows = tg_nrows(dst);
+    const float param = tg_get_params<float>(dst);  // eps, or the softmax scale
+    if (x.ne[0] <= 1024)
+        launch_norm<OP, 1>(stream, x, y, nrows, param);
+    else
+        launch_norm<OP, 8>(stream, x, y, nrows, param);
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
+tg_status tg_cuda_rms_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_RMS>(be, dst, "rms_norm"); }
+tg_status tg_cuda_l2_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_L2>(be, dst, "l2_norm"); }
+tg_status tg_cuda_softmax(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_SOFTMAX>(be, dst, "softmax"); }
