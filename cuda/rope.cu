@@ -1,0 +1,406 @@
+// rope.cu - CUDA kernels of the rope family (ggml_ops/rope.cpp is the
+// reference). Three levels, as in the rest of cuda/:
+//   rope_rows_kernel<VEC, KIND>  one block per (token, slice of its H*D values):
+//       KIND_ROPE      rotates a[:, :, t, b] into dst[:, :, t, b]
+//       KIND_KV        rotates k_new[:, :, t, b] into K row p and copies
+//                      v_new[:, :, t, b] into V row p: both caches, one launch
+//       KIND_KV_FUSED  the same, after every block has checked all B*T
+//                      positions itself (decode-sized calls: one launch total)
+//   kv_validate_kernel  range + pairwise repeat check of the positions, run
+//       before KIND_KV when B*T or T is too large to fuse
+//   -> launch_rows -> tg_cuda_rope / tg_cuda_rope_kv_update
+//
+// Bad positions are reported through the backend's device error record
+// (tg_cuda_report); the write kernel looks at the record first and writes
+// nothing when any report is there, so a failed update leaves both caches
+// bit-identical. VEC=4 moves 16-byte vectors (k_new/v_new F32 rows, cache rows
+// of 4 elements) when every pointer and stride allows it; VEC=1 is the
+// any-stride fallback (RELIABILITY 17). Rotations use explicitly rounded
+// products (no FMA contraction), as the CPU reference does, so that with
+// tables the results are bit-identical to the CPU's.
+#include <climits>
+#include <cstdint>
+
+#include "common.cuh"
+#include "ops.h"
+#include "signature.cuh"
+
+tg_cuda_sig_knobs tg_cuda_sig;
+const char *tg_cuda_sig_last_rope = "";
+const char *tg_cuda_sig_last_kv = "";
+
+namespace {
+
+constexpr int kThreads = 256;          // largest block of the row kernel
+constexpr int kRounds = 4;             // chunks per thread per tensor, at most (NEOX: 2, its
+                                       // partner values need registers too)
+constexpr int kFusedMaxTokens = 1024;  // B*T positions a block may check itself
+constexpr int kFusedMaxT = 32;         // ... with at most T*(T-1)/2 pairs per sequence
+constexpr int kValTile = 256;          // validation: tokens per block, and per compared segment
+constexpr int kMaxSmem = 48 * 1024;
+
+enum { KIND_ROPE = 0, KIND_KV = 1, KIND_KV_FUSED = 2 };
+
+struct rope_args {
+    tg_cuda_desc x, xv;   // k_new (rope: a), v_new
+    tg_cuda_desc y, yv;   // K cache (rope: dst), V cache
+    tg_cuda_desc pos;     // {T, B} I32
+    tg_cuda_desc cs, sn;  // {n_rot/2, Ltab} F32 tables; cs.data NULL: angles from base
+    long long L, Ltab;    // cache rows, table rows
+    int T, B;             // T*B < 2^31 (checked at launch)
+    int n_rot, half, neox;
+    double base;
+    int cpr, N;       // chunks (of VEC values) per row; per token and tensor (H * cpr < 2^31)
+    int rounds, bpt;  // chunks per thread per tensor (1, 2, 4); blocks per token
+};
+
+template <int VEC> __device__ inline void load_vec(const char *p, float (&v)[VEC]) {
+    if constexpr (VEC == 4) {
+        const float4 q = __ldg((const float4 *)p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+        v[0] = __ldg((const float *)p);
+    }
+}
+
+// 4 values to a cache row in its storage type; p is aligned to 4 elements.
+__device__ inline void store4(char *p, tg_type type, const float (&y)[4]) {
+    if (type == TG_TYPE_F32) {
+        *(float4 *)p = make_float4(y[0], y[1], y[2], y[3]);
+        return;
+    }
+    uint2 u;
+    if (type == TG_TYPE_F16) {
+        const __half2 lo = __floats2half2_rn(y[0], y[1]), hi = __floats2half2_rn(y[2], y[3]);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    } else {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(y[0], y[1]), hi = __floats2bfloat162_rn(y[2], y[3]);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    }
+    *(uint2 *)p = u;
+}
+template <int VEC> __device__ inline void store_vec(char *p, tg_type type, const float (&y)[VEC]) {
+    if constexpr (VEC == 4)
+        store4(p, type, y);
+    else
+        tg_cuda_store(p, type, y[0]);
+}
+
+// theta_i = p * base^(-2i/n_rot) in double, as the CPU computes it; the F32
+// cos/sin then equal the CPU's except at a rounding tie of the double value.
+__device__ inline void angle_from_base(long long p, int i, const rope_args &a, float *c, float *s) {
+    const double theta = (double)p * pow(a.base, -2.0 * i / a.n_rot);
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    *c = (float)cd;
+    *s = (float)sd;
+}
+
+template <bool NEOX> __device__ inline int partner_of(int d, const rope_args &a) {
+    return NEOX ? (d < a.half ? d + a.half : d - a.half) : (d ^ 1);
+}
+
+__device__ inline int load_pos(const tg_cuda_desc &pos, int t, int b) {
+    return *(const int *)tg_cuda_ptr(pos, t, b, 0, 0);
+}
+
+template <int VEC, int KIND, bool NEOX>
+__global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args a, tg_cuda_err *err) {
+    extern __shared__ float sm[];  // cos[half], sin[half], then (fused) positions[T*B]
+    float *sc = sm, *ss = sm + a.half;
+    int *spos = (int *)(sm + 2 * a.half);
+    __shared__ int s_bad;  // smallest flat index b*T+t of a bad position; -1: earlier report
+
+    constexpr bool kv = KIND != KIND_ROPE;
+    const int tid = threadIdx.x, nth = blockDim.x;
+    const int tok = blockIdx.x / a.bpt, part = blockIdx.x % a.bpt;
+    const int t = tok % a.T, b = tok / a.T;
+    const long long nb0 = a.x.nb[0];
+
+    // 1. this thread's chunks of k_new / v_new (and NEOX partners): they do not
+    //    depend on the position, so their latency overlaps what follows
+    constexpr int R = NEOX ? kRounds / 2 : kRounds;
+    float x[R][VEC], xp[R][VEC], xv[R][VEC];
+    const int c0 = part * a.rounds * nth + tid;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int c = c0 + r * nth;
+        if (r < a.rounds && c < a.N) {
+            const int h = c / a.cpr, d0 = (c - h * a.cpr) * VEC;
+            const char *row = tg_cuda_ptr(a.x, 0, h, t, b);
+            load_vec<VEC>(row + d0 * nb0, x[r]);
+            if (VEC == 4 && NEOX && (a.half & 3) == 0) {
+                if (d0 < a.n_rot) load_vec<VEC>(row + partner_of<NEOX>(d0, a) * nb0, xp[r]);
+            } else if (VEC == 1 || NEOX) {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    if (d0 + e < a.n_rot) xp[r][e] = __ldg((const float *)(row + partner_of<NEOX>(d0 + e, a) * nb0));
+            }
+            if (kv) load_vec<VEC>(tg_cuda_ptr(a.xv, d0, h, t, b), xv[r]);
+        }
+    }
+
+    // 2. position, angle row, and (KV) the go/no-go for writing
+    const int p = load_pos(a.pos, t, b);
+    if (kv && tid == 0) s_bad = INT_MAX;
+    if (KIND == KIND_KV_FUSED)
+        for (int f = tid; f < a.T * a.B; f += nth) spos[f] = load_pos(a.pos, f % a.T, f / a.T);
+    for (int i = tid; i < a.half; i += nth) {
+        float c, s;
+        if (a.cs.data) {  // row clamped into the table: in bounds even before p is checked
+            const long long pr = p < 0 ? 0 : (p >= a.Ltab ? a.Ltab - 1 : p);
+            c = *(const float *)tg_cuda_ptr(a.cs, i, pr, 0, 0);
+            s = *(const float *)tg_cuda_ptr(a.sn, i, pr, 0, 0);
+        } else {
+            angle_from_base(p, i, a, &c, &s);
+        }
+        sc[i] = c;
+        ss[i] = s;
+    }
+    __syncthreads();
+    if (kv) {
+        const bool tables = a.cs.data != nullptr;
+        if (KIND == KIND_KV_FUSED) {
+            // every block checks every position, so that no block writes when any is bad
+            for (int f = tid; f < a.T * a.B; f += nth) {
+                const int pf = spos[f], first = f - f % a.T;
+                bool bad = pf < 0 || pf >= a.L || (tables && pf >= a.Ltab);
+                for (int u = first; !bad && u < f; u++) bad = spos[u] == pf;
+                if (bad) atomicMin(&s_bad, f);
+            }
+        }
+        if (tid == 0 && *(volatile int *)&err->code != TG_CUDA_ERR_NONE) atomicMin(&s_bad, -1);
+        __syncthreads();
+        const int bad = s_bad;
+        if (bad != INT_MAX) {
+            if (KIND == KIND_KV_FUSED && bad >= 0 && blockIdx.x == 0 && tid == 0) {
+                const int tf = bad % a.T, bf = bad / a.T, pf = spos[bad];
+                if (pf < 0 || pf >= a.L)
+                    tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, pf, a.L, bf, tf);
+                else if (tables && pf >= a.Ltab)
+                    tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, pf, a.Ltab, bf, tf);
+                else
+                    for (int u = 0; u < tf; u++)
+                        if (spos[bf * a.T + u] == pf) {
+                            tg_cuda_report(err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, pf, bf, u, tf);
+                            break;
+                        }
+            }
+            return;
+        }
+    }
+
+    // 3. rotate and store: K (rope: dst) row p (rope: t), V row p
+    const long long row_out = kv ? (long long)p : (long long)t;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int c = c0 + r * nth;
+        if (r < a.rounds && c < a.N) {
+            const int h = c / a.cpr, d0 = (c - h * a.cpr) * VEC;
+            float y[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const int d = d0 + e;
+                if (d < a.n_rot) {
+                    const bool first = NEOX ? d < a.half : (d & 1) == 0;
+                    const int i = NEOX ? (first ? d : d - a.half) : d >> 1;
+                    const float o = (VEC == 4 && !NEOX) ? x[r][e ^ (VEC == 4 ? 1 : 0)] : xp[r][e];
+                    const float cc = sc[i], s = ss[i];
+                    // CPU: out[e] = x[e]*c - x[o]*s;  out[o] = x[e]*s + x[o]*c
+                    y[e] = first ? __fsub_rn(__fmul_rn(x[r][e], cc), __fmul_rn(o, s))
+                                 : __fadd_rn(__fmul_rn(o, s), __fmul_rn(x[r][e], cc));
+                } else {
+                    y[e] = x[r][e];
+                }
+            }
+            store_vec<VEC>(tg_cuda_ptr(a.y, d0, h, row_out, b), a.y.type, y);
+            if (kv) store_vec<VEC>(tg_cuda_ptr(a.yv, d0, h, row_out, b), a.yv.type, xv[r]);
+        }
+    }
+}
+
+// Grid: nt*nt*B blocks (token tile ti, segment si, sequence b), nt = ceil(T/256).
+// Token t is bad when out of range, or when an earlier token t' < t of its
+// sequence has the same position; tiles compare against earlier segments only.
+__global__ void __launch_bounds__(kValTile)
+    kv_validate_kernel(tg_cuda_desc pos, int T, long long L, long long Ltab, int nt, tg_cuda_err *err) {
+    __shared__ int seg[kValTile];
+    const int ti = blockIdx.x % nt, si = (blockIdx.x / nt) % nt, b = blockIdx.x / (nt * nt);
+    if (si > ti) return;  // uniform per block: no earlier tokens there
+    const int t = ti * kValTile + threadIdx.x, s0 = si * kValTile;
+    if (s0 + (int)threadIdx.x < T) seg[threadIdx.x] = load_pos(pos, s0 + threadIdx.x, b);
+    __syncthreads();
+    if (t >= T) return;
+    const int p = load_pos(pos, t, b);
+    if (si == 0) {
+        if (p < 0 || p >= L) {
+            tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, p, L, b, t);
+            return;
+        }
+        if (Ltab >= 0 && p >= Ltab) {
+            tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, p, Ltab, b, t);
+            return;
+        }
+    }
+    const int end = min(s0 + kValTile, t);
+    for (int u = s0; u < end; u++)
+        if (seg[u - s0] == p) {
+            tg_cuda_report(err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, p, b, u, t);
+            return;
+        }
+}
+
+// Byte address and strides are multiples of the element size (else even a
+// scalar access would fault: such views get a clean error instead).
+bool elem_aligned(const tg_tensor *t) {
+    const size_t es = tg_type_size(t->type);
+    if ((uintptr_t)t->data % es) return false;
+    for (int i = 0; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % es) return false;
+    return true;
+}
+// Rows of 4-element vectors: unit inner stride, every row start 4-element aligned.
+bool vec4_ok(const tg_tensor *t) {
+    const size_t es = tg_type_size(t->type), al = 4 * es;
+    if (t->nb[0] != es || (uintptr_t)t->data % al) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % al) return false;
+    return true;
+}
+
+template <int VEC, bool NEOX>
+void launch_kind(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
+    if (kind == KIND_ROPE) rope_rows_kernel<VEC, KIND_ROPE, NEOX><<<grid, threads, smem, st>>>(a, e);
+    if (kind == KIND_KV) rope_rows_kernel<VEC, KIND_KV, NEOX><<<grid, threads, smem, st>>>(a, e);
+    if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX><<<grid, threads, smem, st>>>(a, e);
+}
+
+// Shared host side: checks, variant choice, launch shape. ts[0, n_vec): the
+// row tensors whose layout decides the vector path; ts[n_vec, n_ts): the
+// others (positions, tables), which only need element alignment.
+tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, const tg_tensor *const *ts, int n_vec,
+                      int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp) {
+    tg_cuda_impl *cu = tg_cuda(be);
+    if (T * B == 0 || D * H == 0) return TG_OK;
+    if (T * B > INT_MAX || D * H > INT_MAX)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T*B = %lld or D*H = %lld above 2^31-1", call,
+                      (long long)(T * B), (long long)(D * H));
+    bool vec = D % 4 == 0 && !tg_cuda_sig.rope_scalar;
+    for (int i = 0; i < n_ts; i++) {
+        if (!elem_aligned(ts[i]))
+            return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: tensor '%s' is a view at an address or stride that is not "
+                          "a multiple of its element size", call, ts[i]->name);
+        if (i < n_vec) vec = vec && vec4_ok(ts[i]);
+    }
+    a.T = (int)T, a.B = (int)B;
+    a.n_rot = rp.n_rot, a.half = rp.n_rot / 2, a.neox = rp.mode == TG_ROPE_NEOX;
+    a.base = (double)rp.base;
+    const int VEC = vec ? 4 : 1;
+    a.cpr = (int)(D / VEC);
+    a.N = (int)(H * a.cpr);
+
+    // fused validation when every block can afford to check all positions
+    const long long tokens = T * B;
+    int kind = KIND_ROPE;
+    if (kv) {
+        const bool can_fuse = tokens <= kFusedMaxTokens;
+        const bool fuse = tg_cuda_sig.kv_validate == 1   ? can_fuse
+                          : tg_cuda_sig.kv_validate == 2 ? false
+                                                         : can_fuse && T <= kFusedMaxT;
+        kind = fuse ? KIND_KV_FUSED : KIND_KV;
+    }
+    const size_t angles = (size_t)a.half * 2 * sizeof(float);
+    if (kind == KIND_KV_FUSED && angles + tokens * sizeof(int) > kMaxSmem) kind = KIND_KV;
+    if (angles > kMaxSmem)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: n_rot %d above the supported %d", call, rp.n_rot,
+                      (int)(kMaxSmem / sizeof(float)));
+    const size_t smem = angles + (kind == KIND_KV_FUSED ? tokens * sizeof(int) : 0);
+
+    // block: up to 256 threads, each with up to 4 chunks per tensor; fewer
+    // chunks per thread (more blocks) while the grid would not fill the GPU
+    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int threads = a.N >= kThreads ? kThreads : (a.N + 31) / 32 * 32;
+    a.rounds = a.neox ? kRounds / 2 : kRounds;
+    auto per_token = [&](int rounds) { return (a.N + threads * rounds - 1) / (threads * rounds); };
+    while (a.rounds > 1 && tokens * per_token(a.rounds) < 2LL * sms) a.rounds /= 2;
+    a.bpt = per_token(a.rounds);
+    if (tokens * a.bpt > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid too large", call);
+    const dim3 grid((unsigned)(tokens * a.bpt));
+
+    if (kind == KIND_KV) {
+        const long long nt = (T + kValTile - 1) / kValTile;
+        if (nt * nt * B > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T = %lld too large", call, (long long)T);
+        kv_validate_kernel<<<(unsigned)(nt * nt * B), kValTile, 0, cu->stream>>>(a.pos, a.T, a.L,
+                                                                                a.cs.data ? a.Ltab : -1, (int)nt,
+                                                                                cu->d_err);
+        TG_CUDA_LAUNCHED(be, call);
+    }
+    if (vec)
+        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
+    else
+        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
+    TG_CUDA_LAUNCHED(be, call);
+
+    static const char *names[2][2][3] = {
+        {{"scalar", "scalar/validate+write", "scalar/fused"}, {"vec4", "vec4/validate+write", "vec4/fused"}},
+        {{"scalar/neox", "scalar/neox/validate+write", "scalar/neox/fused"},
+         {"vec4/neox", "vec4/neox/validate+write", "vec4/neox/fused"}}};
+    (kv ? tg_cuda_sig_last_kv : tg_cuda_sig_last_rope) = names[a.neox][vec][kind];
+    return TG_OK;
+}
+
+}  // namespace
+
+// rope: a {D, H, T, B} F32, positions {T, B} I32 -> dst, angles from base.
+tg_status tg_cuda_rope(tg_backend *be, const tg_tensor *dst) {
+    const tg_tensor *x = dst->src[0], *pos = dst->src[1];
+    const tg_rope_params rp = tg_get_params<tg_rope_params>(dst);
+    rope_args a = {};
+    a.x = tg_cuda_desc_of(x);
+    a.y = tg_cuda_desc_of(dst);
+    a.xv = a.yv = a.x;  // unused
+    a.pos = tg_cuda_desc_of(pos);
+    a.cs = a.sn = tg_cuda_desc_of(nullptr);
+    const tg_tensor *ts[3] = {x, dst, pos};
+    return launch_rows(be, "rope", false, a, ts, 2, 3, x->ne[0], x->ne[1], x->ne[2], x->ne[3], rp);
+}
+
+// Optional device pre-check for the backend's "checks of persistent inputs
+// first" pass: the validation kernel alone, so that a bad position in any
+// update of the graph stops every update (all-or-nothing across nodes, as on
+// the CPU). The write launch validates again either way.
+tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst) {
+    tg_cuda_impl *cu = tg_cuda(be);
+    const tg_tensor *pos = dst->src[4], *cs = dst->src[5];
+    const int64_t T = pos->ne[0], B = pos->ne[1];
+    if (T * B == 0) return TG_OK;
+    const long long nt = (T + kValTile - 1) / kValTile;
+    if (T > INT_MAX || nt * nt * B > INT_MAX)
+        return tg_err(TG_ERR_UNSUPPORTED, "[rope_kv_update] CUDA: T = %lld too large", (long long)T);
+    if (!elem_aligned(pos)) return TG_OK;  // the write launch reports it
+    kv_validate_kernel<<<(unsigned)(nt * nt * B), kValTile, 0, cu->stream>>>(
+        tg_cuda_desc_of(pos), (int)T, dst->src[0]->ne[2], cs ? cs->ne[1] : -1, (int)nt, cu->d_err);
+    TG_CUDA_LAUNCHED(be, "rope_kv_update");
+    return TG_OK;
+}
+
+// rope_kv_update: src k_cache, v_cache, k_new, v_new, positions, cos|NULL, sin|NULL.
+tg_status tg_cuda_rope_kv_update(tg_backend *be, const tg_tensor *dst) {
+    const tg_tensor *kc = dst->src[0], *vc = dst->src[1], *kn = dst->src[2], *vn = dst->src[3];
+    const tg_tensor *pos = dst->src[4], *cs = dst->src[5], *sn = dst->src[6];
+    const tg_rope_params rp = tg_get_params<tg_rope_params>(dst);
+    rope_args a = {};
+    a.x = tg_cuda_desc_of(kn);
+    a.xv = tg_cuda_desc_of(vn);
+    a.y = tg_cuda_desc_of(kc);
+    a.yv = tg_cuda_desc_of(vc);
+    a.pos = tg_cuda_desc_of(pos);
+    a.cs = tg_cuda_desc_of(cs);
+    a.sn = tg_cuda_desc_of(sn);
+    a.L = kc->ne[2];
+    a.Ltab = cs ? cs->ne[1] : 0;
+    const tg_tensor *ts[7] = {kc, vc, kn, vn, pos, cs, sn};
+    return launch_rows(be, "rope_kv_update", true, a, ts, 4, cs ? 7 : 5, kn->ne[0], kn->ne[1], kn->ne[2], kn->ne[3], rp);
+}
