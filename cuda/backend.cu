@@ -13,6 +13,7 @@
 
 #include "common.cuh"
 #include "ops.h"
+#include "signature.cuh"
 
 // ---------------------------------------------------------------------------
 // Error conversion
@@ -254,6 +255,7 @@ bool check_input_is_persistent(const tg_tensor *t) {
 tg_cuda_fn device_check_of(tg_op op) {
     switch (op) {
         case TG_OP_GET_ROWS: return tg_cuda_check_get_rows;
+        case TG_OP_ROPE_KV_UPDATE: return tg_cuda_check_rope_kv_update;
         default: return nullptr;
     }
 }
