@@ -664,34 +664,51 @@ TEST(CudaBackend, MoreThan2Pow31Elements) {
 // memory) is an error from the compute call; the backend then refuses work
 // until recreated, and a new backend works. Skipped in sanitizer runs, where
 // the deliberate fault would be reported.
-TEST(CudaErrors, FaultMakesBackendRefuseUntilRecreated) {
-    SKIP_WITHOUT_CUDA();
-    if (small_mode() || getenv("TG_TEST_NO_FAULT")) GTEST_SKIP() << "fault injection disabled";
+// A kernel fault poisons the CUDA context of the whole process, so the
+// scenario runs in a child process (a re-executed test binary): fault ->
+// every later call refused with a clear error -> the backend recreated works.
+int fault_scenario() {
     tg_backend *gpu = tg_backend_cuda(0);
-    ASSERT_NE(gpu, nullptr) << tg_last_error();
+    if (!gpu) return 10;
+    int rc = 0;
     {
         tgt::env e;
         tg_tensor *x = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, 1 << 20);
         tg_tensor *y = tg_scale(e.ctx, x, 2.0f);
         tg_graph *g = tg_graph_new(e.ctx);
-        ASSERT_EQ(tg_graph_expand(g, y), TG_OK);
+        tg_graph_expand(g, y);
         tg_buffer *buf = tg_backend_alloc(gpu, e.ctx);
-        ASSERT_NE(buf, nullptr) << tg_last_error();
+        if (!buf) return 11;
+        void *saved = x->data;
         x->data = (void *)(uintptr_t)0x1000;  // unmapped on the device
-        EXPECT_EQ(tg_graph_compute(gpu, g), TG_ERR_BACKEND);
-        EXPECT_EQ(std::string(tg_last_error()).rfind("[graph_compute]", 0), 0u) << tg_last_error();
-        EXPECT_EQ(tg_graph_compute(gpu, g), TG_ERR_BACKEND);
-        EXPECT_NE(std::string(tg_last_error()).find("unusable after an earlier CUDA error"), std::string::npos)
-            << tg_last_error();
+        if (tg_graph_compute(gpu, g) != TG_ERR_BACKEND) rc = 12;
+        else if (std::string(tg_last_error()).rfind("[graph_compute]", 0) != 0) rc = 13;
+        x->data = saved;
+        if (!rc && tg_graph_compute(gpu, g) != TG_ERR_BACKEND) rc = 14;
+        if (!rc && std::string(tg_last_error()).find("unusable after an earlier CUDA error") == std::string::npos)
+            rc = 15;
         float v[4];
-        EXPECT_EQ(tg_tensor_get(y, v, 0, sizeof(v)), TG_ERR_BACKEND);
+        if (!rc && tg_tensor_get(y, v, 0, sizeof(v)) != TG_ERR_BACKEND) rc = 16;
         tg_buffer_free(buf);
     }
     tg_backend_free(gpu);
+    if (rc) return rc;
     gpu = tg_backend_cuda(0);
-    ASSERT_NE(gpu, nullptr) << tg_last_error();
+    if (!gpu) {
+        fprintf(stderr, "recreate failed: %s\n", tg_last_error());
+        return 17;
+    }
     expect_small_graph_works(gpu);
+    rc = ::testing::Test::HasFailure() ? 18 : 0;
     tg_backend_free(gpu);
+    return rc;
+}
+
+TEST(CudaErrorsDeathTest, FaultMakesBackendRefuseUntilRecreated) {
+    SKIP_WITHOUT_CUDA();
+    if (small_mode() || getenv("TG_TEST_NO_FAULT")) GTEST_SKIP() << "fault injection disabled";
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(std::exit(fault_scenario()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
