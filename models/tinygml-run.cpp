@@ -18,7 +18,7 @@ struct options {
     float temp = 0.0f, top_p = 0.95f;
     int top_k = 40;
     unsigned long long seed = 1234;
-    bool quiet = false;
+    bool quiet = false, ignore_eos = false;
 };
 
 void usage(const char *argv0) {
@@ -26,7 +26,8 @@ void usage(const char *argv0) {
             "usage: %s -m MODEL.gguf [-p PROMPT] [-n N] [--device cpu|cuda|auto] [--temp T] [--top-k K]\n"
             "          [--top-p P] [--seed S] [-t THREADS] [-b BATCH] [-q]\n"
             "  -b BATCH  run BATCH copies of the prompt as one batch (throughput)\n"
-            "  -q        print only the timing lines\n",
+            "  -q        print only the timing lines\n"
+            "  --ignore-eos  keep generating past EOS (for timing)\n",
             argv0);
 }
 
@@ -54,8 +55,8 @@ bool parse(int argc, char **argv, options &o) {
         long long v;
         const char *val = nullptr;
         bool ok = true;
-        if (a == "-q") {
-            o.quiet = true;
+        if (a == "-q" || a == "--ignore-eos") {
+            (a == "-q" ? o.quiet : o.ignore_eos) = true;
             continue;
         }
         if (a == "-h" || a == "--help") return false;
@@ -149,7 +150,7 @@ int main(int argc, char **argv) {
         while (st == TG_OK && n_gen < o.n_predict) {
             for (int b = 0; b < B; b++) cur[b] = smp.sample(&logits[(size_t)b * V], V);
             n_gen++;
-            if (cur[0] == m->hp.eos) done[0] = true;
+            if (cur[0] == m->hp.eos && !o.ignore_eos) done[0] = true;
             if (!o.quiet && !done[0]) {
                 printf("%s", tgm::detokenize(cur[0]).c_str());
                 fflush(stdout);
