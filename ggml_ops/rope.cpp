@@ -19,8 +19,13 @@ bool tg_rope_check_params(const char *call, const tg_rope_params *p, int64_t D, 
         tg_err(TG_ERR_ARG, "[%s] n_rot %d must be even and in [2, D=%lld]", call, p->n_rot, (long long)D);
         return false;
     }
-    if (p->mode != TG_ROPE_INTERLEAVED && p->mode != TG_ROPE_NEOX) {
-        tg_err(TG_ERR_ARG, "[%s] unknown rope mode %d", call, (int)p->mode);
+    // read as int: a C caller may store any value in the enum field, and
+    // loading one outside the enum's range as the enum is undefined in C++
+    int mode;
+    static_assert(sizeof(p->mode) == sizeof(int), "tg_rope_mode is int-sized");
+    memcpy(&mode, &p->mode, sizeof(mode));
+    if (mode != TG_ROPE_INTERLEAVED && mode != TG_ROPE_NEOX) {
+        tg_err(TG_ERR_ARG, "[%s] unknown rope mode %d", call, mode);
         return false;
     }
     if (need_base && !(p->base > 0.0f && std::isfinite(p->base))) {

@@ -128,6 +128,9 @@ TG_API tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, si
 
 // ---------------------------------------------------------------------------
 // Views (metadata only; the view shares its source's storage) and copies.
+// view_Nd: offset and nb1..nb3 are bytes from a's first element; ne0 is
+// element-contiguous (nb0 = type size) even when a is permuted, as in ggml.
+// The view must lie within a's bytes (tg_nbytes(a)).
 
 TG_API tg_tensor *tg_view_1d(tg_context *ctx, tg_tensor *a, int64_t ne0, size_t offset);
 TG_API tg_tensor *tg_view_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
