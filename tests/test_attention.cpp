@@ -84,9 +84,10 @@ TEST_P(Attention, MatchesOracle) {
                 const std::vector<double> out = h.run(y, li != 2);
                 EXPECT_TRUE(close(out, attention_ref(d, q, k, v, pos, scale), 1e-5));
                 // a query with no valid row: exact zeros
-                for (size_t i = 0; i < pos.size() && out.size() == (size_t)numel(want); i++)
-                    if (pos[i] < 0)
-                        for (int64_t j = 0; j < d.Dv * d.Hq; j++) ASSERT_EQ(0.0, out[i * d.Dv * d.Hq + j]);
+                for (size_t i = 0; i < pos.size() && out.size() == (size_t)numel(want); i++) {
+                    if (pos[i] >= 0) continue;
+                    for (int64_t j = 0; j < d.Dv * d.Hq; j++) ASSERT_EQ(0.0, out[i * d.Dv * d.Hq + j]);
+                }
             }
 }
 

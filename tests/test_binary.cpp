@@ -35,10 +35,11 @@ class Binary : public ::testing::TestWithParam<bin_case> {};
 
 TEST_P(Binary, BroadcastsInEveryDim) {
     const bin_case c = GetParam();
-    const shape ane = {6, 4, 3, 2};
-    // b: same shape, scalar, one full dim, tiled (divisor) dims, mixtures
-    const shape bnes[] = {{6, 4, 3, 2}, {1, 1, 1, 1}, {6, 1, 1, 1}, {1, 4, 1, 1}, {1, 1, 3, 1}, {1, 1, 1, 2},
-                          {3, 4, 3, 2}, {6, 2, 3, 2}, {2, 1, 3, 1}, {6, 4, 1, 2}, {3, 2, 1, 2}, {2, 4, 3, 1}};
+    const shape ane = {6, 4, 4, 4};
+    // b: same shape, scalar, one full dim, tiled (proper divisor) dims, mixtures
+    const shape bnes[] = {{6, 4, 4, 4}, {1, 1, 1, 1}, {6, 1, 1, 1}, {1, 4, 1, 1}, {1, 1, 4, 1}, {1, 1, 1, 4},
+                          {3, 4, 4, 4}, {6, 2, 4, 4}, {6, 4, 2, 4}, {6, 4, 4, 2}, {2, 1, 2, 1}, {3, 2, 2, 2},
+                          {1, 4, 1, 2}, {6, 1, 4, 1}};
     for (uint32_t seed : k_seeds)
         for (tg_type bt : k_float_types)
             for (int li = 0; li < 4; li++)

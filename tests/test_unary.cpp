@@ -75,8 +75,9 @@ TEST_P(Unary, MatchesOracle) {
 // underflow float), infinities exact. NaN in, NaN out.
 TEST_P(Unary, ExtremeInputs) {
     const un_case c = GetParam();
-    const double xs[] = {-INFINITY, -3e38, -1e30, -1e4, -100.0, -88.7, -20.5, -20.0, -19.99, -1.0, -1e-30, 0.0,
-                         1e-30,     1.0,   19.99, 20.0, 20.01,  30.0,  88.7,  100.0, 1e4,    1e30, 3e38,   INFINITY};
+    const double xs[] = {-INFINITY, -3e38, -1e30, -1e4, -100.0, -88.7, -20.5, -20.0, -19.99, -15.0, -10.5, -1.0,
+                         -1e-30,    0.0,   1e-30, 1.0,  5.0,    10.5,  15.0,  19.99, 20.0,   20.01, 30.0,  88.7,
+                         100.0,     1e4,   1e30,  3e38, INFINITY};
     std::vector<double> a;
     for (double x : xs) a.push_back(quantize(c.type, x));
     a.push_back(NAN);

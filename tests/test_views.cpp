@@ -264,6 +264,9 @@ TEST(ViewsMisuse, ReshapePermuteTranspose) {
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, tg_transpose(h.ctx, a), 4, 6), "[reshape]"));  // not contiguous
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, tg_view_2d(h.ctx, a, 5, 4, 24, 0), 4, 5), "[reshape]"));
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, nullptr, 4, 6), "[reshape]"));
+    EXPECT_TRUE(fails(tg_reshape_3d(h.ctx, nullptr, 4, 3, 2), "[reshape]"));
+    EXPECT_TRUE(fails(tg_reshape_4d(h.ctx, nullptr, 4, 3, 2, 1), "[reshape]"));
+    EXPECT_TRUE(fails(tg_reshape(h.ctx, nullptr, 2, ne_bad), "[reshape]"));
     EXPECT_TRUE(fails(tg_reshape_2d(nullptr, a, 4, 6), "[reshape]"));
     EXPECT_TRUE(fails(tg_permute(h.ctx, a, 0, 0, 1, 2), "[permute]"));
     EXPECT_TRUE(fails(tg_permute(h.ctx, a, 0, 1, 2, 4), "[permute]"));
