@@ -44,5 +44,6 @@ void tg_cpu_mul(const tg_tensor *dst, int ith, int nth) {
     binary_rows(dst, ith, nth, [](float x, float y) { return x * y; });
 }
 void tg_cpu_swiglu(const tg_tensor *dst, int ith, int nth) {
-    binary_rows(dst, ith, nth, [](float x, float y) { return x / (1.0f + expf(-x)) * y; });
+    // silu(-inf) is 0 (its limit), not -inf/inf
+    binary_rows(dst, ith, nth, [](float x, float y) { return (x == -INFINITY ? 0.0f : x / (1.0f + expf(-x))) * y; });
 }

@@ -1,4 +1,6 @@
 // norm.cpp - rms_norm, l2_norm over ne0, and softmax.
+#include <algorithm>
+
 #include "ops.h"
 
 static tg_tensor *norm_op(tg_context *ctx, const char *call, tg_op op, tg_tensor *a, float eps) {
@@ -51,7 +53,9 @@ static void norm_rows(const tg_tensor *dst, int ith, int nth, bool mean) {
 void tg_cpu_rms_norm(const tg_tensor *dst, int ith, int nth) { norm_rows(dst, ith, nth, true); }
 void tg_cpu_l2_norm(const tg_tensor *dst, int ith, int nth) { norm_rows(dst, ith, nth, false); }
 
-// softmax(scale * x) per row; -inf entries get 0; a row of all -inf gives 0s.
+// softmax(scale * x) per row; -inf entries get 0 whatever the scale (a mask,
+// as ggml's scale * x + mask; scaling first would turn them into +inf or NaN);
+// a row of all -inf gives 0s; a NaN entry makes its row NaN. Logits in double.
 void tg_cpu_softmax(const tg_tensor *dst, int ith, int nth) {
     const tg_tensor *a = dst->src[0];
     const float scale = tg_get_params<float>(dst);
@@ -59,17 +63,24 @@ void tg_cpu_softmax(const tg_tensor *dst, int ith, int nth) {
     tg_split_rows(tg_nrows(dst), ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         row_index(dst, r, &i1, &i2, &i3);
-        float mx = -INFINITY;
-        for (int64_t i0 = 0; i0 < a->ne[0]; i0++) mx = fmaxf(mx, scale * tg_get_f32(a, i0, i1, i2, i3));
+        auto logit = [&](int64_t i0) {
+            const float x = tg_get_f32(a, i0, i1, i2, i3);
+            return x == -INFINITY ? -INFINITY : (double)scale * x;
+        };
+        double mx = -INFINITY;
+        for (int64_t i0 = 0; i0 < a->ne[0]; i0++) {
+            const double x = logit(i0);
+            mx = std::isnan(x) || std::isnan(mx) ? NAN : std::max(mx, x);
+        }
         double sum = 0.0;
         for (int64_t i0 = 0; i0 < a->ne[0]; i0++) {
-            float x = scale * tg_get_f32(a, i0, i1, i2, i3);
-            sum += mx == -INFINITY ? 0.0 : std::exp((double)x - mx);
+            const double x = logit(i0);
+            sum += x == -INFINITY ? 0.0 : std::exp(x - mx);
         }
         for (int64_t i0 = 0; i0 < a->ne[0]; i0++) {
-            float x = scale * tg_get_f32(a, i0, i1, i2, i3);
-            double e = mx == -INFINITY ? 0.0 : std::exp((double)x - mx);
-            tg_set_f32(dst, i0, i1, i2, i3, sum > 0 ? (float)(e / sum) : 0.0f);
+            const double x = logit(i0);
+            const double e = x == -INFINITY ? 0.0 : std::exp(x - mx);
+            tg_set_f32(dst, i0, i1, i2, i3, mx == -INFINITY ? 0.0f : (float)(e / sum));
         }
     }
 }

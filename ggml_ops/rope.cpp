@@ -23,7 +23,7 @@ bool tg_rope_check_params(const char *call, const tg_rope_params *p, int64_t D, 
         tg_err(TG_ERR_ARG, "[%s] n_rot %d must be even and in [2, D=%lld]", call, p->n_rot, (long long)D);
         return false;
     }
-    const int mode = tg_enum_value(p->mode);
+    const int mode = tg_enum_value(p->mode);  // a C caller may store any int in the enum
     if (mode != TG_ROPE_INTERLEAVED && mode != TG_ROPE_NEOX) {
         tg_err(TG_ERR_ARG, "[%s] unknown rope mode %d", call, mode);
         return false;

@@ -30,8 +30,9 @@ void tg_cpu_scale(const tg_tensor *dst, int ith, int nth) {
     const float s = tg_get_params<float>(dst);
     unary_rows(dst, ith, nth, [s](float x) { return x * s; });
 }
+// x * sigmoid(x); at x = -inf the formula is -inf/inf, the limit is 0
 void tg_cpu_silu(const tg_tensor *dst, int ith, int nth) {
-    unary_rows(dst, ith, nth, [](float x) { return x / (1.0f + expf(-x)); });
+    unary_rows(dst, ith, nth, [](float x) { return x == -INFINITY ? 0.0f : x / (1.0f + expf(-x)); });
 }
 void tg_cpu_sigmoid(const tg_tensor *dst, int ith, int nth) {
     unary_rows(dst, ith, nth, [](float x) { return 1.0f / (1.0f + expf(-x)); });

@@ -256,8 +256,10 @@ bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t)
 static tg_tensor *view_nd(tg_context *ctx, const char *call, tg_tensor *a, int n_dims, const int64_t *ne,
                           const size_t *nb_in, size_t offset) {
     if (!tg_check_not_null(call, "a", a)) return nullptr;
+    // as ggml: offset and strides are bytes from a's first element, and rows
+    // are element-contiguous whatever a's own strides (a may be permuted)
     size_t nb[TG_MAX_DIMS];
-    nb[0] = a->nb[0];
+    nb[0] = tg_type_size(a->type);
     for (int i = 1; i < n_dims; i++) nb[i] = nb_in[i - 1];
     return tg_new_view_of(ctx, call, TG_OP_VIEW, a, n_dims, ne, nb, offset);
 }

@@ -132,6 +132,9 @@ TG_API tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, si
 
 // ---------------------------------------------------------------------------
 // Views (metadata only; the view shares its source's storage) and copies.
+// view_Nd: offset and nb1..nb3 are bytes from a's first element; ne0 is
+// element-contiguous (nb0 = type size) even when a is permuted, as in ggml.
+// The view must lie within a's bytes (tg_nbytes(a)).
 
 TG_API tg_tensor *tg_view_1d(tg_context *ctx, tg_tensor *a, int64_t ne0, size_t offset);
 TG_API tg_tensor *tg_view_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
@@ -167,7 +170,7 @@ TG_API tg_tensor *tg_scale(tg_context *ctx, tg_tensor *a, float s);  // a * s
 TG_API tg_tensor *tg_rms_norm(tg_context *ctx, tg_tensor *a, float eps);
 // l2_norm: x / sqrt(sum(x^2) + eps) over ne0 (the delta rule's q/k norm with eps 1e-6).
 TG_API tg_tensor *tg_l2_norm(tg_context *ctx, tg_tensor *a, float eps);
-TG_API tg_tensor *tg_silu(tg_context *ctx, tg_tensor *a);      // x * sigmoid(x)
+TG_API tg_tensor *tg_silu(tg_context *ctx, tg_tensor *a);      // x * sigmoid(x); 0 at x = -inf
 TG_API tg_tensor *tg_sigmoid(tg_context *ctx, tg_tensor *a);   // 1 / (1 + exp(-x))
 TG_API tg_tensor *tg_softplus(tg_context *ctx, tg_tensor *a);  // log(1 + exp(x)), = x for x > 20
 // swiglu: silu(a) * b, a and b of the same shape.
@@ -176,7 +179,8 @@ TG_API tg_tensor *tg_swiglu(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 // -> {M, N, B2, B3}; out[m, n] = sum_k a[k, m] * b[k, n]; a broadcast over
 // dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0), as ggml_mul_mat.
 TG_API tg_tensor *tg_mul_mat(tg_context *ctx, tg_tensor *a, tg_tensor *b);
-// softmax over ne0 of (a * scale).
+// softmax over ne0 of (a * scale). -inf entries are a mask: 0 out, whatever
+// the scale; a row of all -inf gives zeros; a NaN entry makes its row NaN.
 TG_API tg_tensor *tg_softmax(tg_context *ctx, tg_tensor *a, float scale);
 // attention: causal attention of new queries over a KV cache.
 //   q {D, Hq, T, B} F32; k_cache {D, Hkv, L, B}, v_cache {Dv, Hkv, L, B}
