@@ -38,17 +38,27 @@ template <int OP, int WPR> __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_d
         const char *xr = tg_cuda_ptr(x, 0, i1, i2, i3);
         char *yr = tg_cuda_ptr(y, 0, i1, i2, i3);
         if (OP == NORM_SOFTMAX) {
-            // softmax(param * x); -inf entries give 0, a row of all -inf gives 0s
-            float mx = -INFINITY;
-            for (long long i = tid; i < n0; i += TPR) mx = fmaxf(mx, param * tg_cuda_load(xr + i * x.nb[0], x.type));
+            // softmax(param * x), as the CPU: -inf entries are a mask (0 whatever
+            // the scale), a row of all -inf gives 0s, a NaN entry makes the row NaN
+            float mx = -INFINITY, nans = 0.0f;
+            for (long long i = tid; i < n0; i += TPR) {
+                const float v = tg_cuda_load(xr + i * x.nb[0], x.type);
+                if (isnan(v)) nans += 1.0f;
+                else if (v != -INFINITY) mx = fmaxf(mx, param * v);
+            }
             mx = row_reduce<WPR, true>(mx, sh);
+            nans = row_reduce<WPR, false>(nans, sh);
             float sum = 0.0f;
             if (mx != -INFINITY)
-                for (long long i = tid; i < n0; i += TPR) sum += expf(param * tg_cuda_load(xr + i * x.nb[0], x.type) - mx);
+                for (long long i = tid; i < n0; i += TPR) {
+                    const float v = tg_cuda_load(xr + i * x.nb[0], x.type);
+                    sum += v == -INFINITY ? 0.0f : expf(param * v - mx);
+                }
             sum = row_reduce<WPR, false>(sum, sh);
             for (long long i = tid; i < n0; i += TPR) {
-                const float e = mx == -INFINITY ? 0.0f : expf(param * tg_cuda_load(xr + i * x.nb[0], x.type) - mx);
-                *(float *)(yr + i * y.nb[0]) = sum > 0.0f ? e / sum : 0.0f;
+                const float v = tg_cuda_load(xr + i * x.nb[0], x.type);
+                const float e = v == -INFINITY || mx == -INFINITY ? 0.0f : expf(param * v - mx);
+                *(float *)(yr + i * y.nb[0]) = nans > 0.0f ? __int_as_float(0x7fc00000) : mx == -INFINITY ? 0.0f : e / sum;
             }
         } else {
             // x / sqrt(sum(x^2) / div + eps), div = n0 for rms_norm, 1 for l2_norm

@@ -7,7 +7,7 @@ enum { UN_SCALE, UN_SILU, UN_SIGMOID, UN_SOFTPLUS };
 // Same formulas as the CPU kernels (full-precision expf / log1pf).
 template <int OP> __device__ __forceinline__ float un_apply(float x, float s) {
     if (OP == UN_SCALE) return x * s;
-    if (OP == UN_SILU) return x / (1.0f + expf(-x));
+    if (OP == UN_SILU) return x == -INFINITY ? 0.0f : x / (1.0f + expf(-x));  // limit 0 at -inf
     if (OP == UN_SIGMOID) return 1.0f / (1.0f + expf(-x));
     return x > 20.0f ? x : log1pf(expf(x));  // softplus, linear past 20
 }
