@@ -2,7 +2,6 @@
 #include "model.h"
 
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -11,15 +10,8 @@ namespace tgm {
 
 namespace {
 
-tg_status fail(tg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-tg_status fail(tg_status s, const char *fmt, ...) {
-    char buf[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    return tg_set_error(s, "%s", buf);
-}
+// errors go to tinygml's own message slot (tg_last_error)
+#define fail tg_set_error
 
 struct gguf_closer {
     void operator()(tg_gguf *g) const { tg_gguf_close(g); }

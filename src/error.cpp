@@ -6,23 +6,27 @@
 
 static thread_local std::string t_last_error;
 
-tg_status tg_err(tg_status s, const char *fmt, ...) {
+static tg_status set_message(tg_status s, const char *fmt, va_list ap) {
     char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
     t_last_error = buf;
     return s;
 }
 
-tg_status tg_set_error(tg_status s, const char *fmt, ...) {
-    char buf[1024];
+tg_status tg_err(tg_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    set_message(s, fmt, ap);
     va_end(ap);
-    t_last_error = buf;
+    return s;
+}
+
+// the public twin of tg_err, for code layered on tinygml
+tg_status tg_set_error(tg_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_message(s, fmt, ap);
+    va_end(ap);
     return s;
 }
 
