@@ -13,7 +13,7 @@
 //          (error-record reset, launches, sync, record read-back)
 // Inputs are random (never zeros); when one call's data fits twice in L2,
 // calls rotate over several input sets. Useful bytes as BENCHMARKS.md counts
-// them. Usage: tinygml-bench [results.json] [--quick]
+// them. Usage: tinygml-bench [results.json] [--quick] [--only ID_PREFIX]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,6 +48,8 @@
 namespace {
 
 bool g_quick = false;
+const char *g_only = nullptr;  // --only PREFIX: rows whose id starts with it (for profiler runs)
+bool skip_row(const char *id) { return g_only && strncmp(id, g_only, strlen(g_only)) != 0; }
 tg_backend *g_be = nullptr;
 cudaStream_t g_st = nullptr;
 double g_copy_gbs = 0.0;
@@ -89,9 +91,12 @@ struct timing {
 };
 
 // nodes: the op nodes of the input sets (computed once already); g1: a graph of nodes[0] alone.
-timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, bool with_graph) {
+// fn: what to time (default: the op's CUDA entry). The graph column is skipped
+// for ops slower than max_graph_us per call (100 calls per graph, replayed).
+timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, double max_graph_us,
+               tg_cuda_fn fn = nullptr) {
     timing tm;
-    const tg_cuda_fn fn = tg_op_get(nodes[0]->op).cuda;
+    if (!fn) fn = tg_op_get(nodes[0]->op).cuda;
     auto call = [&](int i) { TG_OK_OR_DIE(fn(g_be, nodes[i % nodes.size()])); };
     for (int i = 0; i < 5; i++) call(i);
     CK(cudaStreamSynchronize(g_st));
@@ -108,7 +113,7 @@ timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, bo
     for (int i = 0; i < reps; i++) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
     tm.us_event = 1000.0 * median(ms);
     // a CUDA graph of n back-to-back calls
-    if (with_graph) {
+    if (tm.us_event <= max_graph_us) {
         const int n = g_quick ? 20 : 100, replays = g_quick ? 3 : 10;
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
@@ -170,7 +175,8 @@ tg_context *new_ctx(int n_tensors) {
 
 // rope_kv_update, F32 caches, INTERLEAVED, n_rot = D, angles from cos/sin tables.
 void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, bool launch_bound,
-              tg_cuda_sig_knobs knobs, const char *config) {
+              tg_cuda_sig_knobs knobs, const char *config, tg_cuda_fn entry = nullptr) {
+    if (skip_row(id)) return;
     const int half = D / 2;
     row r;
     r.id = id, r.op = "rope_kv_update", r.config = config, r.target_us = target, r.launch_bound = launch_bound;
@@ -219,8 +225,8 @@ void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, 
     const tg_cuda_sig_knobs saved = tg_cuda_sig;
     tg_cuda_sig = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), true);
-    r.variant = tg_cuda_sig_last_kv;
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, entry);
+    r.variant = entry ? "validation kernel alone" : tg_cuda_sig_last_kv;
     tg_cuda_sig = saved;
     tg_buffer_free(buf);
     tg_free(ctx);
@@ -229,6 +235,7 @@ void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, 
 
 // rope (plain) on q: a {D, H, T, B} F32, angles from base.
 void bench_rope(const char *id, int B, int T, int H, int D) {
+    if (skip_row(id)) return;
     row r;
     r.id = id, r.op = "rope", r.config = "INTERLEAVED, base 10000, n_rot = D", r.launch_bound = T == 1;
     char shape[96];
@@ -255,7 +262,7 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
         TG_OK_OR_DIE(tg_tensor_set(pos[s], p.data(), 0, p.size() * 4));
     }
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), true);
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0);
     r.variant = tg_cuda_sig_last_rope;
     tg_buffer_free(buf);
     tg_free(ctx);
@@ -265,6 +272,7 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
 // delta_rule with Hk = Hv = H, Dk = Dv = D; state F32 (or none).
 void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode, tg_gate_kind gate, bool l2norm,
                  bool state, double target, bool launch_bound, tg_cuda_sig_knobs knobs) {
+    if (skip_row(id)) return;
     row r;
     r.id = id, r.op = "delta_rule", r.target_us = target, r.launch_bound = launch_bound;
     char buf_s[160];
@@ -311,7 +319,7 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
             fprintf(stderr, "tinygml-bench: %s produced a non-finite output\n", id);
             exit(1);
         }
-    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), r.bytes < 1e9);
+    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0);
     r.variant = tg_cuda_sig_last_delta;
     tg_cuda_sig = saved;
     tg_buffer_free(buf);
@@ -391,6 +399,7 @@ int main(int argc, char **argv) {
     const char *out = "bench/results.json";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
         else out = argv[i];
     }
     if (!tg_cuda_available()) {
@@ -411,8 +420,12 @@ int main(int argc, char **argv) {
            prop.multiProcessorCount, g_l2 / 1e6, g_copy_gbs);
 
     const tg_cuda_sig_knobs dflt;
-    tg_cuda_sig_knobs separate = dflt, scalar = dflt, tpc4 = dflt, tpc8 = dflt;
+    tg_cuda_sig_knobs separate = dflt, scalar = dflt, tpc4 = dflt, tpc8 = dflt, write_only = dflt, r1 = dflt, r2 = dflt;
+    tg_cuda_sig_knobs chunk = dflt, dreg = dflt, b64 = dflt, pers = dflt, dec = dflt, mb3 = dflt;
+    pers.delta_kernel = 4, dec.delta_kernel = 2, mb3.kv_min_blocks = 3;
     separate.kv_validate = 2, scalar.rope_scalar = 1, tpc4.delta_tpc = 4, tpc8.delta_tpc = 8;
+    write_only.kv_validate = 3, r1.kv_rounds = 1, r2.kv_rounds = 2;
+    chunk.delta_kernel = 1, dreg.delta_kernel = 3, b64.delta_dec_threads = 64;
     const tg_delta_mode GL = TG_DELTA_GATED_LINEAR, GD = TG_DELTA_GATED_DELTA;
 
     // BENCHMARKS.md rows
@@ -427,9 +440,31 @@ int main(int argc, char **argv) {
     // variants, kept reachable by name (bench/README.md)
     bench_kv("kv.decode/separate", 64, 1, 32, 128, 4096, 0, true, separate, "validation kernel + write kernel");
     bench_kv("kv.prefill/scalar", 16, 1024, 32, 128, 4096, 0, false, scalar, "scalar path forced");
+    bench_kv("kv.prefill/validate", 16, 1024, 32, 128, 4096, 0, false, dflt, "validation kernel alone",
+             tg_cuda_check_rope_kv_update);
+    bench_kv("kv.prefill/write", 16, 1024, 32, 128, 4096, 0, false, write_only, "write kernel alone (no check)");
+    bench_kv("kv.prefill/mb3", 16, 1024, 32, 128, 4096, 0, false, mb3, "4 chunks per thread, 3 blocks per SM (v1)");
+    bench_kv("kv.prefill/r2", 16, 1024, 32, 128, 4096, 0, false, r2, "2 chunks per thread per tensor");
+    bench_kv("kv.prefill/r1", 16, 1024, 32, 128, 4096, 0, false, r1, "1 chunk per thread per tensor");
+    bench_delta("gdn.decode/chunk", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, chunk);
+    bench_delta("gdn.decode/dec", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, dec);
+    bench_delta("gdn.decode/pdec", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, pers);
+    bench_delta("gdn.decode256/dec", 256, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, dec);
+    bench_delta("gdn.decode256/pdec", 256, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, pers);
+    tg_cuda_sig_knobs pers8 = pers;
+    pers8.delta_tpc = 8;
+    bench_delta("gdn.decode/pdec-tpc8", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, pers8);
+    bench_delta("gdn.decode/pdec-b64", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, [&] {
+        tg_cuda_sig_knobs k = pers;
+        k.delta_dec_threads = 64;
+        return k;
+    }());
+    bench_delta("gdn.decode/reg", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, dreg);
     bench_delta("gdn.decode/tpc8", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc8);
+    bench_delta("gdn.decode/b64", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, b64);
     bench_delta("gdn.prefill/tpc4", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc4);
     bench_delta("gla.prefill/tpc4", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, tpc4);
+    bench_delta("gla.seed/tpc4", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 0, true, tpc4);
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
 

@@ -1,21 +1,32 @@
 // delta_rule.cu - the gated linear / gated delta-rule recurrence on CUDA
 // (ggml_ops/delta_rule.cpp is the reference; DESIGN.md has the math).
-//   delta_rule_kernel<NR, TPC, ST, VEC>  one fused recurrent kernel:
+// Kernels with the same arithmetic in the same order (bit-identical results
+// for the same TPC), different data movement (bench/NOTES.md has the numbers):
+//   delta_rule_kernel<NR, TPC, ST, VEC>  the chunk kernel (auto for T > 1):
 //       one block per (column slice, value head h, sequence b); TPC threads
 //       own one column j of S (Dk x Dv), NR rows each, in registers for the
 //       whole time loop: the state is read once and written once. Per chunk of
-//       TC steps, q/k (normalized), v, gate and beta go to shared memory; per
+//       TC steps, q/k (normalized), v, gate and beta go to shared memory
+//       (cp.async, so that every load of a chunk is in flight at once); per
 //       step each column group does its dot products with a butterfly of
 //       TPC lanes. Rows are dealt in 4-row chunks, chunk c = r + TPC*m to
 //       thread r, so that the TPC threads of a column read TPC*16 contiguous
-//       bytes per access (coalesced state traffic).
-//   -> delta_rule_cuda (variant choice) -> tg_cuda_delta_rule
+//       bytes per access (coalesced state traffic). Small GLA heads (NR <= 8)
+//       take a branch-free 4-step loop when the chunk has no rare case.
+//   delta_decode_kernel<NR, TPC, ST>  the decode kernel (auto for T == 1):
+//       the same thread layout, no block barrier: every load goes through
+//       shared memory by cp.async (each thread its own state chunks, each warp
+//       the q/k rows), one wait + __syncwarp, the step, the state stored from
+//       registers; each warp runs load -> step -> store on its own.
+//   delta_decode_persistent_kernel, delta_decode_reg_kernel: variants kept
+//       for comparison (knob delta_kernel 4 and 3; both measured slower).
+//   -> pick_kernel (variant choice) -> tg_cuda_delta_rule
 //
 // Variants: (NR, TPC) covers Dk <= NR*TPC: (4|8|16|32, 4) for Dk <= 16|32|64|128,
-// (16|32, 8) for Dk <= 128|256; Dk = 64 and 128 are the unpadded fast paths.
+// (4|8|16|32, 8) for Dk <= 32|64|128|256; Dk = 64 and 128 are the unpadded fast paths.
 // VEC: the state moves in 4-element vectors (F32 16 B, F16/BF16 8 B), when
 // Dk % 4 == 0 and the pointer and strides allow it; otherwise the scalar
-// any-stride path. ST is the state's storage type (compute is F32).
+// any-stride path (chunk kernel). ST is the state's storage type (compute is F32).
 #include <climits>
 #include <cstdint>
 
@@ -39,6 +50,7 @@ struct delta_args {
     float scale;
     int CB, nslices, TC;  // columns per block, blocks per head, steps per chunk
     int DKP;              // padded Dk = NR * TPC
+    int qk16;             // q/k rows are 16-byte vectors (Dk % 4 == 0, unit stride, aligned)
 };
 
 // --- state storage: 4 consecutive elements, 4-element aligned -------------
@@ -94,11 +106,90 @@ __device__ inline float4 lds4_fresh(const float4 *p) {
     return v;
 }
 
+// 4-byte asynchronous copy global -> shared (sm_80+), and the wait for all of
+// this thread's copies.
+__device__ inline void cp_async4(float *dst, const char *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+template <int N> __device__ inline void cp_async_n(void *dst, const void *src) {
+    static_assert(N == 4 || N == 8 || N == 16, "cp.async size");
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src), "n"(N) : "memory");
+}
+// Streamed data read once (the state): 16 bytes through L2 only, not L1 (.cg);
+// smaller chunks (16-bit states) must take .ca.
+template <int N> __device__ inline void cp_async_stream(void *dst, const void *src) {
+    if constexpr (N == 16) {
+        const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+    } else {
+        cp_async_n<N>(dst, src);
+    }
+}
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ inline void cp_async_wait_prior1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
+// Bytes of one buffer of the persistent decode kernel: q and k rows (DKP
+// floats each), 32 lanes x NR/4 state chunks, then v (32/TPC <= 8 floats),
+// gate, beta (48 bytes).
+__host__ __device__ inline int persistent_buf_bytes(int DKP, int NR, int es) {
+    return 2 * DKP * 4 + 32 * (NR / 4) * 4 * es + 48;
+}
+
 // Sum over the TPC consecutive lanes of a column group (all lanes get it).
 template <int TPC> __device__ inline float group_sum(float x) {
 #pragma unroll
     for (int off = TPC / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
     return x;
+}
+
+// This thread's part of column j of S (rows 4c..4c+3, c = r + TPC*m), zero
+// where there is no state, and the store back.
+template <int NR, int TPC, typename ST, bool VEC>
+__device__ inline void state_load(float (&S)[NR], const char *scol, const tg_cuda_desc &st, int r, int Dk, bool on) {
+#pragma unroll
+    for (int m = 0; m < NR / 4; m++) {
+        const int i0 = 4 * (r + TPC * m);
+#pragma unroll
+        for (int e = 0; e < 4; e++) S[4 * m + e] = 0.0f;
+        if (on) {
+            if (VEC) {
+                if (i0 < Dk) load4<ST>(scol + (long long)i0 * sizeof(ST), &S[4 * m]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (i0 + e < Dk) S[4 * m + e] = tg_cuda_load(scol + (i0 + e) * st.nb[0], st.type);
+            }
+        }
+    }
+}
+template <int NR, int TPC, typename ST, bool VEC>
+__device__ inline void state_store(const float (&S)[NR], char *dcol, const tg_cuda_desc &st, int r, int Dk) {
+#pragma unroll
+    for (int m = 0; m < NR / 4; m++) {
+        const int i0 = 4 * (r + TPC * m);
+        if (VEC) {
+            if (i0 < Dk) store4<ST>(dcol + (long long)i0 * sizeof(ST), &S[4 * m]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (i0 + e < Dk) tg_cuda_store(dcol + (i0 + e) * st.nb[0], st.type, S[4 * m + e]);
+        }
+    }
+}
+
+// S = a S. An exact zero stays zero under an infinite gate (a = exp(g)
+// overflowed), as on the CPU; a is uniform per block, so is the branch.
+template <int NR> __device__ inline void decay(float (&S)[NR], float at) {
+    if (isfinite(at)) {
+#pragma unroll
+        for (int x = 0; x < NR; x++) S[x] *= at;
+    } else {
+#pragma unroll
+        for (int x = 0; x < NR; x++) S[x] = (S[x] == 0.0f && !isnan(at)) ? 0.0f : at * S[x];
+    }
 }
 
 // S[:, j] += k u (rows this thread owns), then the partial sums of S^T q.
@@ -123,7 +214,7 @@ __device__ inline float4 update_out(float (&S)[4 * NC], const float4 *k4, const 
 }
 
 template <int NR, int TPC, typename ST, bool VEC>
-__global__ void __launch_bounds__(kMaxThreads) delta_rule_kernel(const delta_args a) {
+__global__ void __launch_bounds__(kMaxThreads, NR >= 32 ? 3 : 4) delta_rule_kernel(const delta_args a) {
     static_assert(NR % 4 == 0 && 32 % TPC == 0, "layout");
     constexpr int NC = NR / 4;  // 4-row chunks per thread
     extern __shared__ float4 sm4[];
@@ -142,41 +233,71 @@ __global__ void __launch_bounds__(kMaxThreads) delta_rule_kernel(const delta_arg
     float S[NR];
     const bool has_state = a.state.data != nullptr;
     const char *scol = has_state ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
-#pragma unroll
-    for (int m = 0; m < NC; m++) {
-        const int i0 = 4 * (r + TPC * m);
-#pragma unroll
-        for (int e = 0; e < 4; e++) S[4 * m + e] = 0.0f;
-        if (has_state && col) {
-            if (VEC) {
-                if (i0 < a.Dk) load4<ST>(scol + (long long)i0 * sizeof(ST), &S[4 * m]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (i0 + e < a.Dk) S[4 * m + e] = tg_cuda_load(scol + (i0 + e) * a.state.nb[0], a.state.type);
-            }
-        }
-    }
+    state_load<NR, TPC, ST, VEC>(S, scol, a.state, r, a.Dk, has_state && col);
 
     for (long long t0 = 0; t0 < a.T; t0 += TC) {
         const int n = (int)(a.T - t0 < TC ? a.T - t0 : TC);
         __syncthreads();  // the previous chunk's readers are done
-        // 2. stage the chunk: q, k rows (zero-padded to DKP), v slice, a_t, beta_t
-        for (int x = tid; x < n * DKP; x += nth) {
-            const int s = x / DKP, i = x - s * DKP;
-            const bool in = i < a.Dk;
-            sq[x] = in ? ldf(a.q, i, hk, t0 + s, b) : 0.0f;
-            sk[x] = in ? ldf(a.k, i, hk, t0 + s, b) : 0.0f;
+        // 2. stage the chunk: q, k rows (zero-padded to DKP), v slice, a_t, beta_t.
+        //    cp.async: no thread waits for one load before issuing the next
+        //    (plain load -> store loops paid one memory latency per iteration).
+        if (a.qk16) {
+            // 16-byte rows (Dk % 4 == 0, unit stride, aligned): one copy per 4 elements
+            const char *qb = tg_cuda_ptr(a.q, 0, hk, t0, b), *kb = tg_cuda_ptr(a.k, 0, hk, t0, b);
+            const long long q2 = a.q.nb[2], k2 = a.k.nb[2];
+            const int UP = DKP / 4;  // units per row
+            int s = tid / UP, i = tid - s * UP;
+            const int ds = nth / UP, di = nth - ds * UP;
+#pragma unroll 1
+            for (int x = tid; x < n * UP; x += nth) {
+                if (4 * i < a.Dk) {
+                    cp_async_n<16>(sq + 4 * x, qb + 16LL * i + s * q2);
+                    cp_async_n<16>(sk + 4 * x, kb + 16LL * i + s * k2);
+                } else {
+                    *(float4 *)(sq + 4 * x) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    *(float4 *)(sk + 4 * x) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                }
+                i += di, s += ds;
+                if (i >= UP) i -= UP, s++;
+            }
+        } else {
+            const char *qb = tg_cuda_ptr(a.q, 0, hk, t0, b), *kb = tg_cuda_ptr(a.k, 0, hk, t0, b);
+            const long long q0 = a.q.nb[0], q2 = a.q.nb[2], k0 = a.k.nb[0], k2 = a.k.nb[2];
+            int s = tid / DKP, i = tid - s * DKP;
+            const int ds = nth / DKP, di = nth - ds * DKP;
+            #pragma unroll 1
+            for (int x = tid; x < n * DKP; x += nth) {
+                if (i < a.Dk) {
+                    cp_async4(sq + x, qb + i * q0 + s * q2);
+                    cp_async4(sk + x, kb + i * k0 + s * k2);
+                } else {
+                    sq[x] = 0.0f, sk[x] = 0.0f;
+                }
+                i += di, s += ds;
+                if (i >= DKP) i -= DKP, s++;
+            }
         }
-        for (int x = tid; x < n * CB; x += nth) {
-            const int s = x / CB, jv = slice * CB + (x - s * CB);
-            sv[x] = jv < a.Dv ? ldf(a.v, jv, h, t0 + s, b) : 0.0f;
+        {
+            const char *vb = tg_cuda_ptr(a.v, (long long)slice * CB, h, t0, b);
+            const long long v0 = a.v.nb[0], v2 = a.v.nb[2];
+            int s = tid / CB, c = tid - s * CB;
+            const int ds = nth / CB, dc = nth - ds * CB;
+            #pragma unroll 1
+            for (int x = tid; x < n * CB; x += nth) {
+                if (slice * CB + c < a.Dv) cp_async4(sv + x, vb + c * v0 + s * v2);
+                else sv[x] = 0.0f;
+                c += dc, s += ds;
+                if (c >= CB) c -= CB, s++;
+            }
         }
+        #pragma unroll 1
         for (int s = tid; s < n; s += nth) {
-            const float gv = ldf(a.g, h, t0 + s, b, 0);
-            sg[s] = a.log_gate ? expf(gv) : gv;
-            sb[s] = ldf(a.beta, h, t0 + s, b, 0);
+            cp_async4(sg + s, tg_cuda_ptr(a.g, h, t0 + s, b, 0));
+            cp_async4(sb + s, tg_cuda_ptr(a.beta, h, t0 + s, b, 0));
         }
+        cp_async_wait_all();
+        if (a.log_gate)  // on the values this thread copied itself
+            for (int s = tid; s < n; s += nth) sg[s] = expf(sg[s]);
         __syncthreads();
         if (a.l2norm) {
             // as tg_l2_norm(x, 1e-6) and the CPU: sum of squares in double, one F32 multiplier
@@ -196,19 +317,54 @@ __global__ void __launch_bounds__(kMaxThreads) delta_rule_kernel(const delta_arg
         // 3. the recurrence, step by step. k and q are read from shared memory
         //    chunk by chunk where they are used (not held in NR registers), so
         //    the state's registers dominate and more blocks fit per SM.
+        //    Small heads (NR <= 8), GLA: when every gate and every u = beta v of
+        //    the chunk is finite (one vote per chunk), the loop without the
+        //    rare-case rules (the same operations), 4 steps unrolled, so that
+        //    one step's loads and shuffles overlap the next steps' (the GLA
+        //    chain is S -> S only): per step ~45 instructions, not ~100.
+        bool fast = false;
+        if constexpr (NR <= 8) {
+            bool ok = !a.delta;
+            if (ok) {
+                for (int s = tid; s < n; s += nth) ok = ok && isfinite(sg[s]);
+                for (int x = tid; x < n * CB; x += nth) ok = ok && isfinite(sb[x / CB] * sv[x]);
+            }
+            fast = __syncthreads_and(ok);
+        }
+        if (fast) {
+            // 4 steps at a time: the S chain first, then the 4 column sums' shuffles
+            // back to back (independent: their latencies overlap), then the stores
+            constexpr int U = 4;
+#pragma unroll 1
+            for (int s0 = 0; s0 < n; s0 += U) {
+                float part[U];
+#pragma unroll
+                for (int k = 0; k < U; k++) {
+                    const int s = s0 + k < n ? s0 + k : n - 1;  // past the end: recomputed, not stored
+                    const float at = sg[s], bt = sb[s], vj = col ? sv[s * CB + jj] : 0.0f;
+                    const float4 *k4 = (const float4 *)(sk + s * DKP), *q4 = (const float4 *)(sq + s * DKP);
+                    if (s0 + k < n) {
+#pragma unroll
+                        for (int x = 0; x < NR; x++) S[x] *= at;
+                    }
+                    float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (s0 + k < n) p = update_out<NC, TPC, false>(S, k4, q4, bt * vj, r, a.Dk, false);
+                    part[k] = (p.x + p.y) + (p.z + p.w);
+                }
+#pragma unroll
+                for (int off = TPC / 2; off > 0; off >>= 1)
+#pragma unroll
+                    for (int k = 0; k < U; k++) part[k] += __shfl_xor_sync(0xffffffffu, part[k], off);
+#pragma unroll
+                for (int k = 0; k < U; k++)
+                    if (r == 0 && col && s0 + k < n) so[(s0 + k) * CB + jj] = a.scale * part[k];
+            }
+        } else {
 #pragma unroll 1
         for (int s = 0; s < n; s++) {
             const float at = sg[s], bt = sb[s], vj = col ? sv[s * CB + jj] : 0.0f;
             const float4 *k4 = (const float4 *)(sk + s * DKP), *q4 = (const float4 *)(sq + s * DKP);
-            // S = a S. An exact zero stays zero under an infinite gate (a = exp(g)
-            // overflowed), as on the CPU; a is uniform, so is the branch.
-            if (isfinite(at)) {
-#pragma unroll
-                for (int x = 0; x < NR; x++) S[x] *= at;
-            } else {
-#pragma unroll
-                for (int x = 0; x < NR; x++) S[x] = (S[x] == 0.0f && !isnan(at)) ? 0.0f : at * S[x];
-            }
+            decay<NR>(S, at);
             float u;  // column j's update: S[:, j] += k * u
             if (a.delta) {
                 // u = beta (v - S^T k), on the decayed S
@@ -233,30 +389,333 @@ __global__ void __launch_bounds__(kMaxThreads) delta_rule_kernel(const delta_arg
             const float o = group_sum<TPC>((p.x + p.y) + (p.z + p.w));
             if (r == 0 && col) so[s * CB + jj] = a.scale * o;
         }
+        }
         __syncthreads();
-        // 4. the chunk's outputs, coalesced along Dv
-        for (int x = tid; x < n * CB; x += nth) {
-            const int s = x / CB, jv = slice * CB + (x - s * CB);
-            if (jv < a.Dv) *(float *)tg_cuda_ptr(a.o, jv, h, t0 + s, b) = so[x];
+        // 4. the chunk's outputs, coalesced along Dv (division-free index stepping)
+        {
+            char *ob = tg_cuda_ptr(a.o, (long long)slice * CB, h, t0, b);
+            const long long o0 = a.o.nb[0], o2 = a.o.nb[2];
+            int s = tid / CB, c = tid - s * CB;
+            const int ds = nth / CB, dc = nth - ds * CB;
+#pragma unroll 1
+            for (int x = tid; x < n * CB; x += nth) {
+                if (slice * CB + c < a.Dv) *(float *)(ob + c * o0 + s * o2) = so[x];
+                c += dc, s += ds;
+                if (c >= CB) c -= CB, s++;
+            }
         }
     }
 
     // 5. the final state, once
-    if (has_state && col) {
-        char *dcol = (char *)scol;
+    if (has_state && col) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
+}
+
+// --- decode kernel -----------------------------------------------------------
+
+// 4 elements of a q/k row from element i0 (16-byte rows: Dk % 4 == 0, unit
+// stride, aligned; the host sends other layouts to the chunk kernel), zero past Dk.
+__device__ inline float4 ld_row4(const char *row, int i0, int Dk) {
+    return i0 < Dk ? __ldg((const float4 *)(row + (long long)i0 * 4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+// 1 / sqrt(sum x^2 + 1e-6) of a q/k row, by one warp, in exactly the chunk
+// kernel's order (lane-strided sums in double, then a butterfly), so that
+// both kernels normalize to the same bits.
+__device__ inline float inv_norm(const char *row, long long nb0, int Dk, int lane) {
+    double ss = 0.0;
+    for (int i = lane; i < Dk; i += 32) {
+        const float x = __ldg((const float *)(row + i * nb0));
+        ss += (double)x * x;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    return (float)(1.0 / sqrt(ss + (double)1e-6f));
+}
+__device__ inline void scale_row4(float4 &v, float inv, int i0, int Dk) {
+    if (i0 < Dk) v.x *= inv;
+    if (i0 + 1 < Dk) v.y *= inv;
+    if (i0 + 2 < Dk) v.z *= inv;
+    if (i0 + 3 < Dk) v.w *= inv;
+}
+
+// update_out with k and q in registers (the same operations in the same order).
+template <int NC, bool MASK>
+__device__ inline float4 update_out_r(float (&S)[4 * NC], const float4 (&kc)[NC], const float4 (&qc)[NC], float u,
+                                      const int (&i0)[NC], int Dk) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < NC; m++) {
+        const float kv[4] = {kc[m].x, kc[m].y, kc[m].z, kc[m].w}, qv[4] = {qc[m].x, qc[m].y, qc[m].z, qc[m].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (!MASK || i0[m] + e < Dk) S[4 * m + e] = fmaf(kv[e], u, S[4 * m + e]);
+            p[e] = fmaf(S[4 * m + e], qv[e], p[e]);
+        }
+    }
+    return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+// decode-reg (kept for comparison, bench gdn.decode/reg): one block per
+// (column slice of CB columns, value head, sequence); blockDim = CB * TPC, a
+// multiple of 32. Warps never wait for each other: each loads its state
+// columns into registers first, then this step's inputs (q/k chunks straight
+// from global memory into registers, the norms by lane-strided loads), and
+// runs the recurrence with the chunk kernel's arithmetic. Holding S, k and q
+// in registers costs 3*NR registers: occupancy is what limits it.
+template <int NR, int TPC, typename ST, bool VEC>
+__global__ void __launch_bounds__(kMaxThreads) delta_decode_reg_kernel(const delta_args a) {
+    static_assert(NR % 4 == 0 && 32 % TPC == 0, "layout");
+    constexpr int NC = NR / 4;
+    const int tid = threadIdx.x, lane = tid & 31, CB = a.CB;
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int hk = h / (a.Hv / a.Hk);
+    const int jj = tid / TPC, r = tid % TPC, j = slice * CB + jj;
+    const bool col = j < a.Dv;
+    int i0[NC];
+#pragma unroll
+    for (int m = 0; m < NC; m++) i0[m] = 4 * (r + TPC * m);
+
+    float S[NR];
+    const bool has_state = a.state.data != nullptr;
+    const char *scol = has_state && col ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
+    state_load<NR, TPC, ST, VEC>(S, scol, a.state, r, a.Dk, has_state && col);
+
+#pragma unroll 1
+    for (long long t = 0; t < a.T; t++) {
+        const char *qrow = tg_cuda_ptr(a.q, 0, hk, t, b), *krow = tg_cuda_ptr(a.k, 0, hk, t, b);
+        float4 kc[NC], qc[NC];
 #pragma unroll
         for (int m = 0; m < NC; m++) {
-            const int i0 = 4 * (r + TPC * m);
-            if (VEC) {
-                if (i0 < a.Dk) store4<ST>(dcol + (long long)i0 * sizeof(ST), &S[4 * m]);
-            } else {
+            kc[m] = ld_row4(krow, i0[m], a.Dk);
+            qc[m] = ld_row4(qrow, i0[m], a.Dk);
+        }
+        const float gv = ldf(a.g, h, t, b, 0), bt = ldf(a.beta, h, t, b, 0);
+        const float vj = col ? ldf(a.v, j, h, t, b) : 0.0f;
+        if (a.l2norm) {
+            const float iq = inv_norm(qrow, a.q.nb[0], a.Dk, lane), ik = inv_norm(krow, a.k.nb[0], a.Dk, lane);
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (i0 + e < a.Dk) tg_cuda_store(dcol + (i0 + e) * a.state.nb[0], a.state.type, S[4 * m + e]);
+            for (int m = 0; m < NC; m++) scale_row4(qc[m], iq, i0[m], a.Dk), scale_row4(kc[m], ik, i0[m], a.Dk);
+        }
+        decay<NR>(S, a.log_gate ? expf(gv) : gv);
+        float u;
+        if (a.delta) {
+            float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int m = 0; m < NC; m++) {
+                p[0] = fmaf(S[4 * m], kc[m].x, p[0]);
+                p[1] = fmaf(S[4 * m + 1], kc[m].y, p[1]);
+                p[2] = fmaf(S[4 * m + 2], kc[m].z, p[2]);
+                p[3] = fmaf(S[4 * m + 3], kc[m].w, p[3]);
             }
+            u = bt * (vj - group_sum<TPC>((p[0] + p[1]) + (p[2] + p[3])));
+        } else {
+            u = bt * vj;
+        }
+        const float4 p = isfinite(u) ? update_out_r<NC, false>(S, kc, qc, u, i0, a.Dk)
+                                     : update_out_r<NC, true>(S, kc, qc, u, i0, a.Dk);
+        const float o = group_sum<TPC>((p.x + p.y) + (p.z + p.w));
+        if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, t, b) = a.scale * o;
+    }
+    if (has_state && col) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
+}
+
+// --- decode kernels: pieces shared by the per-block and the persistent one ---
+
+// The lanes of a warp copy one step's q and k rows (16-byte units) into wq, wk,
+// zero-padded to DKP.
+__device__ inline void issue_qk(float *wq, float *wk, const char *qrow, const char *krow, int DKP, int Dk, int lane) {
+    for (int u = lane; 4 * u < DKP; u += 32) {
+        if (4 * u < Dk) {
+            cp_async_n<16>(wq + 4 * u, qrow + 16LL * u);
+            cp_async_n<16>(wk + 4 * u, krow + 16LL * u);
+        } else {
+            *(float4 *)(wq + 4 * u) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *(float4 *)(wk + 4 * u) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
 }
+// This thread's state chunks (c = r + TPC*m) to wst[m][lane], and back.
+template <int NR, int TPC, typename ST>
+__device__ inline void issue_state(char *wst, const char *scol, int Dk, int r, int lane) {
+    constexpr int CBY = 4 * (int)sizeof(ST);
+#pragma unroll
+    for (int m = 0; m < NR / 4; m++) {
+        const int i0 = 4 * (r + TPC * m);
+        if (i0 < Dk) cp_async_stream<CBY>(wst + (m * 32 + lane) * CBY, scol + (long long)i0 * sizeof(ST));
+    }
+}
+template <int NR, int TPC, typename ST>
+__device__ inline void read_state(float (&S)[NR], const char *wst, bool on, int Dk, int r, int lane) {
+    constexpr int CBY = 4 * (int)sizeof(ST);
+#pragma unroll
+    for (int m = 0; m < NR / 4; m++) {
+        if (on && 4 * (r + TPC * m) < Dk) {
+            load4<ST>(wst + (m * 32 + lane) * CBY, &S[4 * m]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[4 * m + e] = 0.0f;
+        }
+    }
+}
+
+// One step on this thread's rows of column j, from the warp's q/k rows in
+// shared memory: the norms in the chunk kernel's order (lane-strided sums in
+// double, then a butterfly), the rows scaled in place once per warp (only
+// elements < Dk, as the chunk kernel; 16-byte rows here, so whole units),
+// then the chunk kernel's operations in its order. Returns o_j (valid in every
+// lane of the column group).
+template <int NR, int TPC>
+__device__ inline float decode_step(float (&S)[NR], float *wq, float *wk, float gv, float bt, float vj,
+                                    const delta_args &a, int r, int lane) {
+    constexpr int NC = NR / 4;
+    if (a.l2norm) {
+        double sq = 0.0, sk = 0.0;
+        for (int i = lane; i < a.Dk; i += 32) sq += (double)wq[i] * wq[i], sk += (double)wk[i] * wk[i];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            sq += __shfl_xor_sync(0xffffffffu, sq, off), sk += __shfl_xor_sync(0xffffffffu, sk, off);
+        const float iq = (float)(1.0 / sqrt(sq + (double)1e-6f)), ik = (float)(1.0 / sqrt(sk + (double)1e-6f));
+        for (int u = lane; 4 * u < a.Dk; u += 32) {
+            float4 x = ((float4 *)wq)[u], y = ((float4 *)wk)[u];
+            x.x *= iq, x.y *= iq, x.z *= iq, x.w *= iq;
+            y.x *= ik, y.y *= ik, y.z *= ik, y.w *= ik;
+            ((float4 *)wq)[u] = x, ((float4 *)wk)[u] = y;
+        }
+        __syncwarp();
+    }
+    const float4 *q4 = (const float4 *)wq, *k4 = (const float4 *)wk;
+    decay<NR>(S, a.log_gate ? expf(gv) : gv);
+    float u;
+    if (a.delta) {
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int m = 0; m < NC; m++) {
+            const float4 kk = k4[r + TPC * m];
+            p[0] = fmaf(S[4 * m], kk.x, p[0]);
+            p[1] = fmaf(S[4 * m + 1], kk.y, p[1]);
+            p[2] = fmaf(S[4 * m + 2], kk.z, p[2]);
+            p[3] = fmaf(S[4 * m + 3], kk.w, p[3]);
+        }
+        u = bt * (vj - group_sum<TPC>((p[0] + p[1]) + (p[2] + p[3])));
+    } else {
+        u = bt * vj;
+    }
+    // a non-finite u must not reach the zero padding rows (the chunk kernel's rule)
+    const float4 p = isfinite(u) ? update_out<NC, TPC, false>(S, k4, q4, u, r, a.Dk, false)
+                                 : update_out<NC, TPC, true>(S, k4, q4, u, r, a.Dk, false);
+    return group_sum<TPC>((p.x + p.y) + (p.z + p.w));
+}
+template <int NR, int TPC, typename ST>
+__device__ inline void write_state(const float (&S)[NR], char *scol, int Dk, int r) {
+#pragma unroll
+    for (int m = 0; m < NR / 4; m++) {
+        const int i0 = 4 * (r + TPC * m);
+        if (i0 < Dk) store4<ST>(scol + (long long)i0 * sizeof(ST), &S[4 * m]);
+    }
+}
+
+// The decode kernel: grid and thread layout of decode-reg, but every load
+// goes through shared memory by cp.async, so that bytes in flight cost no
+// registers: each thread copies its own state chunks (at [m][lane], no bank
+// conflicts), the lanes of a warp copy the step's q and k rows (zero-padded to
+// DKP) into the warp's own buffers; then one wait and a __syncwarp, and the
+// step (decode_step). No block barrier: each warp runs on its own.
+// Needs 16-byte q/k rows and the 4-element state path (or no state).
+template <int NR, int TPC, typename ST>
+__global__ void __launch_bounds__(kMaxThreads) delta_decode_kernel(const delta_args a) {
+    static_assert(NR % 4 == 0 && 32 % TPC == 0, "layout");
+    constexpr int NC = NR / 4, CBY = 4 * (int)sizeof(ST);  // chunk bytes in the state's type
+    extern __shared__ float4 dsm4[];
+    const int DKP = a.DKP;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, CB = a.CB;
+    float *wq = (float *)((char *)dsm4 + (size_t)w * (2 * DKP * 4 + 32 * NC * CBY)), *wk = wq + DKP;
+    char *wst = (char *)(wk + DKP);
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int hk = h / (a.Hv / a.Hk);
+    const int jj = tid / TPC, r = tid % TPC, j = slice * CB + jj;
+    const bool col = j < a.Dv;
+    const bool has_state = a.state.data != nullptr;
+    char *scol = has_state && col ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
+
+    // 1. this thread's state chunks, in flight while the step's inputs come
+    if (scol) issue_state<NR, TPC, ST>(wst, scol, a.Dk, r, lane);
+    float S[NR];
+#pragma unroll 1
+    for (long long t = 0; t < a.T; t++) {
+        // 2. the step's q and k rows, v, gate, beta
+        __syncwarp();  // the previous step's readers of wq/wk are done
+        issue_qk(wq, wk, tg_cuda_ptr(a.q, 0, hk, t, b), tg_cuda_ptr(a.k, 0, hk, t, b), DKP, a.Dk, lane);
+        const float gv = ldf(a.g, h, t, b, 0), bt = ldf(a.beta, h, t, b, 0);
+        const float vj = col ? ldf(a.v, j, h, t, b) : 0.0f;
+        cp_async_wait_all();
+        __syncwarp();
+        if (t == 0) read_state<NR, TPC, ST>(S, wst, scol != nullptr, a.Dk, r, lane);
+        // 3. the step
+        const float o = decode_step<NR, TPC>(S, wq, wk, gv, bt, vj, a, r, lane);
+        if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, t, b) = a.scale * o;
+    }
+    // 4. the final state, straight from registers
+    if (scol) write_state<NR, TPC, ST>(S, scol, a.Dk, r);
+}
+
+// The persistent decode kernel (T == 1): as many blocks as fit at once; warp
+// gw takes tiles gw, gw + W, ... (a tile: the 32/TPC columns of one value
+// head and sequence that one warp owns; tiles of a head are consecutive), with
+// two buffers per warp: the next tile's state, q/k rows, v, gate and beta are
+// in flight (cp.async group) while the current tile computes, so every warp
+// keeps loads outstanding all the time and no block ever starts cold.
+template <int NR, int TPC, typename ST>
+__global__ void __launch_bounds__(kMaxThreads) delta_decode_persistent_kernel(const delta_args a, int ntiles) {
+    static_assert(NR % 4 == 0 && 32 % TPC == 0, "layout");
+    constexpr int NC = NR / 4, CBY = 4 * (int)sizeof(ST), CPW = 32 / TPC;
+    extern __shared__ float4 dsm4[];
+    const int DKP = a.DKP;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane % TPC, jw = lane / TPC;
+    const int per_buf = persistent_buf_bytes(DKP, NR, (int)sizeof(ST));
+    char *wbase = (char *)dsm4 + (size_t)w * 2 * per_buf;
+    const int cgs = (a.Dv + CPW - 1) / CPW;  // tiles per head
+    const bool has_state = a.state.data != nullptr;
+    const int W = gridDim.x * (blockDim.x >> 5);
+
+    auto issue = [&](int tile, char *buf) {
+        const int cg = tile % cgs, hb = tile / cgs, h = hb % a.Hv, b = hb / a.Hv, hk = h / (a.Hv / a.Hk);
+        float *wq = (float *)buf, *wk = wq + DKP, *wv = (float *)(buf + 2 * DKP * 4 + 32 * NC * CBY);
+        const int j = cg * CPW + jw;
+        issue_qk(wq, wk, tg_cuda_ptr(a.q, 0, hk, 0, b), tg_cuda_ptr(a.k, 0, hk, 0, b), DKP, a.Dk, lane);
+        if (has_state && j < a.Dv)
+            issue_state<NR, TPC, ST>(buf + 2 * DKP * 4, tg_cuda_ptr(a.state, 0, j, h, b), a.Dk, r, lane);
+        if (lane < CPW && cg * CPW + lane < a.Dv) cp_async_n<4>(wv + lane, tg_cuda_ptr(a.v, cg * CPW + lane, h, 0, b));
+        if (lane == 0) {
+            cp_async_n<4>(wv + CPW, tg_cuda_ptr(a.g, h, 0, b, 0));
+            cp_async_n<4>(wv + CPW + 1, tg_cuda_ptr(a.beta, h, 0, b, 0));
+        }
+    };
+
+    int tile = blockIdx.x * (blockDim.x >> 5) + w;
+    if (tile < ntiles) issue(tile, wbase);
+    cp_async_commit();
+#pragma unroll 1
+    for (int it = 0; tile < ntiles; it++, tile += W) {
+        char *buf = wbase + (it & 1) * per_buf;
+        if (tile + W < ntiles) issue(tile + W, wbase + ((it + 1) & 1) * per_buf);
+        cp_async_commit();
+        cp_async_wait_prior1();  // this tile's group is done (the next one may still fly)
+        __syncwarp();
+        const int cg = tile % cgs, hb = tile / cgs, h = hb % a.Hv, b = hb / a.Hv;
+        const int j = cg * CPW + jw;
+        const bool col = j < a.Dv;
+        float *wq = (float *)buf, *wk = wq + DKP;
+        const float *wv = (const float *)(buf + 2 * DKP * 4 + 32 * NC * CBY);
+        float S[NR];
+        read_state<NR, TPC, ST>(S, buf + 2 * DKP * 4, has_state && col, a.Dk, r, lane);
+        const float o = decode_step<NR, TPC>(S, wq, wk, wv[CPW], wv[CPW + 1], col ? wv[jw] : 0.0f, a, r, lane);
+        if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, 0, b) = a.scale * o;
+        if (has_state && col) write_state<NR, TPC, ST>(S, tg_cuda_ptr(a.state, 0, j, h, b), a.Dk, r);
+        __syncwarp();  // every lane is done with buf before the next iteration refills it
+    }
+}
+
+// shared memory of the decode kernel per warp (bytes)
+size_t decode_smem_per_warp(int DKP, int NR, size_t es) { return 2 * (size_t)DKP * 4 + 32 * (size_t)(NR / 4) * 4 * es; }
 
 bool elem_aligned(const tg_tensor *t) {
     const size_t es = tg_type_size(t->type);
@@ -268,11 +727,39 @@ bool elem_aligned(const tg_tensor *t) {
 
 typedef void (*delta_kernel_fn)(delta_args);
 
-template <int NR, int TPC> delta_kernel_fn pick_kernel(bool vec, tg_type st) {
+enum { KERN_AUTO = 0, KERN_CHUNK = 1, KERN_DECODE = 2, KERN_DECODE_REG = 3, KERN_PERSISTENT = 4 };
+
+typedef void (*persistent_fn)(delta_args, int);
+template <int NR, int TPC> persistent_fn pick_persistent(tg_type st) {
+    if (st == TG_TYPE_F16) return delta_decode_persistent_kernel<NR, TPC, __half>;
+    if (st == TG_TYPE_BF16) return delta_decode_persistent_kernel<NR, TPC, __nv_bfloat16>;
+    return delta_decode_persistent_kernel<NR, TPC, float>;
+}
+
+template <int NR, int TPC> delta_kernel_fn pick_kernel(int kern, bool vec, tg_type st) {
+    if (kern == KERN_DECODE) {
+        if (st == TG_TYPE_F16) return delta_decode_kernel<NR, TPC, __half>;
+        if (st == TG_TYPE_BF16) return delta_decode_kernel<NR, TPC, __nv_bfloat16>;
+        return delta_decode_kernel<NR, TPC, float>;
+    }
+    if (kern == KERN_DECODE_REG) {
+        if (!vec) return delta_decode_reg_kernel<NR, TPC, float, false>;
+        if (st == TG_TYPE_F16) return delta_decode_reg_kernel<NR, TPC, __half, true>;
+        if (st == TG_TYPE_BF16) return delta_decode_reg_kernel<NR, TPC, __nv_bfloat16, true>;
+        return delta_decode_reg_kernel<NR, TPC, float, true>;
+    }
     if (!vec) return delta_rule_kernel<NR, TPC, float, false>;
     if (st == TG_TYPE_F16) return delta_rule_kernel<NR, TPC, __half, true>;
     if (st == TG_TYPE_BF16) return delta_rule_kernel<NR, TPC, __nv_bfloat16, true>;
     return delta_rule_kernel<NR, TPC, float, true>;
+}
+
+// q/k rows as 16-byte vectors: unit stride, 16-byte aligned row starts.
+bool rows_vec4(const tg_tensor *t) {
+    if (t->nb[0] != 4 || (uintptr_t)t->data % 16) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 16) return false;
+    return true;
 }
 
 }  // namespace
@@ -297,10 +784,12 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
 
     // variant: threads per column (more threads when the grid is small and T long), rows per thread
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    //    (auto: 8 for Dk > 128; for a small grid and T > 1 also for Dk in (64, 128] and Dk <= 32,
+    //    where a step is a short dependent chain and twice the warps hide its latency; Dk in (32, 64]
+    //    keeps 4: T tokens and T single steps then agree bit for bit there by default)
     int tpc = Dk > 128 ? 8 : 4;
-    if (Dk > 64 && (tg_cuda_sig.delta_tpc == 8 ||
-                    (tg_cuda_sig.delta_tpc == 0 && T > 1 && B * Hv * Dv * 4 < 2LL * sms * 1024)))
-        tpc = 8;
+    const bool small_grid = T > 1 && B * Hv * Dv * 4 < 2LL * sms * 1024;
+    if (tg_cuda_sig.delta_tpc == 8 || (tg_cuda_sig.delta_tpc == 0 && small_grid && (Dk > 64 || Dk <= 32))) tpc = 8;
     const int rows = (int)((Dk + tpc - 1) / tpc);
     const int NR = rows <= 4 ? 4 : rows <= 8 ? 8 : rows <= 16 ? 16 : 32;
     bool vec = st && Dk % 4 == 0 && !tg_cuda_sig.delta_scalar;
@@ -309,6 +798,17 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
         vec = st->nb[0] == es && (uintptr_t)st->data % al == 0;
         for (int i = 1; i < 4; i++) vec = vec && (st->ne[i] == 1 || st->nb[i] % al == 0);
     }
+
+    // kernel: decode (no block barriers) for single steps, chunk kernel for T > 1. The decode
+    // kernels need 16-byte q/k rows (and the smem one the 4-element state path); other layouts
+    // take the chunk kernel, which computes the same bits.
+    const bool qk_vec = Dk % 4 == 0 && rows_vec4(q) && rows_vec4(k);
+    int kern = tg_cuda_sig.delta_kernel;
+    if (kern == KERN_AUTO) kern = T == 1 ? KERN_DECODE : KERN_CHUNK;
+    if (kern == KERN_PERSISTENT && T != 1) kern = KERN_DECODE;
+    if ((kern == KERN_DECODE || kern == KERN_PERSISTENT) && !(qk_vec && (!st || vec))) kern = KERN_CHUNK;
+    if (kern == KERN_DECODE_REG && !qk_vec) kern = KERN_CHUNK;
+    const bool dec = kern != KERN_CHUNK;
 
     delta_args a = {};
     a.q = tg_cuda_desc_of(q), a.k = tg_cuda_desc_of(k), a.v = tg_cuda_desc_of(v);
@@ -320,36 +820,95 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     a.l2norm = dp.l2norm_qk;
     a.scale = dp.scale;
     a.DKP = NR * tpc;
-    a.CB = (int)(Dv < kMaxThreads / tpc ? Dv : kMaxThreads / tpc);
-    a.nslices = (int)((Dv + a.CB - 1) / a.CB);
-    const int threads = (a.CB * tpc + 31) / 32 * 32;
-    const size_t per_step = (2 * (size_t)a.DKP + 2 * (size_t)a.CB + 2) * sizeof(float);
-    int tc = (int)(kSmemBudget / per_step);
-    tc = tc < 1 ? 1 : tc > kMaxTC ? kMaxTC : tc;
-    a.TC = (int)(T < tc ? T : tc);
-    const size_t smem = per_step * a.TC;
+    a.qk16 = qk_vec;
+    int threads;
+    size_t smem = 0;
+    if (dec) {
+        // blocks of up to dec_threads (default 128) threads, whole warps of columns
+        const int want = tg_cuda_sig.delta_dec_threads > 0 ? tg_cuda_sig.delta_dec_threads : 128;
+        const int cpw = 32 / tpc, cb_max = (want < 32 ? 32 : want > kMaxThreads ? kMaxThreads : want) / 32 * cpw;
+        const int cb_dv = (int)((Dv + cpw - 1) / cpw * cpw);
+        a.CB = cb_dv < cb_max ? cb_dv : cb_max;
+        if (kern == KERN_DECODE) {
+            const size_t per_warp = decode_smem_per_warp(a.DKP, NR, st ? tg_type_size(st->type) : 4);
+            while (a.CB > cpw && (size_t)(a.CB / cpw) * per_warp > 48 * 1024) a.CB /= 2;
+            smem = (size_t)(a.CB / cpw) * per_warp;
+        }
+        a.nslices = (int)((Dv + a.CB - 1) / a.CB);
+        threads = a.CB * tpc;
+        a.TC = 1;
+    } else {
+        a.CB = (int)(Dv < kMaxThreads / tpc ? Dv : kMaxThreads / tpc);
+        a.nslices = (int)((Dv + a.CB - 1) / a.CB);
+        threads = (a.CB * tpc + 31) / 32 * 32;
+        const size_t per_step = (2 * (size_t)a.DKP + 2 * (size_t)a.CB + 2) * sizeof(float);
+        int tc = (int)(kSmemBudget / per_step);
+        tc = tc < 1 ? 1 : tc > kMaxTC ? kMaxTC : tc;
+        a.TC = (int)(T < tc ? T : tc);
+        smem = per_step * a.TC;
+    }
     const long long blocks = (long long)a.nslices * Hv * B;
     if (blocks > INT_MAX || Hv > INT_MAX || B > INT_MAX)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks);
 
     const tg_type stype = st ? st->type : TG_TYPE_F32;
+    if (kern == KERN_PERSISTENT) {
+        // warps of 32/tpc columns; blocks of up to dec_threads, 48 KB of buffers at most; as many
+        // blocks as fit on the GPU at once (occupancy asked once per kernel and block shape)
+        const int cpw = 32 / tpc;
+        const long long tiles = (long long)B * Hv * ((Dv + cpw - 1) / cpw);
+        if (tiles > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: %lld tiles too many", call, tiles);
+        const int want = tg_cuda_sig.delta_dec_threads > 0 ? tg_cuda_sig.delta_dec_threads : 128;
+        int wpb = (want < 32 ? 32 : want > kMaxThreads ? kMaxThreads : want) / 32;
+        const size_t per_warp = 2 * (size_t)persistent_buf_bytes(a.DKP, NR, st ? (int)tg_type_size(st->type) : 4);
+        while (wpb > 1 && wpb * per_warp > 48 * 1024) wpb /= 2;
+        smem = wpb * per_warp;
+        threads = wpb * 32;
+        persistent_fn pf = nullptr;
+        if (tpc == 4)
+            pf = NR == 4 ? pick_persistent<4, 4>(stype) : NR == 8 ? pick_persistent<8, 4>(stype)
+               : NR == 16 ? pick_persistent<16, 4>(stype) : pick_persistent<32, 4>(stype);
+        else
+            pf = NR == 4 ? pick_persistent<4, 8>(stype) : NR == 8 ? pick_persistent<8, 8>(stype)
+               : NR == 16 ? pick_persistent<16, 8>(stype) : pick_persistent<32, 8>(stype);
+        static persistent_fn occ_fn = nullptr;
+        static int occ_threads = 0, occ = 0;
+        if (pf != occ_fn || threads != occ_threads) {
+            TG_CUDA_TRY(be, call, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, threads, smem));
+            occ_fn = pf, occ_threads = threads;
+        }
+        const long long need = (tiles + wpb - 1) / wpb, fit = (long long)sms * (occ > 0 ? occ : 1);
+        pf<<<(unsigned)(need < fit ? need : fit), threads, smem, cu->stream>>>(a, (int)tiles);
+        TG_CUDA_LAUNCHED(be, call);
+        static char pname[64];
+        snprintf(pname, sizeof(pname), "pdec%dx%d/%s/%s/b%d", NR, tpc, vec ? "vec" : "scalar",
+                 st ? tg_type_name(st->type) : "nostate", threads);
+        tg_cuda_sig_last_delta = pname;
+        return TG_OK;
+    }
     delta_kernel_fn fn = nullptr;
     if (tpc == 4)
-        fn = NR == 4 ? pick_kernel<4, 4>(vec, stype) : NR == 8 ? pick_kernel<8, 4>(vec, stype)
-           : NR == 16 ? pick_kernel<16, 4>(vec, stype) : pick_kernel<32, 4>(vec, stype);
+        fn = NR == 4 ? pick_kernel<4, 4>(kern, vec, stype) : NR == 8 ? pick_kernel<8, 4>(kern, vec, stype)
+           : NR == 16 ? pick_kernel<16, 4>(kern, vec, stype) : pick_kernel<32, 4>(kern, vec, stype);
     else
-        fn = NR == 16 ? pick_kernel<16, 8>(vec, stype) : pick_kernel<32, 8>(vec, stype);
+        fn = NR == 4 ? pick_kernel<4, 8>(kern, vec, stype) : NR == 8 ? pick_kernel<8, 8>(kern, vec, stype)
+           : NR == 16 ? pick_kernel<16, 8>(kern, vec, stype) : pick_kernel<32, 8>(kern, vec, stype);
     fn<<<(unsigned)blocks, threads, smem, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
 
     // name of the variant, for bench/ (formatted only when it changes: keep the launch path lean)
     static char name[64];
-    static int last[5] = {-1, -1, -1, -1, -1};
-    const int now[5] = {NR, tpc, vec, st ? (int)st->type : -1, a.TC};
+    static int last[6] = {-1, -1, -1, -1, -1, -1};
+    const int now[6] = {NR, tpc, vec, st ? (int)st->type : -1, a.TC, kern * 1024 + (dec ? threads : 0)};
     if (memcmp(now, last, sizeof(now)) != 0) {
         memcpy(last, now, sizeof(now));
-        snprintf(name, sizeof(name), "rows%dx%d/%s/%s/tc%d", NR, tpc, vec ? "vec" : "scalar",
-                 st ? tg_type_name(st->type) : "nostate", a.TC);
+        if (dec)
+            snprintf(name, sizeof(name), "%s%dx%d/%s/%s/b%d", kern == KERN_DECODE ? "dec" : "decreg", NR, tpc,
+                     vec ? "vec" : "scalar",
+                     st ? tg_type_name(st->type) : "nostate", threads);
+        else
+            snprintf(name, sizeof(name), "rows%dx%d/%s/%s/tc%d", NR, tpc, vec ? "vec" : "scalar",
+                     st ? tg_type_name(st->type) : "nostate", a.TC);
     }
     tg_cuda_sig_last_delta = name;
     return TG_OK;

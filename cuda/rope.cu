@@ -106,12 +106,12 @@ __device__ inline int load_pos(const tg_cuda_desc &pos, int t, int b) {
     return *(const int *)tg_cuda_ptr(pos, t, b, 0, 0);
 }
 
-template <int VEC, int KIND, bool NEOX>
-__global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args a, tg_cuda_err *err) {
-    extern __shared__ float sm[];  // cos[half], sin[half], then (fused) positions[T*B]
+template <int VEC, int KIND, bool NEOX, int R, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_args a, tg_cuda_err *err) {
+    static_assert(R == 1 || R == 2 || (R == 4 && !NEOX), "chunks per thread (NEOX: at most 2)");
+    extern __shared__ float sm[];  // cos[half], sin[half]
     float *sc = sm, *ss = sm + a.half;
-    int *spos = (int *)(sm + 2 * a.half);
-    __shared__ int s_bad;  // smallest flat index b*T+t of a bad position; -1: earlier report
+    __shared__ int s_bad;  // (failure only) smallest flat index b*T+t of a bad position
 
     constexpr bool kv = KIND != KIND_ROPE;
     const int tid = threadIdx.x, nth = blockDim.x;
@@ -119,15 +119,21 @@ __global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args 
     const int t = tok % a.T, b = tok / a.T;
     const long long nb0 = a.x.nb[0];
 
+    // 0. the loads that gate writing start first: this token's position (the
+    //    angle rows depend on it) and the error record of earlier kernels (read
+    //    once here instead of after the first barrier: one memory latency less
+    //    per block; reports of this launch come from its own fused check below)
+    const int p = load_pos(a.pos, t, b);
+    const int prior_err = kv && tid == 0 ? *(volatile const int *)&err->code : TG_CUDA_ERR_NONE;
+
     // 1. this thread's chunks of k_new / v_new (and NEOX partners): they do not
     //    depend on the position, so their latency overlaps what follows
-    constexpr int R = NEOX ? kRounds / 2 : kRounds;
     float x[R][VEC], xp[R][VEC], xv[R][VEC];
     const int c0 = part * a.rounds * nth + tid;
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int c = c0 + r * nth;
-        if (r < a.rounds && c < a.N) {
+        if (c < a.N) {
             const int h = c / a.cpr, d0 = (c - h * a.cpr) * VEC;
             const char *row = tg_cuda_ptr(a.x, 0, h, t, b);
             load_vec<VEC>(row + d0 * nb0, x[r]);
@@ -142,14 +148,22 @@ __global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args 
         }
     }
 
-    // 2. position, angle row, and (KV) the go/no-go for writing
-    const int p = load_pos(a.pos, t, b);
-    if (kv && tid == 0) s_bad = INT_MAX;
+    // 2. (fused) this thread's share of the check of every position of the call,
+    //    read from global memory (L1/L2; no staging barrier): position f against
+    //    the range and the earlier tokens of its sequence (no early exit, so the
+    //    loads pipeline); then the angle row
+    const bool tables = a.cs.data != nullptr;
+    int first_bad = INT_MAX;  // smallest flat index b*T+t of a bad position this thread saw
     if (KIND == KIND_KV_FUSED)
-        for (int f = tid; f < a.T * a.B; f += nth) spos[f] = load_pos(a.pos, f % a.T, f / a.T);
+        for (int f = tid; f < a.T * a.B; f += nth) {
+            const int tf = f % a.T, bf = f / a.T, pf = load_pos(a.pos, tf, bf);
+            bool bad = pf < 0 || pf >= a.L || (tables && pf >= a.Ltab);
+            for (int u = 0; u < tf; u++) bad |= load_pos(a.pos, u, bf) == pf;
+            if (bad && first_bad == INT_MAX) first_bad = f;
+        }
     for (int i = tid; i < a.half; i += nth) {
         float c, s;
-        if (a.cs.data) {  // row clamped into the table: in bounds even before p is checked
+        if (tables) {  // row clamped into the table: in bounds even before p is checked
             const long long pr = p < 0 ? 0 : (p >= a.Ltab ? a.Ltab - 1 : p);
             c = *(const float *)tg_cuda_ptr(a.cs, i, pr, 0, 0);
             s = *(const float *)tg_cuda_ptr(a.sn, i, pr, 0, 0);
@@ -159,37 +173,33 @@ __global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args 
         sc[i] = c;
         ss[i] = s;
     }
-    __syncthreads();
-    if (kv) {
-        const bool tables = a.cs.data != nullptr;
-        if (KIND == KIND_KV_FUSED) {
-            // every block checks every position, so that no block writes when any is bad
-            for (int f = tid; f < a.T * a.B; f += nth) {
-                const int pf = spos[f], first = f - f % a.T;
-                bool bad = pf < 0 || pf >= a.L || (tables && pf >= a.Ltab);
-                for (int u = first; !bad && u < f; u++) bad = spos[u] == pf;
-                if (bad) atomicMin(&s_bad, f);
-            }
-        }
-        if (tid == 0 && *(volatile int *)&err->code != TG_CUDA_ERR_NONE) atomicMin(&s_bad, -1);
+    if (!kv) {
         __syncthreads();
-        const int bad = s_bad;
-        if (bad != INT_MAX) {
-            if (KIND == KIND_KV_FUSED && bad >= 0 && blockIdx.x == 0 && tid == 0) {
-                const int tf = bad % a.T, bf = bad / a.T, pf = spos[bad];
+    } else if (__syncthreads_or(first_bad != INT_MAX || prior_err != TG_CUDA_ERR_NONE)) {
+        // one barrier makes the angles visible and is the go/no-go: every block saw the same
+        // positions, so either all write or none does. Nothing is written; block 0 reports the
+        // first bad position of this launch (unless an earlier kernel reported already).
+        if (KIND == KIND_KV_FUSED && blockIdx.x == 0) {
+            if (tid == 0) s_bad = INT_MAX;
+            __syncthreads();
+            if (first_bad != INT_MAX) atomicMin(&s_bad, first_bad);
+            __syncthreads();
+            const int bad = s_bad;
+            if (tid == 0 && prior_err == TG_CUDA_ERR_NONE && bad != INT_MAX) {
+                const int tf = bad % a.T, bf = bad / a.T, pf = load_pos(a.pos, tf, bf);
                 if (pf < 0 || pf >= a.L)
                     tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, pf, a.L, bf, tf);
                 else if (tables && pf >= a.Ltab)
                     tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, pf, a.Ltab, bf, tf);
                 else
                     for (int u = 0; u < tf; u++)
-                        if (spos[bf * a.T + u] == pf) {
+                        if (load_pos(a.pos, u, bf) == pf) {
                             tg_cuda_report(err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, pf, bf, u, tf);
                             break;
                         }
             }
-            return;
         }
+        return;
     }
 
     // 3. rotate and store: K (rope: dst) row p (rope: t), V row p
@@ -197,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args 
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const int c = c0 + r * nth;
-        if (r < a.rounds && c < a.N) {
+        if (c < a.N) {
             const int h = c / a.cpr, d0 = (c - h * a.cpr) * VEC;
             float y[VEC];
 #pragma unroll
@@ -226,14 +236,14 @@ __global__ void __launch_bounds__(kThreads, 3) rope_rows_kernel(const rope_args 
 // sequence has the same position; tiles compare against earlier segments only.
 __global__ void __launch_bounds__(kValTile)
     kv_validate_kernel(tg_cuda_desc pos, int T, long long L, long long Ltab, int nt, tg_cuda_err *err) {
-    __shared__ int seg[kValTile];
+    __shared__ __align__(16) int seg[kValTile];
     const int ti = blockIdx.x % nt, si = (blockIdx.x / nt) % nt, b = blockIdx.x / (nt * nt);
     if (si > ti) return;  // uniform per block: no earlier tokens there
     const int t = ti * kValTile + threadIdx.x, s0 = si * kValTile;
+    const int p = t < T ? load_pos(pos, t, b) : 0;  // in flight together with the segment's load
     if (s0 + (int)threadIdx.x < T) seg[threadIdx.x] = load_pos(pos, s0 + threadIdx.x, b);
     __syncthreads();
     if (t >= T) return;
-    const int p = load_pos(pos, t, b);
     if (si == 0) {
         if (p < 0 || p >= L) {
             tg_cuda_report(err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, p, L, b, t);
@@ -244,12 +254,23 @@ __global__ void __launch_bounds__(kValTile)
             return;
         }
     }
-    const int end = min(s0 + kValTile, t);
-    for (int u = s0; u < end; u++)
-        if (seg[u - s0] == p) {
-            tg_cuda_report(err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, p, b, u, t);
-            return;
-        }
+    // repeat check against seg[0, n): 16-byte broadcast reads, no early exit, so that the
+    // loads pipeline (one dependent shared load per compare made this kernel ~10 us at T 1024);
+    // the first repeat is searched for only when there is one
+    const int n = min(s0 + kValTile, t) - s0;
+    const int4 *seg4 = (const int4 *)seg;
+    bool hit = false;
+#pragma unroll 8
+    for (int u = 0; u < n; u += 4) {
+        const int4 w = seg4[u >> 2];
+        hit |= (w.x == p) | ((w.y == p) & (u + 1 < n)) | ((w.z == p) & (u + 2 < n)) | ((w.w == p) & (u + 3 < n));
+    }
+    if (hit)
+        for (int u = 0; u < n; u++)
+            if (seg[u] == p) {
+                tg_cuda_report(err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, p, b, s0 + u, t);
+                return;
+            }
 }
 
 // Byte address and strides are multiples of the element size (else even a
@@ -270,11 +291,22 @@ bool vec4_ok(const tg_tensor *t) {
     return true;
 }
 
+template <int VEC, bool NEOX, int R, int MINB>
+void launch_r(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
+    if (kind == KIND_ROPE) rope_rows_kernel<VEC, KIND_ROPE, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
+    if (kind == KIND_KV) rope_rows_kernel<VEC, KIND_KV, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
+    if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
+}
+// R (chunks per thread) and the register budget: 4 blocks of 256 per SM (R 4: 64 registers, 8 bytes
+// of spill; 128 KB of loads in flight per SM); minb 3 is the R 4 kernel of v1 (76 registers, 3 blocks
+// per SM), 4% slower on kv.prefill (bench kv.prefill/mb3, bench/NOTES.md)
 template <int VEC, bool NEOX>
-void launch_kind(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
-    if (kind == KIND_ROPE) rope_rows_kernel<VEC, KIND_ROPE, NEOX><<<grid, threads, smem, st>>>(a, e);
-    if (kind == KIND_KV) rope_rows_kernel<VEC, KIND_KV, NEOX><<<grid, threads, smem, st>>>(a, e);
-    if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX><<<grid, threads, smem, st>>>(a, e);
+void launch_kind(int kind, int minb, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a,
+                 tg_cuda_err *e) {
+    if (a.rounds == 1) launch_r<VEC, NEOX, 1, 4>(kind, grid, threads, smem, st, a, e);
+    else if (NEOX || a.rounds == 2) launch_r<VEC, NEOX, 2, 4>(kind, grid, threads, smem, st, a, e);
+    else if (minb == 4) launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
+    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 3>(kind, grid, threads, smem, st, a, e);
 }
 
 // Shared host side: checks, variant choice, launch shape. ts[0, n_vec): the
@@ -307,29 +339,31 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
     if (kv) {
         const bool can_fuse = tokens <= kFusedMaxTokens;
         const bool fuse = tg_cuda_sig.kv_validate == 1   ? can_fuse
-                          : tg_cuda_sig.kv_validate == 2 ? false
+                          : tg_cuda_sig.kv_validate >= 2 ? false
                                                          : can_fuse && T <= kFusedMaxT;
         kind = fuse ? KIND_KV_FUSED : KIND_KV;
     }
     const size_t angles = (size_t)a.half * 2 * sizeof(float);
-    if (kind == KIND_KV_FUSED && angles + tokens * sizeof(int) > kMaxSmem) kind = KIND_KV;
     if (angles > kMaxSmem)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: n_rot %d above the supported %d", call, rp.n_rot,
                       (int)(kMaxSmem / sizeof(float)));
-    const size_t smem = angles + (kind == KIND_KV_FUSED ? tokens * sizeof(int) : 0);
+    const size_t smem = angles;
 
     // block: up to 256 threads, each with up to 4 chunks per tensor; fewer
     // chunks per thread (more blocks) while the grid would not fill the GPU
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
     const int threads = a.N >= kThreads ? kThreads : (a.N + 31) / 32 * 32;
-    a.rounds = a.neox ? kRounds / 2 : kRounds;
+    const int rmax = a.neox ? kRounds / 2 : kRounds;
+    a.rounds = rmax;
     auto per_token = [&](int rounds) { return (a.N + threads * rounds - 1) / (threads * rounds); };
     while (a.rounds > 1 && tokens * per_token(a.rounds) < 2LL * sms) a.rounds /= 2;
+    if (tg_cuda_sig.kv_rounds > 0) a.rounds = tg_cuda_sig.kv_rounds < rmax ? tg_cuda_sig.kv_rounds : rmax;
+    if (a.rounds == 3) a.rounds = 2;
     a.bpt = per_token(a.rounds);
     if (tokens * a.bpt > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid too large", call);
     const dim3 grid((unsigned)(tokens * a.bpt));
 
-    if (kind == KIND_KV) {
+    if (kind == KIND_KV && tg_cuda_sig.kv_validate != 3) {
         const long long nt = (T + kValTile - 1) / kValTile;
         if (nt * nt * B > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T = %lld too large", call, (long long)T);
         kv_validate_kernel<<<(unsigned)(nt * nt * B), kValTile, 0, cu->stream>>>(a.pos, a.T, a.L,
@@ -337,17 +371,27 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
                                                                                 cu->d_err);
         TG_CUDA_LAUNCHED(be, call);
     }
+    const int minb = a.rounds == 4 ? (tg_cuda_sig.kv_min_blocks == 3 ? 3 : 4) : 4;
     if (vec)
-        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
+        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, minb, grid, threads, smem, cu->stream, a,
+                                                                cu->d_err);
     else
-        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
+        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, minb, grid, threads, smem, cu->stream, a,
+                                                                cu->d_err);
     TG_CUDA_LAUNCHED(be, call);
 
-    static const char *names[2][2][3] = {
-        {{"scalar", "scalar/validate+write", "scalar/fused"}, {"vec4", "vec4/validate+write", "vec4/fused"}},
-        {{"scalar/neox", "scalar/neox/validate+write", "scalar/neox/fused"},
-         {"vec4/neox", "vec4/neox/validate+write", "vec4/neox/fused"}}};
-    (kv ? tg_cuda_sig_last_kv : tg_cuda_sig_last_rope) = names[a.neox][vec][kind];
+    // variant name for bench/ (formatted only when it changes: keep the launch path lean)
+    static const char *kinds[3] = {"", "/validate+write", "/fused"};
+    static char name[2][48];
+    static int last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+    const int now[4] = {a.neox, vec, kind * 8 + (kv && tg_cuda_sig.kv_validate == 3), a.rounds * 8 + minb};
+    if (memcmp(now, last[kv], sizeof(now)) != 0) {
+        memcpy(last[kv], now, sizeof(now));
+        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d%s", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
+                 kv && tg_cuda_sig.kv_validate == 3 ? "/write-only" : kinds[kind], a.rounds,
+                 a.rounds == 4 && minb == 3 ? "/mb3" : "");
+    }
+    (kv ? tg_cuda_sig_last_kv : tg_cuda_sig_last_rope) = name[kv];
     return TG_OK;
 }
 

@@ -11,15 +11,31 @@ struct tg_tensor;
 struct tg_cuda_sig_knobs {
     // rope_kv_update position validation: 0 auto (fused into the write kernel
     // when B*T <= 1024 and T <= 32, else a separate kernel first), 1 fused
-    // whenever allowed, 2 always the separate validation kernel.
+    // whenever allowed, 2 always the separate validation kernel, 3 none
+    // (bench only: times the write kernel alone; bad positions go unchecked).
     int kv_validate = 0;
+    // rope / rope_kv_update chunks (of 4 values) per thread per tensor: 0 auto
+    // (4, fewer while the grid would not fill the GPU; NEOX at most 2), else
+    // forced to 1, 2 or 4 (each a kernel of its own register budget).
+    int kv_rounds = 0;
+    // 4 chunks per thread: 0 auto (the kernel built for 4 blocks of 256 per
+    // SM, 64 registers), 3: the one built for 3 blocks per SM (76 registers).
+    int kv_min_blocks = 0;
     // 1: rope / rope_kv_update always take the scalar, any-stride path.
     int rope_scalar = 0;
-    // delta_rule threads per state column: 0 auto, 4 or 8 (8 needs Dk <= 128
-    // or is implied for Dk > 128).
+    // delta_rule threads per state column: 0 auto, 4 or 8 (8 is implied for
+    // Dk > 128).
     int delta_tpc = 0;
     // 1: delta_rule always takes the scalar, any-stride state path.
     int delta_scalar = 0;
+    // delta_rule kernel: 0 auto (a decode kernel when T == 1, else the chunk
+    // kernel), 1 chunk kernel always, 2 decode kernel (shared-memory staged)
+    // for any T, 3 decode-reg kernel (registers only) for any T, 4 persistent
+    // decode kernel (T == 1; else as 2). Layouts a decode kernel cannot take
+    // fall back to the chunk kernel, which computes the same bits.
+    int delta_kernel = 0;
+    // decode kernels: threads per block (0 auto: 128; rounded to whole warps).
+    int delta_dec_threads = 0;
 };
 extern tg_cuda_sig_knobs tg_cuda_sig;
 

@@ -34,13 +34,14 @@ int S(int full, int small) { return small_run() ? small : full; }
 struct knobs {
 #ifdef TG_HAVE_CUDA
     tg_cuda_sig_knobs saved = tg_cuda_sig;
-    knobs(int kv_validate, int rope_scalar, int delta_tpc, int delta_scalar) {
+    knobs(int kv_validate, int rope_scalar, int delta_tpc, int delta_scalar, int delta_kernel = 0, int kv_rounds = 0) {
         tg_cuda_sig.kv_validate = kv_validate, tg_cuda_sig.rope_scalar = rope_scalar;
         tg_cuda_sig.delta_tpc = delta_tpc, tg_cuda_sig.delta_scalar = delta_scalar;
+        tg_cuda_sig.delta_kernel = delta_kernel, tg_cuda_sig.kv_rounds = kv_rounds;
     }
     ~knobs() { tg_cuda_sig = saved; }
 #else
-    knobs(int, int, int, int) {}
+    knobs(int, int, int, int, int = 0, int = 0) {}
 #endif
 };
 
@@ -160,6 +161,8 @@ struct kv_case {
     tg_type kt, vt;
     int layout;
     int validate;  // tg_cuda_sig.kv_validate: 0 auto, 1 fused, 2 separate kernel
+    int rounds;    // tg_cuda_sig.kv_rounds: 0 auto, else chunks per thread forced
+    int minb;      // tg_cuda_sig.kv_min_blocks
 };
 void PrintTo(const kv_case &c, std::ostream *os) { *os << c.name; }
 
@@ -284,7 +287,10 @@ TEST_P(CudaSigKvUpdate, MatchesCpu) {
     store kc, vc, kg, vg;
     ASSERT_EQ(run_kv(cpu, d, kc, vc), TG_OK) << tg_last_error();
     {
-        knobs k(c.validate, c.layout == LAY_SCALAR, 0, 0);
+        knobs k(c.validate, c.layout == LAY_SCALAR, 0, 0, 0, c.rounds);
+#ifdef TG_HAVE_CUDA
+        tg_cuda_sig.kv_min_blocks = c.minb;
+#endif
         ASSERT_EQ(run_kv(gpu, d, kg, vg), TG_OK) << tg_last_error();
     }
     check_cache(d, d.pk, d.k0, kc, kg, "K");
@@ -318,6 +324,15 @@ std::vector<kv_case> kv_cases() {
         {"permuted_k_new", 2, 6, 4, 32, 20, 32, IL, ANG_TABLE, F32, F16, LAY_PERMUTED, 0},
         {"forced_scalar", 2, 6, 4, 32, 20, 32, NX, ANG_TABLE, F32, F32, LAY_SCALAR, 0},
         {"long_T_separate", 1, S(600, 300), 2, 32, 1024, 32, IL, ANG_BASE, F32, F32, LAY_CONTIG, 0},
+        // each chunks-per-thread kernel (own register budget), vector and scalar, both modes
+        {"prefill_rounds1", Bp, Tl, 4, 128, 512, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 1},
+        {"prefill_rounds2", Bp, Tl, 4, 128, 512, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 2},
+        {"prefill_rounds4_f16", Bp, Tl, 8, 128, 512, 128, IL, ANG_TABLE, F16, BF16, LAY_CONTIG, 0, 4},
+        {"neox_rounds1_partial", 2, 7, 2, 80, 50, 48, NX, ANG_TABLE_LONG, F32, F32, LAY_CONTIG, 0, 1},
+        {"scalar_rounds2", 2, 6, 4, 32, 20, 32, NX, ANG_TABLE, F32, F32, LAY_SCALAR, 0, 2},
+        {"decode_rounds4_fused", 8, 1, 8, 128, 256, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 4},
+        {"prefill_rounds4_minblocks3", Bp, Tl, 4, 128, 512, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 4, 3},
+        {"fused_minblocks3_bf16", 2, 16, 8, 128, 64, 128, IL, ANG_TABLE, BF16, F16, LAY_CONTIG, 0, 4, 3},
     };
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSigKvUpdate, ::testing::ValuesIn(kv_cases()),
@@ -451,6 +466,7 @@ struct dr_case {
     int layout;  // LAY_CONTIG; LAY_UNALIGNED: state view off by one element (scalar path), q/k/v cut from one
                  // fused qkv tensor; LAY_SCALAR: forced scalar state path
     int tpc;     // tg_cuda_sig.delta_tpc
+    int kern;    // tg_cuda_sig.delta_kernel: 0 auto, 1 chunk, 2 decode, 3 decode-reg
 };
 void PrintTo(const dr_case &c, std::ostream *os) { *os << c.name; }
 
@@ -582,7 +598,7 @@ TEST_P(CudaSigDeltaRule, MatchesCpu) {
     store sc, sg;
     run_dr(cpu, d, oc, sc);
     {
-        knobs k(0, 0, c.tpc, c.layout == LAY_SCALAR);
+        knobs k(0, 0, c.tpc, c.layout == LAY_SCALAR, c.kern);
         run_dr(gpu, d, og, sg);
     }
     std::vector<double> oref, sref;
@@ -622,6 +638,9 @@ std::vector<dr_case> dr_cases() {
     const int Tl = S(512, 48), Bd = S(4, 2);
     return {
         {"gla_seed", 4, 64, 8, 8, 24, 24, GL, LIN, false, -1, LAY_CONTIG, 0},
+        {"gla_seed_tpc4", 4, 64, 8, 8, 24, 24, GL, LIN, false, -1, LAY_CONTIG, 4},
+        {"gdn_D48_tpc8_state", 2, 19, 2, 2, 48, 40, GD, LOG, true, F32, LAY_CONTIG, 8},
+        {"gla_D32_tpc8_decode_kernel", 2, 7, 2, 2, 32, 32, GL, LOG, false, BF16, LAY_CONTIG, 8, 2},
         {"gla_seed_B1_T1", 1, 1, 8, 8, 24, 24, GL, LIN, false, -1, LAY_CONTIG, 0},
         {"gdn_decode_scaled", Bd, 1, 4, 4, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 0},
         {"gdn_decode_tpc8", Bd, 1, 4, 4, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 8},
@@ -642,18 +661,53 @@ std::vector<dr_case> dr_cases() {
         {"gdn_bf16_unaligned_state", 2, 11, 2, 2, 128, 64, GD, LOG, true, BF16, LAY_UNALIGNED, 0},
         {"gdn_forced_scalar_state", 2, 11, 2, 2, 128, 128, GD, LOG, true, F32, LAY_SCALAR, 0},
         {"gla_no_state_D128", 2, 30, 2, 2, 128, 128, GL, LOG, true, -1, LAY_CONTIG, 0},
+        // the decode kernels (auto at T == 1) forced at any T, and the chunk kernel at T == 1
+        {"gdn_decode_chunk_kernel", Bd, 1, 4, 4, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 0, 1},
+        {"gdn_decode_reg_kernel", Bd, 1, 4, 4, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 0, 3},
+        {"gdn_decode_D64_Hv2Hk", 3, 1, 2, 4, 64, 64, GD, LOG, true, F32, LAY_CONTIG, 0},
+        {"gdn_decode_Dk100_Dv40", 2, 1, 2, 2, 100, 40, GD, LOG, true, F32, LAY_CONTIG, 0},
+        {"gdn_decode_Dk256_Dv256", 1, 1, 1, 2, 256, 256, GD, LOG, true, F32, LAY_CONTIG, 0},
+        {"gdn_decode_Dk24_Dv200_bf16", 2, 1, 1, 2, 24, 200, GD, LOG, true, BF16, LAY_CONTIG, 0},
+        {"gla_decode_f16_state_no_l2", 2, 1, 2, 2, 64, 48, GL, LIN, false, F16, LAY_CONTIG, 0},
+        {"gdn_decode_unaligned_state", 2, 1, 2, 4, 64, 48, GD, LOG, true, F32, LAY_UNALIGNED, 0},
+        {"gdn_decode_forced_scalar", 2, 1, 2, 2, 128, 128, GD, LOG, true, F32, LAY_SCALAR, 0},
+        {"gdn_decode_no_state", 2, 1, 2, 2, 128, 128, GD, LOG, true, -1, LAY_CONTIG, 0},
+        {"decode_kernel_T17_D80", 2, 17, 2, 4, 80, 80, GD, LOG, true, F32, LAY_CONTIG, 0, 2},
+        {"decode_kernel_T9_f16_Dk100", 2, 9, 2, 2, 100, 40, GD, LOG, true, F16, LAY_CONTIG, 0, 2},
+        {"decode_kernel_T12_gla_lin", 2, 12, 1, 3, 32, 24, GL, LIN, false, F32, LAY_CONTIG, 0, 2},
+        {"decode_kernel_T9_Dk256", 1, 9, 1, 1, 256, 256, GD, LOG, true, BF16, LAY_CONTIG, 0, 2},
+        {"decode_kernel_T11_tpc8", 2, 11, 1, 2, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 8, 2},
+        {"decode_reg_T11_scalar", 2, 11, 2, 2, 128, 128, GD, LOG, true, F32, LAY_SCALAR, 0, 3},
+        {"decode_reg_T7_bf16_unaligned", 2, 7, 2, 2, 128, 64, GD, LOG, true, BF16, LAY_UNALIGNED, 0, 3},
+        {"decode_kernel_fused_qkv_fallback", 2, 5, 2, 4, 64, 48, GD, LOG, true, F32, LAY_UNALIGNED, 0, 2},
+        // the persistent decode kernel (T == 1; more tiles than warps, partial tiles, all state types)
+        {"persistent_gdn_D128", S(40, 9), 1, 4, 8, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 0, 4},
+        {"persistent_gdn_D128_tpc8", 9, 1, 4, 8, 128, 128, GD, LOG, true, F32, LAY_CONTIG, 8, 4},
+        {"persistent_Dk100_Dv40_f16", 3, 1, 2, 2, 100, 40, GD, LOG, true, F16, LAY_CONTIG, 0, 4},
+        {"persistent_Dk24_Dv200_bf16", 2, 1, 1, 2, 24, 200, GD, LOG, true, BF16, LAY_CONTIG, 0, 4},
+        {"persistent_Dk256", 2, 1, 1, 2, 256, 256, GD, LOG, true, F32, LAY_CONTIG, 0, 4},
+        {"persistent_gla_no_state", 3, 1, 2, 4, 64, 36, GL, LIN, false, -1, LAY_CONTIG, 0, 4},
+        {"persistent_T5_falls_back", 2, 5, 2, 4, 64, 64, GD, LOG, true, F32, LAY_CONTIG, 0, 4},
     };
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSigDeltaRule, ::testing::ValuesIn(dr_cases()),
                          [](const ::testing::TestParamInfo<dr_case> &i) { return std::string(i.param.name); });
 
-// T tokens at once equals T decode steps carrying the state (on the GPU).
-TEST_F(CudaSig, DeltaRuleChunkEqualsSteps) {
-    const dr_case c = {"steps", 2, 8, 2, 4, 64, 64, GD, LOG, true, F32, LAY_CONTIG, 0};
-    const dr_data d = make_dr(c, 77);
+// T tokens at once (chunk kernel) equals T decode steps carrying the state
+// (on the GPU), bit for bit: the decode kernels do the chunk kernel's
+// arithmetic in its order (same TPC). Each decode kernel, Dk 64 and 128.
+struct steps_case {
+    int Dk, tpc, step_kernel;  // step_kernel: tg_cuda_sig.delta_kernel of the T = 1 calls
+};
+void chunk_equals_steps(const steps_case &sc) {
+    const dr_case c = {"steps", 2, 8, 2, 4, sc.Dk, 64, GD, LOG, true, F32, LAY_CONTIG, sc.tpc};
+    const dr_data d = make_dr(c, 77 + sc.Dk);
     std::vector<float> o_all;
     store s_all;
-    run_dr(gpu, d, o_all, s_all);
+    {
+        knobs k(0, 0, sc.tpc, 0, 1);
+        run_dr(CudaSig::gpu, d, o_all, s_all);
+    }
     dr_data step = d;
     step.c.T = 1;
     std::vector<float> o_steps(o_all.size());
@@ -670,20 +724,37 @@ TEST_F(CudaSig, DeltaRuleChunkEqualsSteps) {
         step.v = slice(d.v, (size_t)c.Dv * c.Hv), step.g = slice(d.g, c.Hv), step.beta = slice(d.beta, c.Hv);
         std::vector<float> o1;
         store s1;
-        run_dr(gpu, step, o1, s1);
+        {
+            knobs k(0, 0, sc.tpc, 0, sc.step_kernel);
+            run_dr(CudaSig::gpu, step, o1, s1);
+        }
         step.st0 = s1;  // carry the state
         for (int b = 0; b < c.B; b++)
             std::copy(&o1[(size_t)b * c.Dv * c.Hv], &o1[(size_t)(b + 1) * c.Dv * c.Hv],
                       &o_steps[((size_t)b * c.T + t) * c.Dv * c.Hv]);
     }
-    EXPECT_LT(tgt::rel_error(o_steps, std::vector<double>(o_all.begin(), o_all.end())), 1e-6);
+    EXPECT_EQ(0, memcmp(o_steps.data(), o_all.data(), o_all.size() * sizeof(float)))
+        << "outputs differ between one call and T decode steps (rel " 
+        << tgt::rel_error(o_steps, std::vector<double>(o_all.begin(), o_all.end())) << ")";
     EXPECT_EQ(step.st0.b, s_all.b) << "final state differs between one call and T decode steps";
+}
+TEST_F(CudaSig, DeltaRuleChunkEqualsSteps) {
+    for (const steps_case sc : {steps_case{64, 0, 0}, steps_case{64, 0, 2}, steps_case{64, 0, 3}, steps_case{64, 0, 4},
+                                steps_case{64, 0, 1}, steps_case{128, 4, 0}, steps_case{128, 4, 4},
+                                steps_case{128, 8, 2}, steps_case{128, 8, 3}, steps_case{128, 8, 4},
+                                steps_case{32, 8, 0}, steps_case{32, 8, 4}}) {
+        SCOPED_TRACE("Dk " + std::to_string(sc.Dk) + " tpc " + std::to_string(sc.tpc) + " step kernel " +
+                     std::to_string(sc.step_kernel));
+        chunk_equals_steps(sc);
+    }
 }
 
 // Gates of +1e4 (LOG: a = inf) on a zero state, -inf (a = 0), and one NaN:
 // no NaN where the math has none, and the NaN exactly where the CPU has it.
-TEST_F(CudaSig, DeltaRuleExtremeGates) {
+struct CudaSigDeltaGates : CudaSig, ::testing::WithParamInterface<int> {};
+TEST_P(CudaSigDeltaGates, ExtremeGates) {
     const dr_case c = {"gates", 2, 6, 2, 2, 64, 64, GD, LOG, true, -1, LAY_CONTIG, 0};
+    knobs kn(0, 0, 0, 0, GetParam());
     dr_data d = make_dr(c, 11);
     for (int b = 0; b < c.B; b++)
         for (int h = 0; h < c.Hv; h++) {
@@ -707,5 +778,8 @@ TEST_F(CudaSig, DeltaRuleExtremeGates) {
     EXPECT_EQ(nan_mismatch, 0) << "NaN outputs differ between GPU and CPU";
     EXPECT_LT(tgt::rel_error(g, r), 1e-4);
 }
+// 0: auto (chunk kernel at T = 6), 2: decode kernel, 3: decode-reg kernel, both stepping T = 6
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaSigDeltaGates, ::testing::Values(0, 2, 3),
+                         [](const ::testing::TestParamInfo<int> &i) { return "kernel" + std::to_string(i.param); });
 
 }  // namespace
