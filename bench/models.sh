@@ -16,7 +16,7 @@ first=1
 for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
   for dev in $devices; do
     for b in 1 16; do
-      log=$("$RUN" -m "$model" -p "$PROMPT" -n "$N" --ignore-eos --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null)
+      log=$("$RUN" -m "$model" -p "$PROMPT" -n "$N" --ignore-eos --warmup --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null)
       pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
       tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
       printf '%-22s %-5s %5d %14s %14s\n' "$(basename "$model")" "$dev" "$b" "$pp" "$tg"

@@ -18,7 +18,7 @@ struct options {
     float temp = 0.0f, top_p = 0.95f;
     int top_k = 40;
     unsigned long long seed = 1234;
-    bool quiet = false, ignore_eos = false;
+    bool quiet = false, ignore_eos = false, warmup = false;
 };
 
 void usage(const char *argv0) {
@@ -27,7 +27,8 @@ void usage(const char *argv0) {
             "          [--top-p P] [--seed S] [-t THREADS] [-b BATCH] [-q]\n"
             "  -b BATCH  run BATCH copies of the prompt as one batch (throughput)\n"
             "  -q        print only the timing lines\n"
-            "  --ignore-eos  keep generating past EOS (for timing)\n",
+            "  --ignore-eos  keep generating past EOS (for timing)\n"
+            "  --warmup  run the prompt and one step once untimed first (kernel load, cuBLAS init)\n",
             argv0);
 }
 
@@ -55,8 +56,8 @@ bool parse(int argc, char **argv, options &o) {
         long long v;
         const char *val = nullptr;
         bool ok = true;
-        if (a == "-q" || a == "--ignore-eos") {
-            (a == "-q" ? o.quiet : o.ignore_eos) = true;
+        if (a == "-q" || a == "--ignore-eos" || a == "--warmup") {
+            (a == "-q" ? o.quiet : a == "--warmup" ? o.warmup : o.ignore_eos) = true;
             continue;
         }
         if (a == "-h" || a == "--help") return false;
@@ -139,9 +140,17 @@ int main(int argc, char **argv) {
     int n_gen = 0;
     const int V = m->hp.n_vocab, B = o.batch;
     if (rc == 0) {
-        if (!o.quiet) printf("%s", o.prompt.c_str());
         std::vector<int32_t> toks;
         for (int b = 0; b < B; b++) toks.insert(toks.end(), prompt.begin(), prompt.end());
+        if (o.warmup) {  // the same shapes once, untimed, on a throwaway session
+            tgm::session *w = tgm::session_new(m, B, n_ctx);
+            std::vector<int32_t> one(B, m->hp.bos);
+            if (!w || tgm::session_eval(w, 0, B, toks.data(), (int)prompt.size(), false, &logits) != TG_OK ||
+                (n_ctx > (int)prompt.size() && tgm::session_eval(w, 0, B, one.data(), 1, false, &logits) != TG_OK))
+                fprintf(stderr, "warning: warm-up failed: %s\n", tg_last_error());
+            tgm::session_free(w);
+        }
+        if (!o.quiet) printf("%s", o.prompt.c_str());
         double t0 = now_ms();
         tg_status st = tgm::session_eval(s, 0, B, toks.data(), (int)prompt.size(), false, &logits);
         t_prompt = now_ms() - t0;
