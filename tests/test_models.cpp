@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #include "model_util.h"
 #include "test_util.h"
@@ -20,13 +21,18 @@ double max_rel_diff(const float *a, const float *b, size_t n) {
     return std::sqrt(num / den);
 }
 
-class ModelFamily : public ::testing::TestWithParam<bool> {
+// (hybrid?, cuda?)
+class ModelFamily : public ::testing::TestWithParam<std::tuple<bool, bool>> {
    protected:
     void SetUp() override {
-        cfg.hybrid = GetParam();
-        path = tgt::write_temp_model(tgt::toy_model_writer(cfg, 11), cfg.hybrid ? "hybrid" : "llama");
+        cfg.hybrid = std::get<0>(GetParam());
+        const bool cuda = std::get<1>(GetParam());
+        if (cuda && !tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+        path = tgt::write_temp_model(tgt::toy_model_writer(cfg, 11), std::string(cfg.hybrid ? "hybrid" : "llama") +
+                                                                       (cuda ? "_cuda" : "_cpu"));
         ASSERT_FALSE(path.empty()) << tg_last_error();
-        be = tg_backend_cpu(2);
+        be = cuda ? tg_backend_cuda(0) : tg_backend_cpu(2);
+        ASSERT_NE(be, nullptr) << tg_last_error();
         m = tgm::model_load(path.c_str(), be);
         ASSERT_NE(m, nullptr) << tg_last_error();
     }
@@ -120,8 +126,11 @@ TEST_P(ModelFamily, ContextAndTokenLimitsAreErrors) {
     tgm::session_free(s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ModelFamily, ::testing::Values(false, true),
-                         [](const auto &info) { return info.param ? "hybrid" : "llama"; });
+INSTANTIATE_TEST_SUITE_P(Families, ModelFamily, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto &info) {
+                             return std::string(std::get<0>(info.param) ? "hybrid" : "llama") +
+                                    (std::get<1>(info.param) ? "_cuda" : "_cpu");
+                         });
 
 // F16 and BF16 weights load and run (mul_mat converts on load).
 TEST(Models, HalfPrecisionWeightsRun) {
