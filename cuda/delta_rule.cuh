@@ -114,6 +114,23 @@ template <int TPC> __device__ inline float group_sum(float x) {
     return x;
 }
 
+// (S^T k)_j for column j: this thread's rows (4-row chunks r + TPC*m) dotted
+// with k, summed over the TPC threads of the column. Shared by the chunk and
+// the decode kernels, so both do the same arithmetic in the same order.
+template <int NC, int TPC>
+__device__ inline float col_dot_k(const float (&S)[4 * NC], const float4 *k4, int r) {
+    float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int m = 0; m < NC; m++) {
+        const float4 kk = k4[r + TPC * m];
+        p[0] = fmaf(S[4 * m], kk.x, p[0]);
+        p[1] = fmaf(S[4 * m + 1], kk.y, p[1]);
+        p[2] = fmaf(S[4 * m + 2], kk.z, p[2]);
+        p[3] = fmaf(S[4 * m + 3], kk.w, p[3]);
+    }
+    return group_sum<TPC>((p[0] + p[1]) + (p[2] + p[3]));
+}
+
 // This thread's part of column j of S (rows 4c..4c+3, c = r + TPC*m), zero
 // where there is no state, and the store back.
 template <int NR, int TPC, typename ST, bool VEC>

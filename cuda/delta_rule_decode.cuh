@@ -117,16 +117,7 @@ __device__ inline float decode_step(float (&S)[NR], float *wq, float *wk, float 
     decay<NR>(S, a.log_gate ? expf(gv) : gv);
     float u;
     if (a.delta) {
-        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int m = 0; m < NC; m++) {
-            const float4 kk = k4[r + TPC * m];
-            p[0] = fmaf(S[4 * m], kk.x, p[0]);
-            p[1] = fmaf(S[4 * m + 1], kk.y, p[1]);
-            p[2] = fmaf(S[4 * m + 2], kk.z, p[2]);
-            p[3] = fmaf(S[4 * m + 3], kk.w, p[3]);
-        }
-        u = bt * (vj - group_sum<TPC>((p[0] + p[1]) + (p[2] + p[3])));
+        u = bt * (vj - col_dot_k<NC, TPC>(S, k4, r));
     } else {
         u = bt * vj;
     }
