@@ -244,13 +244,6 @@ tg_status check_layout(const tg_tensor *node) {
     return TG_OK;
 }
 
-// As the CPU backend: the data an op's check reads is known before the graph
-// runs when it is persistent (a leaf), not computed by the graph.
-bool check_input_is_persistent(const tg_tensor *t) {
-    int i = tg_op_get(t->op).check_src;
-    return i < 0 || !t->src[i] || tg_is_leaf(tg_view_root(t->src[i]));
-}
-
 // Device-side pre-checks by op (ops without one validate inside their kernel).
 tg_cuda_fn device_check_of(tg_op op) {
     switch (op) {
@@ -295,7 +288,7 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     // checks of persistent inputs first, then the nodes in order; stop at the
     // first host-side error
     for (const tg_tensor *t : nodes) {
-        if (t->op == TG_OP_VIEW || !check_input_is_persistent(t)) continue;
+        if (t->op == TG_OP_VIEW || !t->precheck) continue;  // see tg_graph_mark_prechecks
         tg_cuda_fn check = device_check_of(t->op);
         if (check && (s = check(be, t)) != TG_OK) break;
     }
@@ -419,5 +412,6 @@ tg_backend *tg_backend_cuda_create(int device) {
         std::lock_guard<std::mutex> lock(g_live_mutex);
         g_live[device]++;
     }
+    tg_backend_register(be, true);
     return be;
 }

@@ -92,7 +92,10 @@ typedef struct tg_init_params {
 } tg_init_params;
 
 TG_API tg_context *tg_init(tg_init_params params);  // NULL + error on failure
-TG_API void tg_free(tg_context *ctx);               // frees graphs made in ctx too
+// tg_free frees the graphs made in ctx too. Its tensors and graphs are then
+// refused by every call ("... its context was freed"), not dereferenced;
+// freeing a context twice is ignored.
+TG_API void tg_free(tg_context *ctx);
 TG_API size_t tg_used_mem(const tg_context *ctx);
 // Bytes of arena one tensor's metadata takes (to size no_alloc contexts).
 TG_API size_t tg_tensor_overhead(void);
@@ -152,7 +155,9 @@ TG_API tg_tensor *tg_permute(tg_context *ctx, tg_tensor *a, int axis0, int axis1
 TG_API tg_tensor *tg_transpose(tg_context *ctx, tg_tensor *a);  // swap dims 0 and 1
 // cont: contiguous copy of a (same type).
 TG_API tg_tensor *tg_cont(tg_context *ctx, tg_tensor *a);
-// cpy: copy a into b (same element count, any types; F32 compute). The
+// cpy: copy a into b (same element count, any types; F32 compute). a and b
+// may not share bytes (cpy(transpose(m), m) is refused: copy tg_cont(a)),
+// unless a is the very same view as b. The
 // result is a view of b that runs the copy; b is written in place.
 TG_API tg_tensor *tg_cpy(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 
@@ -223,7 +228,9 @@ TG_API tg_tensor *tg_rope(tg_context *ctx, tg_tensor *a, tg_tensor *positions, c
 // Values are rounded to the cache type (nearest even); every other cache row
 // keeps its bytes. Strided views work anywhere; the caches may share no bytes
 // with each other or with an input. Positions are checked before the op writes
-// (before any op of the graph writes when positions is a persistent tensor):
+// (before any op of the graph writes when positions is a persistent tensor
+// that no earlier node of the graph writes; otherwise right before this op,
+// on the values it reads):
 // p outside [0, L), p >= L_tab with tables, or p repeated within a sequence
 // makes tg_graph_compute return TG_ERR_ARG ("[rope_kv_update] position 130 out
 // of range [0, 128) in sequence 1 ...") with both caches untouched. Cost grows
@@ -304,6 +311,9 @@ TG_API tg_status tg_graph_set_planner(tg_graph *g, bool enabled);
 TG_API tg_backend *tg_backend_cpu(int n_threads);  // n_threads <= 0: hardware threads
 // NULL + error when CUDA is not built in, no driver, or no such device.
 TG_API tg_backend *tg_backend_cuda(int device);
+// Frees the backend, its compute buffer and the storage of every buffer it
+// allocated: their handles stay valid but empty (tensors in them are refused)
+// until tg_buffer_free. Freeing twice is ignored.
 TG_API void tg_backend_free(tg_backend *b);
 TG_API const char *tg_backend_name(const tg_backend *b);  // "cpu" or "cuda:N"
 TG_API bool tg_cuda_available(void);  // built with CUDA and at least one device present
@@ -314,6 +324,7 @@ TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
 // not a view or an op result (weights, caches, states, inputs). The buffer
 // holds that storage until tg_buffer_free; using a tensor afterwards is an error.
 TG_API tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx);
+// Either before or after the buffer's backend is freed; twice is ignored.
 TG_API void tg_buffer_free(tg_buffer *buf);
 TG_API size_t tg_buffer_size(const tg_buffer *buf);
 // Fill the whole buffer with one byte value (e.g. 0 to clear caches).
@@ -321,9 +332,13 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 
 // Plan (if needed) and compute the graph on backend b. Persistent tensors
 // (leaves) must have storage on b. Intermediates live in b's compute buffer
-// until the next compute on b. On error, ops that write persistent tensors
-// (caches, states, cpy targets) have written nothing if their input check
-// failed; see the op's comment.
+// until the next successful compute on b. On error, ops that write persistent
+// tensors (caches, states, cpy targets) have written nothing if their input
+// check failed; see the op's comment. A failed compute never replaces the
+// compute buffer, so the previous graph's results stay readable; when the
+// failure is a bad position or id in a persistent input (found before any
+// node runs), their values are unchanged too on the CPU backend, and on CUDA
+// when the failed graph needed a larger buffer than the previous one.
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
