@@ -412,6 +412,35 @@ TEST(HardeningInit, SizesThatWrapWhenAlignedAreRefused) {
     tg_free(ctx);
 }
 
+// Random arena sizes near the wrap and random tensor requests in a small
+// caller arena: every tensor made lies inside the arena, nothing else is made.
+TEST(HardeningInit, RandomSizesNeverGiveATensorOutsideItsArena) {
+    std::mt19937_64 rng(77);
+    for (int i = 0; i < 200; i++) {
+        tg_init_params ip = {SIZE_MAX - (size_t)(rng() % 64), nullptr, (bool)(rng() % 2)};
+        ASSERT_EQ(tg_init(ip), nullptr);
+    }
+    alignas(64) static char arena[1 << 14];
+    for (int round = 0; round < 50; round++) {
+        const size_t size = 256 + rng() % (sizeof arena - 256);
+        tg_init_params ip = {size, arena, false};
+        tg_context *ctx = tg_init(ip);
+        ASSERT_NE(ctx, nullptr);
+        for (int k = 0; k < 40; k++) {
+            const int64_t ne0 = rng() % 4 == 0 ? (int64_t)(rng() >> 2) : (int64_t)(1 + rng() % 512);
+            const int64_t ne1 = rng() % 8 == 0 ? INT64_MAX / 3 : (int64_t)(1 + rng() % 4);
+            tg_tensor *t = tg_new_tensor_2d(ctx, (tg_type)(rng() % TG_TYPE_COUNT), ne0, ne1);
+            if (!t) continue;
+            const char *d = (const char *)tg_tensor_data(t);
+            ASSERT_NE(d, nullptr);
+            ASSERT_GE(d, arena);
+            ASSERT_LE(d + tg_nbytes(t), arena + size) << "tensor data past the arena";
+            ASSERT_LE(tg_used_mem(ctx), size);
+        }
+        tg_free(ctx);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // item 5: cpy between overlapping views is refused; disjoint ones compute
 
