@@ -128,7 +128,7 @@ void tg_free(tg_context *ctx) {
     delete ctx;
 }
 
-size_t tg_used_mem(const tg_context *ctx) { return ctx ? ctx->used : 0; }
+size_t tg_used_mem(const tg_context *ctx) { return tg_context_live(ctx) ? ctx->used : 0; }
 
 // Reserve n bytes of the arena at alignment a; NULL when it does not fit.
 static void *arena_take(tg_context *ctx, size_t n, size_t a) {
@@ -192,6 +192,7 @@ static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type typ
 }
 
 tg_tensor *tg_new_tensor(tg_context *ctx, tg_type type, int n_dims, const int64_t *ne) {
+    if (ctx && !tg_context_live(ctx)) TG_FAIL_NULL(TG_ERR_ARG, "[new_tensor] context %p was freed", (void *)ctx);
     return new_tensor_impl(ctx, "new_tensor", type, n_dims, ne, ctx && !ctx->no_alloc);
 }
 tg_tensor *tg_new_tensor_1d(tg_context *ctx, tg_type type, int64_t ne0) { return tg_new_tensor(ctx, type, 1, &ne0); }
@@ -270,7 +271,7 @@ tg_tensor *tg_set_name(tg_tensor *t, const char *name) {
 }
 const char *tg_get_name(const tg_tensor *t) { return t ? t->name : ""; }
 tg_tensor *tg_get_tensor(tg_context *ctx, const char *name) {
-    if (!ctx || !name) return nullptr;
+    if (!ctx || !name || !tg_context_live(ctx)) return nullptr;
     for (tg_tensor *t : ctx->tensors)
         if (strcmp(t->name, name) == 0) return t;
     return nullptr;

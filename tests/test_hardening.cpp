@@ -366,6 +366,8 @@ TEST_P(Hardening, TensorsAndGraphsOfAFreedContextAreRefused) {
     EXPECT_EQ(tg_new_tensor_1d(gone, TG_TYPE_F32, 4), nullptr);
     EXPECT_ERR_NAMES("new_tensor");
     EXPECT_EQ(tg_graph_new(gone), nullptr);
+    EXPECT_EQ(tg_used_mem(gone), 0u);
+    EXPECT_EQ(tg_get_tensor(gone, "x"), nullptr);
     EXPECT_EQ(tg_graph_compute(be, g_gone), TG_ERR_ARG);
     EXPECT_ERR_NAMES("graph_compute");
     EXPECT_EQ(tg_graph_compute(be, mixed), TG_ERR_ARG);
