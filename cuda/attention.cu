@@ -2,7 +2,8 @@
 //   q {D, Hq, T, B} F32; k_cache {D, Hkv, L, B}; v_cache {Dv, Hkv, L, B}
 //   (F32/F16/BF16); positions {T, B} I32 -> {Dv, Hq, T, B}.
 //
-// The split kernel (cuda/attention_split.cu: GQA groups share K/V rows,
+// Prefill with F16/BF16 caches runs on tensor cores (cuda/attention_mma.cu);
+// the split kernel (cuda/attention_split.cu: GQA groups share K/V rows,
 // flash-decoding splits) takes caches of one type with 16-byte rows; this
 // file's generic kernel takes everything else:
 // one block per query (head h, token t, sequence b), grid-stride over
@@ -128,6 +129,7 @@ tg_status launch_v(tg_backend *be, tg_type vt, const tg_cuda_desc &q, const tg_c
 
 tg_status tg_cuda_attention(tg_backend *be, const tg_tensor *dst) {
     tg_status st;
+    if (tg_cuda_attention_mma(be, dst, &st)) return st;
     if (tg_cuda_attention_split(be, dst, 64, &st)) return st;
     return tg_cuda_attention_generic(be, dst);
 }

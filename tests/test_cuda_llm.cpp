@@ -244,6 +244,7 @@ struct attn_case {
     tg_type ct;
     std::vector<int> pos;  // T*B positions; empty: the last T rows of the cache
     int sample;            // queries checked against the oracle (0: all)
+    double tol = 1e-4;     // the tensor-core prefill tier: 1e-3 (F16), 8e-3 (BF16)
 };
 void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
 
@@ -316,18 +317,26 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         }
     }
     const double e = tgt::rel_error(got, ref);
-    printf("[ attention] %-24s %zu queries (%d without rows): relative L2 error %.3g\n", c.name, qs.size(), zero_rows, e);
-    EXPECT_LE(e, 1e-4) << c.name;
+    printf("[ attention] %-24s %zu queries (%d without rows): relative L2 error %.3g (bound %.0e)\n", c.name, qs.size(),
+           zero_rows, e, c.tol);
+    EXPECT_LE(e, c.tol) << c.name;
 }
 
 std::vector<attn_case> attn_cases() {
     const tg_type F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16, F32 = TG_TYPE_F32;
     const int64_t L = S(4096, 512), T = S(512, 64);
+    // 40 tokens at scattered positions, some before the cache (no rows) or past it (clamped)
+    std::vector<int> scattered;
+    for (int t = 0; t < 40; t++) scattered.push_back(t % 9 == 4 ? -1 - t : (t * 37) % 350 - 10);
+    const double tc16 = 1e-3, tcbf = 8e-3;
     return {
         {"decode_f16", 128, 128, 32, 8, 1, 1, L, F16, {}, 0},
         {"decode_f32", 128, 128, 32, 8, 1, 1, L, F32, {}, 0},
         {"decode_bf16_b3", 128, 128, 32, 8, 1, 3, L, BF16, {}, 0},
-        {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48},
+        {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16},
+        {"prefill_bf16_b2", 128, 128, 32, 8, S(128, 64), 2, L, BF16, {}, 48, tcbf},
+        {"prefill_d64_scattered_bf16", 64, 64, 8, 2, 40, 1, 300, BF16, scattered, 0, tcbf},
+        {"prefill_d64_f16_mha", 64, 64, 2, 2, 100, 1, 128, F16, {}, 0, tc16},
         {"prefill_f32", 128, 128, 32, 8, T, 1, L, F32, {}, 48},
         {"mixed_positions_f16", 128, 128, 32, 8, 3, 1, L, F16, {-2, 5, (int)L + 7}, 0},
         {"odd_dims_bf16", 72, 40, 6, 2, 5, 2, 300, BF16, {0, 299, 17, -1, 150, 3, 64, 65, 128, 400}, 0},
