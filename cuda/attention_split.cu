@@ -27,6 +27,7 @@ namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kRows = kThreads;  // cache rows per tile: one per thread when scoring
+constexpr int kU = 8;            // 16-byte loads each thread has in flight
 
 __device__ inline void cvt16(const uint4 &u, float *f, float) {
     f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
@@ -118,20 +119,28 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
         for (int qq = 0; qq < QN; qq++) sc[qq] = 0.0f;
         if (tid < tn) {
             const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + tid, b);
-#pragma unroll 4
-            for (long long d0 = 0; d0 < D; d0 += VE) {
-                float kf[VE];
-                cvt16(__ldg((const uint4 *)(kr + d0)), kf, T());
+            // kU 16-byte loads in flight before their first use
+            for (long long d0 = 0; d0 < D; d0 += kU * VE) {
+                uint4 raw[kU];
 #pragma unroll
-                for (int qq = 0; qq < QN; qq++)
+                for (int u = 0; u < kU; u++)
+                    if (d0 + u * VE < D) raw[u] = __ldg((const uint4 *)(kr + d0 + u * VE));
 #pragma unroll
-                    for (int e = 0; e < VE; e += 4) {
-                        const float4 qv = *(const float4 *)(qs + qq * D + d0 + e);
-                        sc[qq] = fmaf(qv.x, kf[e], sc[qq]);
-                        sc[qq] = fmaf(qv.y, kf[e + 1], sc[qq]);
-                        sc[qq] = fmaf(qv.z, kf[e + 2], sc[qq]);
-                        sc[qq] = fmaf(qv.w, kf[e + 3], sc[qq]);
-                    }
+                for (int u = 0; u < kU; u++) {
+                    if (d0 + u * VE >= D) break;
+                    float kf[VE];
+                    cvt16(raw[u], kf, T());
+#pragma unroll
+                    for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+                        for (int e = 0; e < VE; e += 4) {
+                            const float4 qv = *(const float4 *)(qs + qq * D + d0 + u * VE + e);
+                            sc[qq] = fmaf(qv.x, kf[e], sc[qq]);
+                            sc[qq] = fmaf(qv.y, kf[e + 1], sc[qq]);
+                            sc[qq] = fmaf(qv.z, kf[e + 2], sc[qq]);
+                            sc[qq] = fmaf(qv.w, kf[e + 3], sc[qq]);
+                        }
+                }
             }
         }
 #pragma unroll
@@ -170,15 +179,23 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
 #pragma unroll
                 for (int e = 0; e < VE; e++) acc[qq][e] *= corr[qq];
             const T *vb = (const T *)tg_cuda_ptr(A.v, (long long)vc * VE, hk, j0, b);
-#pragma unroll 4
-            for (int jj = vg; jj < tn; jj += RG) {
-                float vf[VE];
-                cvt16(__ldg((const uint4 *)((const char *)vb + jj * A.v.nb[2])), vf, T());
+            for (int j1 = vg; j1 < tn; j1 += kU * RG) {
+                uint4 raw[kU];
 #pragma unroll
-                for (int qq = 0; qq < QN; qq++) {
-                    const float p = ps[qq * kRows + jj];
+                for (int u = 0; u < kU; u++)
+                    if (j1 + u * RG < tn) raw[u] = __ldg((const uint4 *)((const char *)vb + (j1 + u * RG) * A.v.nb[2]));
 #pragma unroll
-                    for (int e = 0; e < VE; e++) acc[qq][e] = fmaf(p, vf[e], acc[qq][e]);
+                for (int u = 0; u < kU; u++) {
+                    const int jj = j1 + u * RG;
+                    if (jj >= tn) break;
+                    float vf[VE];
+                    cvt16(raw[u], vf, T());
+#pragma unroll
+                    for (int qq = 0; qq < QN; qq++) {
+                        const float p = ps[qq * kRows + jj];
+#pragma unroll
+                        for (int e = 0; e < VE; e++) acc[qq][e] = fmaf(p, vf[e], acc[qq][e]);
+                    }
                 }
             }
         }
