@@ -24,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "attention.cuh"
 #include "common.cuh"
+#include "mul_mat.cuh"
 #include "internal.h"
 #include "signature.cuh"
 #include "tinygml.h"
@@ -156,6 +158,7 @@ timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, do
 struct row {
     std::string id, op, shape, config, variant;
     double bytes = 0, target_us = 0;
+    double flops = 0;  // > 0: the row also reports TFLOP/s (matrix-bound rows)
     bool launch_bound = false;  // judged on the graph time (one launch in a replayed step)
     timing tm;
 };
@@ -327,6 +330,8 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
     g_rows.push_back(r);
 }
 
+#include "bench_llm.inc"
+
 // --- copy bandwidth ----------------------------------------------------------
 
 double copy_bandwidth_gbs() {
@@ -365,9 +370,11 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
         const double gbs = r.bytes / (us * 1e-6) / 1e9;
         char tgt[32] = "";
         if (r.target_us > 0) snprintf(tgt, sizeof(tgt), "<=%.0f", r.target_us);
-        printf("%-22s %-15s %-28s %-28s %9.2f %9.2f %9.1f %8.0f %5.1f%% %8s %s\n", r.id.c_str(), r.op.c_str(),
+        char tf[32] = "";
+        if (r.flops > 0) snprintf(tf, sizeof(tf), "%.1f TFLOP/s", r.flops / (us * 1e-6) / 1e12);
+        printf("%-22s %-15s %-28s %-28s %9.2f %9.2f %9.1f %8.0f %5.1f%% %8s %s%s\n", r.id.c_str(), r.op.c_str(),
                r.shape.c_str(), r.variant.c_str(), r.tm.us_event, r.tm.us_graph, r.tm.us_api, gbs,
-               100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "");
+               100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "", tf);
     }
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -383,9 +390,10 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
         fprintf(f,
                 "    {\"id\": \"%s\", \"op\": \"%s\", \"shape\": \"%s\", \"config\": \"%s\", \"variant\": \"%s\", "
                 "\"us_event\": %.3f, \"us_graph\": %.3f, \"us_api\": %.2f, \"us_judged\": %.3f, \"bytes\": %.0f, "
-                "\"gbs\": %.1f, \"pct_copy\": %.2f, \"target_us\": %.1f, \"met\": %s}%s\n",
+                "\"gbs\": %.1f, \"pct_copy\": %.2f, \"tflops\": %.2f, \"target_us\": %.1f, \"met\": %s}%s\n",
                 r.id.c_str(), r.op.c_str(), r.shape.c_str(), r.config.c_str(), r.variant.c_str(), r.tm.us_event,
-                r.tm.us_graph, r.tm.us_api, us, r.bytes, gbs, 100.0 * gbs / g_copy_gbs, r.target_us,
+                r.tm.us_graph, r.tm.us_api, us, r.bytes, gbs, 100.0 * gbs / g_copy_gbs,
+                r.flops > 0 ? r.flops / (us * 1e-6) / 1e12 : 0.0, r.target_us,
                 r.target_us > 0 ? (us <= r.target_us ? "true" : "false") : "null", i + 1 < g_rows.size() ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
@@ -467,6 +475,7 @@ int main(int argc, char **argv) {
     bench_delta("gla.seed/tpc4", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 0, true, tpc4);
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
+    bench_llm_rows();  // issue 9: attention and mul_mat at LLM sizes (bench_llm.inc)
 
     print_and_save(out, prop);
     tg_backend_free(g_be);
