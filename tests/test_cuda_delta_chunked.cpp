@@ -21,6 +21,7 @@ struct ck_case {
     tg_delta_algo algo;
     float g_lo = -0.2f, g_hi = 0.0f, b_lo = 0.0f, b_hi = 1.0f;
     int zero_gates = 0;
+    int bv = 0;  // tg_cuda_sig.delta_chunk_bv (0 auto)
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -163,7 +164,16 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     std::vector<float> o;
     store st;
     std::string variant;
-    run_gpu(d, o, st, &variant);
+    {
+#ifdef TG_HAVE_CUDA
+        const tg_cuda_sig_knobs saved = tg_cuda_sig;
+        tg_cuda_sig.delta_chunk_bv = c.bv;
+#endif
+        run_gpu(d, o, st, &variant);
+#ifdef TG_HAVE_CUDA
+        tg_cuda_sig = saved;
+#endif
+    }
     const bool tensor = c.algo != TG_DELTA_ALGO_SCAN && c.Dk % 8 == 0 && (c.algo == TG_DELTA_ALGO_CHUNKED || c.T >= 64);
     EXPECT_EQ(variant.rfind("chunked", 0) == 0, tensor) << "variant " << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
@@ -213,6 +223,11 @@ std::vector<ck_case> ck_cases() {
         {"gdn_log_-inf_gates", 2, 200, 1, 2, 64, 64, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 9},
         {"gdn_bf16_state_f16_io", 2, 130, 2, 2, 128, 128, GD, LOG, true, BF16, F16, AUTO},
         {"gla_no_l2norm", 2, 130, 2, 2, 64, 64, GL, LOG, false, F32, F32, AUTO},
+        // column slices forced: 64 (one slice per head of 128), 32, 8 (Dv 20: three slices, one partial)
+        {"gdn_D128_bv64", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
+        {"gla_D128_bv32_bf16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
+        {"gdn_D256_bv32", 1, 70, 1, 1, 256, 256, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
+        {"gdn_Dk64_Dv20_bv8", 2, 70, 1, 2, 64, 20, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8},
         // the tensor path leaves Dk % 8 != 0 to the scan (16-bit q/k/v converted first)
         {"scan_fallback_Dk100_bf16", 2, 130, 1, 2, 100, 40, GD, LOG, true, F32, BF16, AUTO},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
