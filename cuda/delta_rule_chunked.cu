@@ -31,10 +31,10 @@
 namespace {
 
 constexpr int kC = 64;         // tokens per chunk
-constexpr int kThreads = 256;  // 8 warps
-constexpr int kWarps = kThreads / 32;
-constexpr int kMaxTiles = 8;   // 16x8 output tiles per warp (DKP * BV <= 8192)
 constexpr int kPS = kC + 4;    // row stride of the C x C matrices (floats)
+constexpr int kTilesC = 4;     // 16x8 tiles per warp of the C x C and C x BV products
+constexpr int kTilesS = 8;     // 16x8 tiles per warp of the state (DKP x BV)
+constexpr int kUnits = 8;      // 16-byte loads in flight per thread when staging
 
 struct chunk_args {
     tg_cuda_desc q, k, v, g, beta, state, o;
@@ -43,6 +43,7 @@ struct chunk_args {
     int delta, log_gate, l2norm;
     float scale;
     int DKP, BV, nslices;
+    int qk_vec, v_vec;  // q/k rows (v slices) load as 16-byte units
     const tg_cuda_err *err;
 };
 
@@ -69,37 +70,44 @@ __device__ inline void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigne
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// acc[i] += A B for output tile warp + 8 i of the M x N product (16 x 8 tiles,
-// row-major over N / 8), K a multiple of 8. a_at(m, k), b_at(k, n) read the
-// operands (shared memory). LOWER: A is lower triangular, so the k loop of a
-// tile stops after its last row.
-template <bool LOWER, typename FA, typename FB>
-__device__ inline void gemm(float (&acc)[kMaxTiles][4], int M, int N, int K, FA a_at, FB b_at) {
+// acc[i] += A B for output tile warp + NW i of the M x N product (16 x 8 tiles, row-major over
+// N / 8), K a multiple of 8; a_at(m, k), b_at(k, n) read the operands (shared memory). The k loop
+// is outside the tile loop, so the warp's independent MMAs overlap. LOWER: A is lower
+// triangular, a tile's k loop stops after its last row.
+template <int NW, int MAXT, bool LOWER, typename FA, typename FB>
+__device__ inline void gemm(float (&acc)[MAXT][4], int M, int N, int K, FA a_at, FB b_at) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int ntn = N / 8, ntiles = (M / 16) * ntn;
+    int m0[MAXT], n0[MAXT], kend = 0;
 #pragma unroll
-    for (int i = 0; i < kMaxTiles; i++) {
-        const int tile = warp + kWarps * i;
-        if (tile < ntiles) {
-            const int m0 = (tile / ntn) * 16, n0 = (tile % ntn) * 8;
-            const int kend = LOWER ? min(K, m0 + 16) : K;
-#pragma unroll 2
-            for (int k0 = 0; k0 < kend; k0 += 8) {
-                const unsigned a0 = to_tf32(a_at(m0 + g, k0 + c)), a1 = to_tf32(a_at(m0 + g + 8, k0 + c));
-                const unsigned a2 = to_tf32(a_at(m0 + g, k0 + c + 4)), a3 = to_tf32(a_at(m0 + g + 8, k0 + c + 4));
-                const unsigned b0 = to_tf32(b_at(k0 + c, n0 + g)), b1 = to_tf32(b_at(k0 + c + 4, n0 + g));
+    for (int i = 0; i < MAXT; i++) {
+        const int tile = warp + NW * i;
+        m0[i] = tile < ntiles ? (tile / ntn) * 16 : -1;
+        n0[i] = tile < ntiles ? (tile % ntn) * 8 : 0;
+        const int ke = m0[i] < 0 ? 0 : LOWER ? min(K, m0[i] + 16) : K;
+        kend = max(kend, ke);
+    }
+#pragma unroll 1
+    for (int k0 = 0; k0 < kend; k0 += 8) {
+#pragma unroll
+        for (int i = 0; i < MAXT; i++) {
+            if (m0[i] >= 0 && (!LOWER || k0 < m0[i] + 16)) {
+                const int r = m0[i] + g;
+                const unsigned a0 = to_tf32(a_at(r, k0 + c)), a1 = to_tf32(a_at(r + 8, k0 + c));
+                const unsigned a2 = to_tf32(a_at(r, k0 + c + 4)), a3 = to_tf32(a_at(r + 8, k0 + c + 4));
+                const unsigned b0 = to_tf32(b_at(k0 + c, n0[i] + g)), b1 = to_tf32(b_at(k0 + c + 4, n0[i] + g));
                 mma_tf32(acc[i], a0, a1, a2, a3, b0, b1);
             }
         }
     }
 }
 // Visit the elements of the warp's tiles: f(i, e, row, col) for acc[i][e].
-template <typename F> __device__ inline void for_tiles(int M, int N, F f) {
+template <int NW, int MAXT, typename F> __device__ inline void for_tiles(int M, int N, F f) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int ntn = N / 8, ntiles = (M / 16) * ntn;
 #pragma unroll
-    for (int i = 0; i < kMaxTiles; i++) {
-        const int tile = warp + kWarps * i;
+    for (int i = 0; i < MAXT; i++) {
+        const int tile = warp + NW * i;
         if (tile < ntiles) {
             const int m0 = (tile / ntn) * 16, n0 = (tile % ntn) * 8;
 #pragma unroll
@@ -115,7 +123,73 @@ template <int N> __device__ inline void zero(float (&acc)[N][4]) {
 // The scan's rule: an exact zero stays zero under any non-NaN factor.
 __device__ inline float keep_zero_mul(float d, float x) { return x == 0.0f && !isnan(d) ? 0.0f : d * x; }
 
-__global__ void __launch_bounds__(kThreads, 1) delta_chunked_kernel(const chunk_args a) {
+// 16 bytes of a row (4 F32 or 8 F16/BF16 values) to floats in shared memory (16-byte aligned).
+__device__ inline void put_unit(float *d, uint4 u, tg_type type) {
+    if (type == TG_TYPE_F32) {
+        *(float4 *)d = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+        return;
+    }
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (type == TG_TYPE_F16) {
+            __half2 h;
+            memcpy(&h, &w[e], 4);
+            const float2 x = __half22float2(h);
+            f[2 * e] = x.x, f[2 * e + 1] = x.y;
+        } else {
+            __nv_bfloat162 h;
+            memcpy(&h, &w[e], 4);
+            const float2 x = __bfloat1622float2(h);
+            f[2 * e] = x.x, f[2 * e + 1] = x.y;
+        }
+    }
+    *(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(d + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Rows t < n (global row t at base + t * rs, element e at + e * es) of cnt elements into
+// dst + t * ds, as F32. vec: unit-stride rows of cnt * es bytes, a multiple of 16, 16-byte aligned:
+// kUnits 16-byte loads per thread in flight at once; otherwise element by element.
+template <int NT>
+__device__ inline void stage_rows(float *dst, int ds, const char *base, long long rs, long long es, tg_type type, int n,
+                                  int cnt, bool vec) {
+    const int tid = threadIdx.x;
+    if (vec) {
+        const int epu = type == TG_TYPE_F32 ? 4 : 8, U = cnt / epu, total = n * U;
+#pragma unroll 1
+        for (int u0 = 0; u0 < total; u0 += NT * kUnits) {
+            uint4 r[kUnits];
+#pragma unroll
+            for (int m = 0; m < kUnits; m++) {
+                const int u = u0 + tid + NT * m;
+                if (u < total) {
+                    const int t = u / U, c = u - t * U;
+                    r[m] = __ldg((const uint4 *)(base + t * rs + 16LL * c));
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < kUnits; m++) {
+                const int u = u0 + tid + NT * m;
+                if (u < total) {
+                    const int t = u / U, c = u - t * U;
+                    put_unit(dst + t * ds + c * epu, r[m], type);
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int x = tid; x < n * cnt; x += NT) {
+        const int t = x / cnt, i = x - t * cnt;
+        dst[t * ds + i] = tg_cuda_load(base + t * rs + i * es, type);
+    }
+}
+
+template <int NW>
+__global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_args a) {
+    constexpr int NT = NW * 32;
     extern __shared__ float4 csm4[];
     const int DKP = a.DKP, BV = a.BV, QS = q_stride(DKP), VS = v_stride(BV);
     float *sQ = (float *)csm4, *sK = sQ + kC * QS, *sV = sK + kC * QS, *sS = sV + kC * VS, *sP = sS + DKP * VS;
@@ -123,61 +197,75 @@ __global__ void __launch_bounds__(kThreads, 1) delta_chunked_kernel(const chunk_
     float *sD0 = sB + kC, *sDl = sD0 + kC;
     int *sZ = (int *)(sDl + kC);
 
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
-    const int hk = h / (a.Hv / a.Hk), j0 = slice * BV;
+    const int hk = h / (a.Hv / a.Hk), j0 = slice * BV, nv = min(BV, a.Dv - j0);
     // the error record of earlier kernels of this graph: read now, used before the state store
     const bool clear = tg_cuda_record_clear(a.err);
     const bool has_state = a.state.data != nullptr;
 
-    // the state slice: S[i][jj] at sS[i * VS + jj], zero past Dk / Dv and without a state
-    for (int x = tid; x < DKP * BV; x += kThreads) {
+    // padding (columns past Dk / the slice, rows past the last token) is zero; the state slice
+    // S[i][jj] at sS[i * VS + jj], zero past Dk / Dv and without a state
+    for (int x = tid; x < 2 * kC * QS + kC * VS; x += NT) sQ[x] = 0.0f;
+    for (int x = tid; x < DKP * BV; x += NT) {
         const int jj = x / DKP, i = x - jj * DKP;  // i fastest: coalesced along the state's rows
-        const int j = j0 + jj;
-        sS[i * VS + jj] = has_state && i < a.Dk && j < a.Dv ? tg_cuda_load(tg_cuda_ptr(a.state, i, j, h, b), a.state.type) : 0.0f;
+        sS[i * VS + jj] = has_state && i < a.Dk && jj < nv ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
 
-    float accQS[kMaxTiles][4], acc[kMaxTiles][4];
+    float accQS[kTilesC][4];
 #pragma unroll 1
     for (long long t0 = 0; t0 < a.T; t0 += kC) {
         const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
         __syncthreads();  // the previous chunk is done with every buffer
-        // 1. stage the chunk (padding rows: q = k = v = 0, gate neutral, beta 0)
-        for (int x = tid; x < kC * DKP; x += kThreads) {
-            const int t = x / DKP, i = x - t * DKP;
-            const bool in = t < n && i < a.Dk;
-            sQ[t * QS + i] = in ? tg_cuda_load(tg_cuda_ptr(a.q, i, hk, t0 + t, b), a.q.type) : 0.0f;
-            sK[t * QS + i] = in ? tg_cuda_load(tg_cuda_ptr(a.k, i, hk, t0 + t, b), a.k.type) : 0.0f;
+        // 1. stage the chunk (the last one: rows past n zero; gate neutral, beta 0 there)
+        if (n < kC) {
+            for (int x = tid; x < (kC - n) * QS; x += NT) sQ[n * QS + x] = 0.0f, sK[n * QS + x] = 0.0f;
+            for (int x = tid; x < (kC - n) * VS; x += NT) sV[n * VS + x] = 0.0f;
         }
-        for (int x = tid; x < kC * BV; x += kThreads) {
-            const int t = x / BV, jj = x - t * BV;
-            sV[t * VS + jj] = t < n && j0 + jj < a.Dv ? tg_cuda_load(tg_cuda_ptr(a.v, j0 + jj, h, t0 + t, b), a.v.type) : 0.0f;
-        }
+        stage_rows<NT>(sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.nb[0], a.q.type, n, a.Dk, a.qk_vec);
+        stage_rows<NT>(sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.nb[0], a.k.type, n, a.Dk, a.qk_vec);
+        stage_rows<NT>(sV, VS, tg_cuda_ptr(a.v, j0, h, t0, b), a.v.nb[2], a.v.nb[0], a.v.type, n, nv, a.v_vec);
         if (tid < kC) {
             const bool in = tid < n;
-            sL[tid] = in ? *(const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0) : (a.log_gate ? 0.0f : 1.0f);
-            sB[tid] = in ? *(const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0) : 0.0f;
+            sL[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+            sB[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0)) : 0.0f;
         }
         __syncthreads();
-        // the gate prefix (one thread; see the CPU reference), then the decays
-        if (tid == 0) {
-            float l = 0.0f, sg = 1.0f;
-            int z = -1;
-            for (int r = 0; r < kC; r++) {
+        // the gate prefix (L, sign, Z) by warp 0: a scan of (sum log|a|, count of negative gates,
+        // last zero) over the chunk, two tokens per lane
+        if (warp == 0) {
+            float l[2];
+            int neg[2], z[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int r = 2 * lane + e;
                 const float gv = sL[r];
                 const bool zero = a.log_gate ? gv == -INFINITY : gv == 0.0f;
-                if (zero) {
-                    z = r;
-                } else {
-                    l += a.log_gate ? gv : logf(fabsf(gv));
-                    if (!a.log_gate && gv < 0.0f) sg = -sg;
-                }
-                sL[r] = l, sSg[r] = sg, sZ[r] = z;
+                l[e] = zero ? 0.0f : a.log_gate ? gv : logf(fabsf(gv));
+                neg[e] = !zero && !a.log_gate && gv < 0.0f;
+                z[e] = zero ? r : -1;
+            }
+            float L = l[0] + l[1];
+            int N = neg[0] + neg[1], Z = max(z[0], z[1]);
+#pragma unroll
+            for (int off = 1; off < 32; off <<= 1) {
+                const float Lo = __shfl_up_sync(0xffffffffu, L, off);
+                const int No = __shfl_up_sync(0xffffffffu, N, off), Zo = __shfl_up_sync(0xffffffffu, Z, off);
+                if (lane >= off) L += Lo, N += No, Z = max(Z, Zo);
+            }
+            // exclusive prefix of this lane, then its two tokens
+            float Le = L - (l[0] + l[1]);
+            int Ne = N - (neg[0] + neg[1]), Ze = __shfl_up_sync(0xffffffffu, Z, 1);
+            if (lane == 0) Ze = -1, Le = 0.0f, Ne = 0;
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                Le += l[e], Ne += neg[e], Ze = max(Ze, z[e]);
+                const int r = 2 * lane + e;
+                sL[r] = Le, sSg[r] = (Ne & 1) ? -1.0f : 1.0f, sZ[r] = Ze;
             }
         }
         if (a.l2norm) {
-            const int w = tid >> 5, lane = tid & 31;
-            for (int y = w; y < 2 * n; y += kWarps) {
+            for (int y = warp; y < 2 * n; y += NW) {
                 float *row = (y < n ? sQ : sK) + (y < n ? y : y - n) * QS;
                 double ss = 0.0;
                 for (int i = lane; i < a.Dk; i += 32) ss += (double)row[i] * row[i];
@@ -200,30 +288,37 @@ __global__ void __launch_bounds__(kThreads, 1) delta_chunked_kernel(const chunk_
         auto k_at = [&](int t, int i) { return sK[t * QS + i]; };
         auto kT_at = [&](int i, int s) { return sK[s * QS + i]; };
         auto s_at = [&](int i, int j) { return sS[i * VS + j]; };
-        zero(acc);
-        gemm<false>(acc, kC, kC, DKP, q_at, kT_at);
-        for_tiles(kC, kC, [&](int i, int e, int t, int s) { sP[t * kPS + s] = s <= t ? acc[i][e] * decay(t, s) : 0.0f; });
-        if (a.delta) {
+        auto v_at = [&](int s, int j) { return sV[s * VS + j]; };
+        {
+            float acc[kTilesC][4];
             zero(acc);
-            gemm<false>(acc, kC, kC, DKP, k_at, kT_at);
-            for_tiles(kC, kC, [&](int i, int e, int t, int s) {
-                sA[t * kPS + s] = s < t ? sB[t] * acc[i][e] * decay(t, s) : 0.0f;
+            gemm<NW, kTilesC, false>(acc, kC, kC, DKP, q_at, kT_at);
+            for_tiles<NW, kTilesC>(kC, kC, [&](int i, int e, int t, int s) {
+                sP[t * kPS + s] = s <= t ? acc[i][e] * decay(t, s) : 0.0f;
             });
-        }
-        // Q S (kept for the output); K S -> R = beta (V - d(t, -1) K S) in place of V (GATED_LINEAR: beta V)
-        zero(accQS);
-        gemm<false>(accQS, kC, BV, DKP, q_at, s_at);
-        if (a.delta) {
-            zero(acc);
-            gemm<false>(acc, kC, BV, DKP, k_at, s_at);
-            for_tiles(kC, BV, [&](int i, int e, int t, int j) {
-                float &x = sV[t * VS + j];
-                x = sB[t] * (x - keep_zero_mul(decay(t, -1), acc[i][e]));
-            });
-        } else {
-            for (int x = tid; x < kC * BV; x += kThreads) {
-                const int t = x / BV, jj = x - t * BV;
-                sV[t * VS + jj] *= sB[t];
+            if (a.delta) {
+                zero(acc);
+                gemm<NW, kTilesC, false>(acc, kC, kC, DKP, k_at, kT_at);
+                for_tiles<NW, kTilesC>(kC, kC, [&](int i, int e, int t, int s) {
+                    sA[t * kPS + s] = s < t ? sB[t] * acc[i][e] * decay(t, s) : 0.0f;
+                });
+            }
+            // Q S (kept for the output); K S -> R = beta (V - d(t, -1) K S) in place of V
+            // (GATED_LINEAR: U = beta V)
+            zero(accQS);
+            gemm<NW, kTilesC, false>(accQS, kC, BV, DKP, q_at, s_at);
+            if (a.delta) {
+                zero(acc);
+                gemm<NW, kTilesC, false>(acc, kC, BV, DKP, k_at, s_at);
+                for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) {
+                    float &x = sV[t * VS + j];
+                    x = sB[t] * (x - keep_zero_mul(decay(t, -1), acc[i][e]));
+                });
+            } else {
+                for (int x = tid; x < kC * BV; x += NT) {
+                    const int t = x / BV, jj = x - t * BV;
+                    sV[t * VS + jj] *= sB[t];
+                }
             }
         }
         __syncthreads();
@@ -231,52 +326,65 @@ __global__ void __launch_bounds__(kThreads, 1) delta_chunked_kernel(const chunk_
         // 3. T = (I + A)^-1 (forward substitution, column j by 4 lanes; every T[t][j] is written
         //    by the lane that reads it later: lane (t - j) % 4), then U = T R in place of R
         if (a.delta) {
-            const int j = tid >> 2, l = tid & 3;
+            if (tid < 4 * kC) {
+                const int j = tid >> 2, l = tid & 3;
 #pragma unroll 1
-            for (int t = 0; t < kC; t++) {
-                float x = 0.0f;
-                if (t > j)
-                    for (int r = j + l; r < t; r += 4) x = fmaf(sA[t * kPS + r], sT[r * kPS + j], x);
-                x += __shfl_xor_sync(0xffffffffu, x, 1);
-                x += __shfl_xor_sync(0xffffffffu, x, 2);
-                if (t < j) {
-                    if (l == 0) sT[t * kPS + j] = 0.0f;
-                } else if (((t - j) & 3) == l) {
-                    sT[t * kPS + j] = t == j ? 1.0f : -x;
+                for (int t = 0; t < kC; t++) {
+                    float x = 0.0f;
+                    if (t > j)
+                        for (int r = j + l; r < t; r += 4) x = fmaf(sA[t * kPS + r], sT[r * kPS + j], x);
+                    x += __shfl_xor_sync(0xffffffffu, x, 1);
+                    x += __shfl_xor_sync(0xffffffffu, x, 2);
+                    if (t < j) {
+                        if (l == 0) sT[t * kPS + j] = 0.0f;
+                    } else if (((t - j) & 3) == l) {
+                        sT[t * kPS + j] = t == j ? 1.0f : -x;
+                    }
                 }
             }
             __syncthreads();
+            float acc[kTilesC][4];
             zero(acc);
-            gemm<true>(acc, kC, BV, kC, [&](int t, int s) { return sT[t * kPS + s]; },
-                       [&](int s, int j) { return sV[s * VS + j]; });
+            gemm<NW, kTilesC, true>(acc, kC, BV, kC, [&](int t, int s) { return sT[t * kPS + s]; }, v_at);
             __syncthreads();  // every read of R is done
-            for_tiles(kC, BV, [&](int i, int e, int t, int j) { sV[t * VS + j] = acc[i][e]; });
+            for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) { sV[t * VS + j] = acc[i][e]; });
             __syncthreads();
         }
 
         // 4. O = scale (d(t, -1) Q S + P U), rows < n, columns < Dv
-        for_tiles(kC, BV, [&](int i, int e, int t, int j) { accQS[i][e] = keep_zero_mul(sD0[t], accQS[i][e]); });
-        gemm<true>(accQS, kC, BV, kC, [&](int t, int s) { return sP[t * kPS + s]; },
-                   [&](int s, int j) { return sV[s * VS + j]; });
-        for_tiles(kC, BV, [&](int i, int e, int t, int j) {
-            if (t < n && j0 + j < a.Dv) *(float *)tg_cuda_ptr(a.o, j0 + j, h, t0 + t, b) = a.scale * accQS[i][e];
+        for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) { accQS[i][e] = keep_zero_mul(sD0[t], accQS[i][e]); });
+        gemm<NW, kTilesC, true>(accQS, kC, BV, kC, [&](int t, int s) { return sP[t * kPS + s]; }, v_at);
+        for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) {
+            if (t < n && j < nv) *(float *)tg_cuda_ptr(a.o, j0 + j, h, t0 + t, b) = a.scale * accQS[i][e];
         });
         //    S = d(C-1, -1) S + (K (.) d(C-1, t))^T U: each thread its own elements of S
-        zero(acc);
-        gemm<false>(acc, DKP, BV, kC, [&](int i, int t) { return sK[t * QS + i] * sDl[t]; },
-                    [&](int t, int j) { return sV[t * VS + j]; });
-        const float dl = sD0[kC - 1];
-        for_tiles(DKP, BV, [&](int i, int e, int r, int j) {
-            float &s = sS[r * VS + j];
-            s = keep_zero_mul(dl, s) + acc[i][e];
-        });
+        {
+            float acc[kTilesS][4];
+            zero(acc);
+            gemm<NW, kTilesS, false>(acc, DKP, BV, kC, [&](int i, int t) { return sK[t * QS + i] * sDl[t]; }, v_at);
+            const float dl = sD0[kC - 1];
+            for_tiles<NW, kTilesS>(DKP, BV, [&](int i, int e, int r, int j) {
+                float &x = sS[r * VS + j];
+                x = keep_zero_mul(dl, x) + acc[i][e];
+            });
+        }
     }
     __syncthreads();
     if (!has_state || !clear) return;
-    for (int x = tid; x < a.Dk * BV; x += kThreads) {
+    for (int x = tid; x < a.Dk * nv; x += NT) {
         const int jj = x / a.Dk, i = x - jj * a.Dk;
-        if (j0 + jj < a.Dv) tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
     }
+}
+
+// 16-byte unit loads of rows of cnt elements: unit stride, rows (at any index of dims 1..3) and
+// the start at col0 16-byte aligned, cnt * es a multiple of 16.
+bool rows16(const tg_tensor *t, long long cnt, long long col0) {
+    const size_t es = tg_type_size(t->type);
+    if (t->nb[0] != es || (cnt * es) % 16 || ((uintptr_t)t->data + col0 * es) % 16) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 16) return false;
+    return true;
 }
 
 }  // namespace
@@ -306,36 +414,46 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     a.DKP = (int)((Dk + 15) / 16 * 16);
     a.err = cu->d_err;
 
-    // BV: the largest of 64/32/16/8 (not past Dv rounded up to 8) whose shared memory fits and
-    // whose tiles fit the warps' accumulators; then halved (to 16 at least) while the grid is
-    // under two blocks per SM
+    // BV: the largest of 128/64/32/16/8 (not past Dv rounded up to a power of 2) whose shared memory
+    // fits and whose tiles fit the warps' accumulators (16 warps from 64 columns on, else 8); then
+    // halved (to 16 at least) while the grid would fill less than half the SMs
     int dev = 0, optin = 0;
     TG_CUDA_TRY(be, call, cudaGetDevice(&dev));
     TG_CUDA_TRY(be, call, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
-    const int dv8 = (int)((Dv + 7) / 8 * 8);
-    int BV = tg_cuda_sig.delta_chunk_bv > 0 ? tg_cuda_sig.delta_chunk_bv : 64;
-    while (BV > 8 && BV / 2 >= dv8) BV /= 2;
-    while (BV > 8 && (chunk_smem(a.DKP, BV) > (size_t)optin || a.DKP * BV > kMaxTiles * kWarps * 128)) BV /= 2;
-    while (tg_cuda_sig.delta_chunk_bv == 0 && BV > 16 && (long long)B * Hv * ((Dv + BV - 1) / BV) < 2LL * sms) BV /= 2;
-    if (chunk_smem(a.DKP, BV) > (size_t)optin || a.DKP * BV > kMaxTiles * kWarps * 128)
+    auto warps_for = [](int bv) { return bv >= 64 ? 16 : 8; };
+    auto fits = [&](int bv) {
+        return chunk_smem(a.DKP, bv) <= (size_t)optin && a.DKP * bv <= kTilesS * warps_for(bv) * 128 &&
+               4 * (bv / 8) <= kTilesC * warps_for(bv);
+    };
+    int BV = tg_cuda_sig.delta_chunk_bv > 0 ? tg_cuda_sig.delta_chunk_bv : 128;
+    while (BV > 8 && BV / 2 >= Dv) BV /= 2;
+    while (BV > 8 && !fits(BV)) BV /= 2;
+    while (tg_cuda_sig.delta_chunk_bv == 0 && BV > 16 && 2LL * B * Hv * ((Dv + BV - 1) / BV) <= sms) BV /= 2;
+    if (!fits(BV))
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA chunked: Dk %lld needs more shared memory than the device has",
                       call, Dk);
     a.BV = BV;
     a.nslices = (int)((Dv + BV - 1) / BV);
+    a.qk_vec = rows16(q, Dk, 0) && rows16(k, Dk, 0);
+    a.v_vec = rows16(v, BV, 0) && rows16(v, Dv - (long long)(a.nslices - 1) * BV, 0);
     const long long blocks = (long long)a.nslices * Hv * B;
     if (blocks > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks);
     const size_t smem = chunk_smem(a.DKP, BV);
-    static size_t smem_set = 0;  // the kernel's dynamic shared-memory limit, raised once (grow-only)
-    if (smem > smem_set) {
-        TG_CUDA_TRY(be, call, cudaFuncSetAttribute(delta_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)smem));
-        smem_set = smem;
+    const int nw = warps_for(BV);
+    static size_t smem_set[2] = {0, 0};  // each kernel's dynamic shared-memory limit, raised once (grow-only)
+    if (smem > smem_set[nw == 16]) {
+        TG_CUDA_TRY(be, call, nw == 16 ? cudaFuncSetAttribute(delta_chunked_kernel<16>,
+                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
+                                       : cudaFuncSetAttribute(delta_chunked_kernel<8>,
+                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        smem_set[nw == 16] = smem;
     }
-    delta_chunked_kernel<<<(unsigned)blocks, kThreads, smem, cu->stream>>>(a);
+    if (nw == 16) delta_chunked_kernel<16><<<(unsigned)blocks, 16 * 32, smem, cu->stream>>>(a);
+    else delta_chunked_kernel<8><<<(unsigned)blocks, 8 * 32, smem, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     static char name[64];
-    snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d", a.DKP, BV);
+    snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw, a.qk_vec ? "" : "/scalar");
     tg_cuda_sig_last_delta = name;
     return TG_OK;
 }

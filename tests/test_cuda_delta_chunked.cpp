@@ -224,6 +224,9 @@ std::vector<ck_case> ck_cases() {
         {"gdn_bf16_state_f16_io", 2, 130, 2, 2, 128, 128, GD, LOG, true, BF16, F16, AUTO},
         {"gla_no_l2norm", 2, 130, 2, 2, 64, 64, GL, LOG, false, F32, F32, AUTO},
         // column slices forced: 64 (one slice per head of 128), 32, 8 (Dv 20: three slices, one partial)
+        {"gdn_D128_bv128_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128},
+        {"gla_D128_bv128_no_state", 1, 200, 1, 2, 128, 128, GL, LOG, true, -1, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128},
+        {"gdn_Dk32_Dv13_element_loads", 2, 100, 1, 2, 32, 13, GD, LOG, true, F32, F32, AUTO},
         {"gdn_D128_bv64", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
         {"gla_D128_bv32_bf16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
         {"gdn_D256_bv32", 1, 70, 1, 1, 256, 256, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
