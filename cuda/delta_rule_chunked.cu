@@ -44,6 +44,7 @@ struct chunk_args {
     float scale;
     int DKP, BV, nslices;
     int qk_vec, v_vec;  // q/k rows (v slices) load as 16-byte units
+    int o_pair;         // output columns j, j + 1 (j even) store as one 8-byte pair
     const tg_cuda_err *err;
 };
 
@@ -63,7 +64,7 @@ __device__ inline unsigned to_tf32(float x) {
 }
 __device__ inline void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                 unsigned b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -71,11 +72,14 @@ __device__ inline void mma_tf32(float (&d)[4], unsigned a0, unsigned a1, unsigne
 }
 
 // acc[i] += A B for output tile warp + NW i of the M x N product (16 x 8 tiles, row-major over
-// N / 8), K a multiple of 8; a_at(m, k), b_at(k, n) read the operands (shared memory). The k loop
-// is outside the tile loop, so the warp's independent MMAs overlap. LOWER: A is lower
-// triangular, a tile's k loop stops after its last row.
-template <int NW, int MAXT, bool LOWER, typename FA, typename FB>
-__device__ inline void gemm(float (&acc)[MAXT][4], int M, int N, int K, FA a_at, FB b_at) {
+// N / 8), K a multiple of 8; a_at(m, k), b_at(k, n) read the operands (shared memory). Operands go
+// to the tensor cores as F32 bits: values written by this kernel are rounded to TF32 where they
+// are written (tf32r); the state and the decayed K of the state update are truncated to TF32 by
+// the hardware. The k loop is outside the tile loop, so the warp's independent MMAs overlap.
+// LOWER: A is lower triangular, a tile's k loop stops after its last row. TWO: also
+// acc2 += A2 B with the same B fragments (Q and K against one operand).
+template <int NW, int MAXT, bool LOWER, bool TWO, typename FA, typename FB, typename FA2>
+__device__ inline void gemm(float (&acc)[MAXT][4], int M, int N, int K, FA a_at, FB b_at, float (*acc2)[4], FA2 a2_at) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     const int ntn = N / 8, ntiles = (M / 16) * ntn;
     int m0[MAXT], n0[MAXT], kend = 0;
@@ -93,14 +97,23 @@ __device__ inline void gemm(float (&acc)[MAXT][4], int M, int N, int K, FA a_at,
         for (int i = 0; i < MAXT; i++) {
             if (m0[i] >= 0 && (!LOWER || k0 < m0[i] + 16)) {
                 const int r = m0[i] + g;
-                const unsigned a0 = to_tf32(a_at(r, k0 + c)), a1 = to_tf32(a_at(r + 8, k0 + c));
-                const unsigned a2 = to_tf32(a_at(r, k0 + c + 4)), a3 = to_tf32(a_at(r + 8, k0 + c + 4));
-                const unsigned b0 = to_tf32(b_at(k0 + c, n0[i] + g)), b1 = to_tf32(b_at(k0 + c + 4, n0[i] + g));
-                mma_tf32(acc[i], a0, a1, a2, a3, b0, b1);
+                const unsigned b0 = __float_as_uint(b_at(k0 + c, n0[i] + g));
+                const unsigned b1 = __float_as_uint(b_at(k0 + c + 4, n0[i] + g));
+                mma_tf32(acc[i], __float_as_uint(a_at(r, k0 + c)), __float_as_uint(a_at(r + 8, k0 + c)),
+                         __float_as_uint(a_at(r, k0 + c + 4)), __float_as_uint(a_at(r + 8, k0 + c + 4)), b0, b1);
+                if constexpr (TWO)
+                    mma_tf32(acc2[i], __float_as_uint(a2_at(r, k0 + c)), __float_as_uint(a2_at(r + 8, k0 + c)),
+                             __float_as_uint(a2_at(r, k0 + c + 4)), __float_as_uint(a2_at(r + 8, k0 + c + 4)), b0, b1);
             }
         }
     }
 }
+template <int NW, int MAXT, bool LOWER, typename FA, typename FB>
+__device__ inline void gemm1(float (&acc)[MAXT][4], int M, int N, int K, FA a_at, FB b_at) {
+    gemm<NW, MAXT, LOWER, false>(acc, M, N, K, a_at, b_at, (float(*)[4]) nullptr, a_at);
+}
+// x rounded to the nearest TF32 (kept as an F32 value)
+__device__ inline float tf32r(float x) { return __uint_as_float(to_tf32(x)); }
 // Visit the elements of the warp's tiles: f(i, e, row, col) for acc[i][e].
 template <int NW, int MAXT, typename F> __device__ inline void for_tiles(int M, int N, F f) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -207,6 +220,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
     // padding (columns past Dk / the slice, rows past the last token) is zero; the state slice
     // S[i][jj] at sS[i * VS + jj], zero past Dk / Dv and without a state
     for (int x = tid; x < 2 * kC * QS + kC * VS; x += NT) sQ[x] = 0.0f;
+#pragma unroll 4
     for (int x = tid; x < DKP * BV; x += NT) {
         const int jj = x / DKP, i = x - jj * DKP;  // i fastest: coalesced along the state's rows
         sS[i * VS + jj] = has_state && i < a.Dk && jj < nv ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
@@ -272,8 +286,10 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
 #pragma unroll
                 for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
                 const float inv = (float)(1.0 / sqrt(ss + (double)1e-6f));
-                for (int i = lane; i < a.Dk; i += 32) row[i] *= inv;
+                for (int i = lane; i < a.Dk; i += 32) row[i] = tf32r(row[i] * inv);
             }
+        } else {
+            for (int x = tid; x < n * QS; x += NT) sQ[x] = tf32r(sQ[x]), sK[x] = tf32r(sK[x]);
         }
         __syncthreads();
         // d(t, s) = 0 if Z[t] > s, else sign_t sign_s exp(L_t - L_s)
@@ -292,52 +308,57 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         {
             float acc[kTilesC][4];
             zero(acc);
-            gemm<NW, kTilesC, false>(acc, kC, kC, DKP, q_at, kT_at);
-            for_tiles<NW, kTilesC>(kC, kC, [&](int i, int e, int t, int s) {
-                sP[t * kPS + s] = s <= t ? acc[i][e] * decay(t, s) : 0.0f;
-            });
             if (a.delta) {
-                zero(acc);
-                gemm<NW, kTilesC, false>(acc, kC, kC, DKP, k_at, kT_at);
+                float accA[kTilesC][4];
+                zero(accA);
+                gemm<NW, kTilesC, false, true>(acc, kC, kC, DKP, q_at, kT_at, accA, k_at);
                 for_tiles<NW, kTilesC>(kC, kC, [&](int i, int e, int t, int s) {
-                    sA[t * kPS + s] = s < t ? sB[t] * acc[i][e] * decay(t, s) : 0.0f;
+                    sA[t * kPS + s] = s < t ? sB[t] * accA[i][e] * decay(t, s) : 0.0f;  // F32: read by the substitution only
                 });
+            } else {
+                gemm1<NW, kTilesC, false>(acc, kC, kC, DKP, q_at, kT_at);
             }
+            for_tiles<NW, kTilesC>(kC, kC, [&](int i, int e, int t, int s) {
+                sP[t * kPS + s] = s <= t ? tf32r(acc[i][e] * decay(t, s)) : 0.0f;
+            });
             // Q S (kept for the output); K S -> R = beta (V - d(t, -1) K S) in place of V
             // (GATED_LINEAR: U = beta V)
             zero(accQS);
-            gemm<NW, kTilesC, false>(accQS, kC, BV, DKP, q_at, s_at);
             if (a.delta) {
                 zero(acc);
-                gemm<NW, kTilesC, false>(acc, kC, BV, DKP, k_at, s_at);
+                gemm<NW, kTilesC, false, true>(accQS, kC, BV, DKP, q_at, s_at, acc, k_at);
                 for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) {
                     float &x = sV[t * VS + j];
-                    x = sB[t] * (x - keep_zero_mul(decay(t, -1), acc[i][e]));
+                    x = tf32r(sB[t] * (x - keep_zero_mul(decay(t, -1), acc[i][e])));
                 });
             } else {
+                gemm1<NW, kTilesC, false>(accQS, kC, BV, DKP, q_at, s_at);
                 for (int x = tid; x < kC * BV; x += NT) {
                     const int t = x / BV, jj = x - t * BV;
-                    sV[t * VS + jj] *= sB[t];
+                    sV[t * VS + jj] = tf32r(sV[t * VS + jj] * sB[t]);
                 }
             }
         }
         __syncthreads();
 
-        // 3. T = (I + A)^-1 (forward substitution, column j by 4 lanes; every T[t][j] is written
-        //    by the lane that reads it later: lane (t - j) % 4), then U = T R in place of R
+        // 3. T = (I + A)^-1 (forward substitution, column j by L lanes; every T[t][j] is written
+        //    by the lane that reads it later: lane (t - j) % L), then U = T R in place of R
         if (a.delta) {
-            if (tid < 4 * kC) {
-                const int j = tid >> 2, l = tid & 3;
+            {
+                constexpr int L = NT / kC;  // lanes per column (4 or 8), consecutive in a warp
+                const int j = tid / L, l = tid % L;
 #pragma unroll 1
                 for (int t = 0; t < kC; t++) {
                     float x = 0.0f;
-                    if (t > j)
-                        for (int r = j + l; r < t; r += 4) x = fmaf(sA[t * kPS + r], sT[r * kPS + j], x);
-                    x += __shfl_xor_sync(0xffffffffu, x, 1);
-                    x += __shfl_xor_sync(0xffffffffu, x, 2);
+                    if (t > j) {
+#pragma unroll 2
+                        for (int r = j + l; r < t; r += L) x = fmaf(sA[t * kPS + r], sT[r * kPS + j], x);
+                    }
+#pragma unroll
+                    for (int off = 1; off < L; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
                     if (t < j) {
                         if (l == 0) sT[t * kPS + j] = 0.0f;
-                    } else if (((t - j) & 3) == l) {
+                    } else if ((t - j) % L == l) {
                         sT[t * kPS + j] = t == j ? 1.0f : -x;
                     }
                 }
@@ -345,23 +366,31 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             __syncthreads();
             float acc[kTilesC][4];
             zero(acc);
-            gemm<NW, kTilesC, true>(acc, kC, BV, kC, [&](int t, int s) { return sT[t * kPS + s]; }, v_at);
+            gemm1<NW, kTilesC, true>(acc, kC, BV, kC, [&](int t, int s) { return sT[t * kPS + s]; }, v_at);
             __syncthreads();  // every read of R is done
-            for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) { sV[t * VS + j] = acc[i][e]; });
+            for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) { sV[t * VS + j] = tf32r(acc[i][e]); });
             __syncthreads();
         }
 
         // 4. O = scale (d(t, -1) Q S + P U), rows < n, columns < Dv
         for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) { accQS[i][e] = keep_zero_mul(sD0[t], accQS[i][e]); });
-        gemm<NW, kTilesC, true>(accQS, kC, BV, kC, [&](int t, int s) { return sP[t * kPS + s]; }, v_at);
+        gemm1<NW, kTilesC, true>(accQS, kC, BV, kC, [&](int t, int s) { return sP[t * kPS + s]; }, v_at);
         for_tiles<NW, kTilesC>(kC, BV, [&](int i, int e, int t, int j) {
-            if (t < n && j < nv) *(float *)tg_cuda_ptr(a.o, j0 + j, h, t0 + t, b) = a.scale * accQS[i][e];
+            // pairs (e, e + 1) are columns j, j + 1: one 8-byte store where the output allows it
+            if ((e & 1) || t >= n || j >= nv) return;
+            char *p = tg_cuda_ptr(a.o, j0 + j, h, t0 + t, b);
+            if (a.o_pair && j + 1 < nv) {
+                *(float2 *)p = make_float2(a.scale * accQS[i][e], a.scale * accQS[i][e + 1]);
+            } else {
+                *(float *)p = a.scale * accQS[i][e];
+                if (j + 1 < nv) *(float *)(p + a.o.nb[0]) = a.scale * accQS[i][e + 1];
+            }
         });
         //    S = d(C-1, -1) S + (K (.) d(C-1, t))^T U: each thread its own elements of S
         {
             float acc[kTilesS][4];
             zero(acc);
-            gemm<NW, kTilesS, false>(acc, DKP, BV, kC, [&](int i, int t) { return sK[t * QS + i] * sDl[t]; }, v_at);
+            gemm1<NW, kTilesS, false>(acc, DKP, BV, kC, [&](int i, int t) { return sK[t * QS + i] * sDl[t]; }, v_at);
             const float dl = sD0[kC - 1];
             for_tiles<NW, kTilesS>(DKP, BV, [&](int i, int e, int r, int j) {
                 float &x = sS[r * VS + j];
@@ -436,6 +465,8 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     a.BV = BV;
     a.nslices = (int)((Dv + BV - 1) / BV);
     a.qk_vec = rows16(q, Dk, 0) && rows16(k, Dk, 0);
+    a.o_pair = dst->nb[0] == 4 && (uintptr_t)dst->data % 8 == 0 && dst->nb[1] % 8 == 0 && dst->nb[2] % 8 == 0 &&
+               dst->nb[3] % 8 == 0;
     a.v_vec = rows16(v, BV, 0) && rows16(v, Dv - (long long)(a.nslices - 1) * BV, 0);
     const long long blocks = (long long)a.nslices * Hv * B;
     if (blocks > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks);
