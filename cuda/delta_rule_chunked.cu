@@ -341,14 +341,17 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         }
         __syncthreads();
 
-        // 3. T = (I + A)^-1 (forward substitution, column j by L lanes; every T[t][j] is written
-        //    by the lane that reads it later: lane (t - j) % L), then U = T R in place of R
+        // 3. T = (I + A)^-1 by blocks of 16 (A strictly lower): the four diagonal blocks by forward
+        //    substitution (column j by L lanes; every T[t][j] is written by the lane that reads it
+        //    later: lane (t - j) % L), then the blocks below them, diagonal by diagonal:
+        //    T_ij = -T_ii sum_{j <= k < i} A_ik T_kj (X = the sum, kept in the unused upper block
+        //    (j, i) of T). Then U = T R in place of R.
         if (a.delta) {
             {
                 constexpr int L = NT / kC;  // lanes per column (4 or 8), consecutive in a warp
-                const int j = tid / L, l = tid % L;
+                const int j = tid / L, l = tid % L, d0 = j & ~15;
 #pragma unroll 1
-                for (int t = 0; t < kC; t++) {
+                for (int t = d0; t < d0 + 16; t++) {
                     float x = 0.0f;
                     if (t > j) {
 #pragma unroll 2
@@ -361,6 +364,25 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
                     } else if ((t - j) % L == l) {
                         sT[t * kPS + j] = t == j ? 1.0f : -x;
                     }
+                }
+            }
+#pragma unroll 1
+            for (int lv = 1; lv < 4; lv++) {
+                const int nb = 4 - lv;  // blocks (i, j = i - lv), i = lv .. 3
+                __syncthreads();
+                for (int x = tid; x < nb * 256; x += NT) {
+                    const int i = lv + x / 256, j = i - lv, r = (x / 16) % 16, c = x % 16;
+                    float y = 0.0f;
+                    for (int m = 16 * j; m < 16 * i; m++) y = fmaf(sA[(16 * i + r) * kPS + m], sT[m * kPS + 16 * j + c], y);
+                    sT[(16 * j + r) * kPS + 16 * i + c] = y;  // X_ij at block (j, i)
+                }
+                __syncthreads();
+                for (int x = tid; x < nb * 256; x += NT) {
+                    const int i = lv + x / 256, j = i - lv, r = (x / 16) % 16, c = x % 16;
+                    float y = 0.0f;
+                    for (int m = 0; m <= r; m++)
+                        y = fmaf(sT[(16 * i + r) * kPS + 16 * i + m], sT[(16 * j + m) * kPS + 16 * i + c], y);
+                    sT[(16 * i + r) * kPS + 16 * j + c] = -y;
                 }
             }
             __syncthreads();
