@@ -460,11 +460,16 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
     if (T == 0 || B == 0) return TG_OK;
 
-    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T, AUTO from
-    // T >= 64 (docs/ops.md: the measured crossover); never with SCAN or a forced scan kernel
+    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO where
+    // it measured faster than the scan (bench/NOTES.md): T >= 64, Dk >= 64 and more than half an SM's
+    // worth of (sequence, value head) pairs per SM, so that each block takes a whole 128-column head
+    // (B1 H16 T16384, split into 16-column slices, was slower than the scan); never with SCAN or a
+    // forced scan kernel
     const long long min_t = tg_cuda_sig.delta_chunk_min_t > 0 ? tg_cuda_sig.delta_chunk_min_t : 64;
+    const int sm_n = cu->sm_count > 0 ? cu->sm_count : 132;
+    const bool auto_chunked = T >= min_t && Dk >= 64 && 2 * B * Hv > sm_n;
     if (tg_cuda_delta_chunked_covers(Dk, Dv) && tg_cuda_sig.delta_kernel == KERN_AUTO &&
-        (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && T >= min_t)))
+        (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
         return tg_cuda_delta_rule_chunked(be, dst);
 
     // the scan reads F32 q/k/v: 16-bit ones are converted into the backend's scratch first
