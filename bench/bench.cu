@@ -273,28 +273,43 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
 }
 
 // delta_rule with Hk = Hv = H, Dk = Dv = D; state F32 (or none).
+// FLOPs of the chunked form per (sequence, head), C = 64 tokens per chunk, n = T / C chunks (2 per
+// multiply-add): Q K^T 2C^2 D, Q S 2C D^2, P U 2C^2 D (lower half counted whole), state update 2C D^2;
+// GATED_DELTA adds K K^T 2C^2 D, K S 2C D^2, T R 2C^2 D and the inversion C^3 / 3.
+double delta_chunked_flops(int B, int T, int H, int D, bool delta) {
+    const double C = 64, n = std::ceil(T / C);
+    double per = 2 * (2 * C * C * D) + 2 * (2 * C * D * (double)D);
+    if (delta) per += 2 * (2 * C * C * D) + 2 * C * D * (double)D + C * C * C / 3;
+    return per * n * B * H;
+}
+
 void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode, tg_gate_kind gate, bool l2norm,
-                 bool state, double target, bool launch_bound, tg_cuda_sig_knobs knobs) {
+                 bool state, double target, bool launch_bound, tg_cuda_sig_knobs knobs, tg_type io = TG_TYPE_F32,
+                 tg_delta_algo algo = TG_DELTA_ALGO_AUTO) {
     if (skip_row(id)) return;
     row r;
     r.id = id, r.op = "delta_rule", r.target_us = target, r.launch_bound = launch_bound;
     char buf_s[160];
     snprintf(buf_s, sizeof(buf_s), "B%d T%d H%d D%d", B, T, H, D);
     r.shape = buf_s;
-    snprintf(buf_s, sizeof(buf_s), "%s, gate %s, l2norm %s, %s", mode == TG_DELTA_GATED_DELTA ? "GATED_DELTA" : "GATED_LINEAR",
-             gate == TG_GATE_LOG ? "LOG" : "LINEAR", l2norm ? "on" : "off", state ? "F32 state" : "no state");
+    snprintf(buf_s, sizeof(buf_s), "%s, gate %s, l2norm %s, %s, %s q/k/v%s",
+             mode == TG_DELTA_GATED_DELTA ? "GATED_DELTA" : "GATED_LINEAR", gate == TG_GATE_LOG ? "LOG" : "LINEAR",
+             l2norm ? "on" : "off", state ? "F32 state" : "no state", tg_type_name(io),
+             algo == TG_DELTA_ALGO_SCAN ? ", algo SCAN" : algo == TG_DELTA_ALGO_CHUNKED ? ", algo CHUNKED" : "");
     r.config = buf_s;
     const double tok = (double)B * T * H;
-    r.bytes = tok * D * 4 * 4 + tok * 2 * 4 + (state ? 2.0 * B * H * D * D * 4 : 0.0);  // q k v o, g beta, S
+    const double es = tg_type_size(io);
+    r.bytes = tok * D * (3 * es + 4) + tok * 2 * 4 + (state ? 2.0 * B * H * D * D * 4 : 0.0);  // q k v o, g beta, S
+    r.flops = delta_chunked_flops(B, T, H, D, mode == TG_DELTA_GATED_DELTA);
     const int nsets = sets_for(r.bytes);
     tg_context *ctx = new_ctx(8 * nsets + 8);
     tg_tensor *S = state ? tg_new_tensor_4d(ctx, TG_TYPE_F32, D, D, H, B) : nullptr;
-    const tg_delta_params dp = {mode, gate, 1.0f / std::sqrt((float)D), l2norm};
+    const tg_delta_params dp = {mode, gate, 1.0f / std::sqrt((float)D), l2norm, algo};
     std::vector<tg_tensor *> in, nodes(nsets);
     tg_graph *g = tg_graph_new(ctx), *g1 = tg_graph_new(ctx);
     for (int s = 0; s < nsets; s++) {
-        tg_tensor *q = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B), *k = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
-        tg_tensor *v = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
+        tg_tensor *q = tg_new_tensor_4d(ctx, io, D, H, T, B), *k = tg_new_tensor_4d(ctx, io, D, H, T, B);
+        tg_tensor *v = tg_new_tensor_4d(ctx, io, D, H, T, B);
         tg_tensor *gt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B), *bt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B);
         in.insert(in.end(), {q, k, v, gt, bt});
         nodes[s] = tg_delta_rule(ctx, q, k, v, gt, bt, S, &dp);
@@ -363,7 +378,7 @@ double copy_bandwidth_gbs() {
 
 void print_and_save(const char *path, const cudaDeviceProp &prop) {
     printf("\n%-22s %-15s %-28s %-28s %9s %9s %9s %8s %6s %8s %s\n", "id", "op", "shape", "variant", "us(event)",
-           "us(graph)", "us(api)", "GB/s", "%copy", "target", "");
+           "us(graph)", "us(api)", "GB/s", "%copy", "target", "(TFLOP/s)");
     for (const row &r : g_rows) {
         // bandwidth from the time that counts for the row: graph replay for launch-bound ones
         const double us = (r.launch_bound && r.tm.us_graph > 0) ? r.tm.us_graph : r.tm.us_event;
@@ -371,7 +386,7 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
         char tgt[32] = "";
         if (r.target_us > 0) snprintf(tgt, sizeof(tgt), "<=%.0f", r.target_us);
         char tf[32] = "";
-        if (r.flops > 0) snprintf(tf, sizeof(tf), "%.1f TFLOP/s", r.flops / (us * 1e-6) / 1e12);
+        if (r.flops > 0) snprintf(tf, sizeof(tf), " %.1f TFLOP/s", r.flops / (us * 1e-6) / 1e12);
         printf("%-22s %-15s %-28s %-28s %9.2f %9.2f %9.1f %8.0f %5.1f%% %8s %s%s\n", r.id.c_str(), r.op.c_str(),
                r.shape.c_str(), r.variant.c_str(), r.tm.us_event, r.tm.us_graph, r.tm.us_api, gbs,
                100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "", tf);
@@ -441,10 +456,13 @@ int main(int argc, char **argv) {
     bench_kv("kv.decode", 64, 1, 32, 128, 4096, 4, true, dflt, "INTERLEAVED, tables, F32 caches");
     bench_kv("kv.prefill", 16, 1024, 32, 128, 4096, 300, false, dflt, "INTERLEAVED, tables, F32 caches");
     bench_delta("gla.seed", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 10, true, dflt);
-    bench_delta("gla.prefill", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 350, false, dflt);
+    const tg_type BF = TG_TYPE_BF16;
+    bench_delta("gla.prefill", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 150, false, dflt);
     bench_delta("gdn.decode", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 72, false, dflt);
     bench_delta("gdn.decode256", 256, 1, 32, 128, GD, TG_GATE_LOG, true, true, 285, false, dflt);
-    bench_delta("gdn.prefill", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 470, false, dflt);
+    bench_delta("gdn.prefill", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt);
+    bench_delta("gdn.prefill.bf16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 180, false, dflt, BF);
+    bench_delta("gdn.long", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt, BF);
     // variants, kept reachable by name (bench/README.md)
     bench_kv("kv.decode/separate", 64, 1, 32, 128, 4096, 0, true, separate, "validation kernel + write kernel");
     bench_kv("kv.prefill/scalar", 16, 1024, 32, 128, 4096, 0, false, scalar, "scalar path forced");
@@ -470,8 +488,29 @@ int main(int argc, char **argv) {
     bench_delta("gdn.decode/reg", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, dreg);
     bench_delta("gdn.decode/tpc8", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc8);
     bench_delta("gdn.decode/b64", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, b64);
-    bench_delta("gdn.prefill/tpc4", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc4);
-    bench_delta("gla.prefill/tpc4", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, tpc4);
+    bench_delta("gdn.prefill/tpc4", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc4,
+                TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+    bench_delta("gla.prefill/tpc4", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, tpc4,
+                TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+    // the scan (the precision switch) on the prefill rows, and the chunked path's crossover in T
+    bench_delta("gdn.prefill/scan", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32,
+                TG_DELTA_ALGO_SCAN);
+    bench_delta("gla.prefill/scan", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, dflt, TG_TYPE_F32,
+                TG_DELTA_ALGO_SCAN);
+    bench_delta("gdn.long/scan", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, BF,
+                TG_DELTA_ALGO_SCAN);
+    tg_cuda_sig_knobs bv32 = dflt, bv64 = dflt;
+    bv32.delta_chunk_bv = 32, bv64.delta_chunk_bv = 64;
+    bench_delta("gdn.prefill/bv32", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv32);
+    bench_delta("gdn.prefill/bv64", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv64);
+    for (int T : {16, 32, 64, 128, 256}) {
+        static char ids[5][2][40];
+        const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;
+        snprintf(ids[i][0], 40, "gdn.T%d/scan", T), snprintf(ids[i][1], 40, "gdn.T%d/chunked", T);
+        bench_delta(ids[i][0], 8, T, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+        bench_delta(ids[i][1], 8, T, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32,
+                    TG_DELTA_ALGO_CHUNKED);
+    }
     bench_delta("gla.seed/tpc4", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 0, true, tpc4);
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);

@@ -36,6 +36,12 @@ struct tg_cuda_sig_knobs {
     int delta_kernel = 0;
     // decode kernels: threads per block (0 auto: 128; rounded to whole warps).
     int delta_dec_threads = 0;
+    // chunked tensor-core path (algo AUTO): smallest T that takes it (0: the
+    // default, 64; AUTO also needs Dk >= 64 and 2 B Hv > SMs; algo CHUNKED
+    // takes it at any T, SCAN never).
+    int delta_chunk_min_t = 0;
+    // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
+    int delta_chunk_bv = 0;
 };
 extern tg_cuda_sig_knobs tg_cuda_sig;
 

@@ -126,7 +126,8 @@ struct builder {
         tg_tensor *beta = tg_sigmoid(ctx, tg_mul_mat(ctx, l.ssm_beta, xn));  // {Hv, T, n}
         tg_tensor *g = tg_mul(ctx, tg_softplus(ctx, tg_add(ctx, tg_mul_mat(ctx, l.ssm_alpha, xn), l.ssm_dt_bias)),
                               l.ssm_neg_exp_a);  // log gate, {Hv, T, n}
-        tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true};
+        tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true,
+                              TG_DELTA_ALGO_AUTO};
         tg_tensor *st = seq_slice(ctx, s.state[il], seq0, n);
         tg_tensor *o = tg_delta_rule(ctx, q, k, v, g, beta, st, &dp);  // {Dv, Hv, T, n}
         o = tg_reshape_3d(ctx, o, (int64_t)hp.ssm_dv * hp.ssm_hv, T, n);

@@ -250,15 +250,28 @@ typedef enum tg_gate_kind {
     TG_GATE_LOG = 1,     // a = exp(g) (fla's and ggml's)
 } tg_gate_kind;
 
+// Which algorithm computes the recurrence (the precision switch, as ggml's
+// mul_mat_set_prec): a zero-initialized field (C aggregate init) is AUTO.
+typedef enum tg_delta_algo {
+    TG_DELTA_ALGO_AUTO = 0,     // CPU: the scan; CUDA: the chunked tensor-core form where it measured
+                                // faster (T >= 64, Dk >= 64, more (sequence, value head) pairs than
+                                // half the SMs; docs/ops.md), else the scan
+    TG_DELTA_ALGO_SCAN = 1,     // the exact F32 sequential scan on every backend
+    TG_DELTA_ALGO_CHUNKED = 2,  // the chunked form at any T (CPU: the chunked F32 reference; CUDA: tensor
+                                // cores, or the scan where the head dims are not covered)
+} tg_delta_algo;
+
 typedef struct tg_delta_params {
     tg_delta_mode mode;
     tg_gate_kind gate;
     float scale;     // output scale: o_t = scale * S^T q_t
     bool l2norm_qk;  // normalize q and k as x / sqrt(sum x^2 + 1e-6) first
+    tg_delta_algo algo;  // AUTO (0), SCAN or CHUNKED
 } tg_delta_params;
 
 // delta_rule: gated linear / gated delta-rule recurrence.
-//   q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}; g, beta {Hv, T, B}; all F32;
+//   q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}: F32, F16 or BF16 (converted to F32 on load);
+//   g, beta {Hv, T, B} F32;
 //   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256];
 //   state {Dk, Dv, Hv, B} F32/F16/BF16 (S[i][j] at i + j*Dk) or NULL.
 //   -> o {Dv, Hv, T, B} F32.
@@ -279,6 +292,12 @@ typedef struct tg_delta_params {
 // sequence only. A NaN input reaches the outputs and state entries that
 // depend on it, in its own sequence and value heads only (a NaN g or beta:
 // the whole S of that head from that token on); reset the state to recover.
+// The chunked form (algo, above; docs/ops.md) computes the same recurrence per
+// chunk of 64 tokens with matrix products: CUDA rounds the products' inputs to
+// TF32 (relative error ~1e-3 vs float64 with l2-normalized q, k), and T tokens
+// at once then equal T single steps only to that tolerance (bit for bit with
+// SCAN). It handles zero gates (LINEAR g = 0, LOG g = -inf) exactly; the
+// infinite-gate-on-zero-state rule above holds for the scan only.
 TG_API tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *g,
                                 tg_tensor *beta, tg_tensor *state, const tg_delta_params *params);
 
