@@ -382,8 +382,23 @@ tg_backend *tg_backend_cuda_create(int device) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no usable CUDA driver or device (%s: %s)",
-                     cudaGetErrorName(e), cudaGetErrorString(e));
+        // Without a driver the runtime reports cudaErrorInsufficientDriver
+        // ("driver version is insufficient"): say what is really missing.
+        int drv = 0, rt = 0;
+        (void)cudaDriverGetVersion(&drv);  // 0 when no driver is installed
+        (void)cudaRuntimeGetVersion(&rt);
+        if (e == cudaErrorNoDevice)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no CUDA device present");
+        if (drv == 0)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED,
+                         "[backend_cuda] no CUDA device present (no NVIDIA driver is installed on this machine)");
+        if (e == cudaErrorInsufficientDriver)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED,
+                         "[backend_cuda] the NVIDIA driver supports CUDA %d.%d, older than this build's CUDA runtime "
+                         "%d.%d: update the driver",
+                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no usable CUDA device (%s: %s)", cudaGetErrorName(e),
+                     cudaGetErrorString(e));
     }
     if (n <= 0) TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no CUDA device present");
     if (device < 0 || device >= n)

@@ -365,8 +365,9 @@ TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
 // ---------------------------------------------------------------------------
 // GGUF files (version 3, little-endian): a strict reader and a writer.
 //
-// The reader loads the whole file into host memory and validates it before
-// it returns: every count and length against the bytes left, every size with
+// The reader checks the header (magic, version, counts against the file's
+// size) from the first 24 bytes, then loads the whole file into host memory
+// and validates it before it returns: every count and length against the bytes left, every size with
 // overflow checks, value and tensor types, names (unique, 1..63 bytes, no
 // NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
 // power of two, a multiple of 8; default 32), shapes (1..4 dims, each >= 1),
