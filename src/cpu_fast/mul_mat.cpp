@@ -1,0 +1,77 @@
+// mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
+// BF16, rows contiguous) and any b: b is converted to F32 once per mul_mat
+// (unless it already is F32 with contiguous rows), then every thread claims
+// blocks of 32 weight rows x 32 tokens from the node's counter, so a decode
+// step's matrix-vector product (N = 1) is split over weight rows and uses
+// every thread. Inside a block, 4x4 register tiles (simd.h mm_tile) read each
+// weight vector once for 4 tokens. Every output is one K-long dot product
+// computed the same way whatever the tiling and the thread count, so results
+// do not depend on either. F32 accumulation: lane-wise FMA over K, lanes
+// added in a fixed tree (a blocked sum: error ~ eps * K / width per term).
+#include "cpu_fast.h"
+
+namespace {
+
+constexpr int64_t k_mb = 32, k_nb = 32;  // rows and tokens per claimed block
+
+bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_contig(b) && b->nb[1] % 4 == 0; }
+
+int64_t plan(const tg_tensor *dst, int nth) {
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    if (!tg_fast_type(a->type) || !tg_fast_type(b->type) || dst->type != TG_TYPE_F32) return -1;
+    const size_t ts = tg_type_size(a->type);
+    if (!tg_rows_contig(a) || a->nb[1] % ts != 0 || !tg_rows_contig(dst) || dst->nb[1] % 4 != 0) return -1;
+    if (b_in_place(b)) return 0;
+    return (int64_t)tg_align64((size_t)(b->ne[0] * tg_nrows(b)) * 4);
+}
+
+void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
+    const tg_simd &simd = tg_simd_get();
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
+    const int64_t r2 = B2 / a->ne[2], r3 = B3 / a->ne[3];
+    const size_t ts = tg_type_size(a->type), lda = a->nb[1] / ts, ldo = dst->nb[1] / 4;
+
+    // b as F32 rows of K: converted into the scratch once, by all threads
+    const bool in_place = b_in_place(b);
+    float *bw = (float *)c.work;
+    if (!in_place) {
+        const int64_t nrows = tg_nrows(b);
+        int64_t r0, r1;
+        tg_split_rows(nrows, c.ith, c.nth, &r0, &r1);
+        for (int64_t r = r0; r < r1; r++) {
+            const int64_t n = r % N, i2 = (r / N) % B2, i3 = r / (N * B2);
+            float *row = bw + r * K;
+            if (tg_rows_contig(b))
+                simd.to_f32[tg_simd_type_index(b->type)](tg_ptr(b, 0, n, i2, i3), row, K);
+            else
+                for (int64_t k = 0; k < K; k++) row[k] = tg_get_f32(b, k, n, i2, i3);
+        }
+        c.sync();
+    }
+    const size_t ldb = in_place ? b->nb[1] / 4 : (size_t)K;
+    auto tile = simd.mm_tile[tg_simd_type_index(a->type)];
+
+    const int64_t nmb = (M + k_mb - 1) / k_mb, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
+    for (int64_t item = c.claim(); item < per_batch * B2 * B3; item = c.claim()) {
+        const int64_t bi = item / per_batch, mb = item % per_batch % nmb, nb = item % per_batch / nmb;
+        const int64_t i2 = bi % B2, i3 = bi / B2;
+        const char *abase = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
+        const float *bbase = in_place ? (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3])
+                                      : bw + (i3 * B2 + i2) * N * K;
+        float *obase = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        const int64_t m0 = mb * k_mb, m1 = m0 + k_mb < M ? m0 + k_mb : M;
+        const int64_t n0 = nb * k_nb, n1 = n0 + k_nb < N ? n0 + k_nb : N;
+        for (int64_t n = n0; n < n1; n += 4) {
+            const int C = n1 - n < 4 ? (int)(n1 - n) : 4;
+            for (int64_t m = m0; m < m1; m += 4) {
+                const int R = m1 - m < 4 ? (int)(m1 - m) : 4;
+                tile(abase + m * lda * ts, lda, bbase + n * ldb, ldb, K, obase + n * ldo + m, ldo, R, C);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+const tg_cpu_fast tg_fast_mul_mat = {plan, run};
