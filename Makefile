@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 GEN := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: all build run test sanitize bench clean
+.PHONY: all build run test sanitize bench bench-cpu clean
 
 all: build
 
@@ -26,8 +26,13 @@ sanitize:
 	cmake --build build-san -j $(JOBS)
 	cd build-san && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 
+# GPU op rows when the CUDA bench was built, else the CPU rows (make bench-cpu)
 bench: build
-	./$(BUILD)/bench/tinygml-bench
+	@if [ -x ./$(BUILD)/bench/tinygml-bench ]; then ./$(BUILD)/bench/tinygml-bench; \
+	else ./$(BUILD)/bench/tinygml-bench-cpu bench/results/cpu.json; fi
+
+bench-cpu: build
+	./$(BUILD)/bench/tinygml-bench-cpu bench/results/cpu.json
 
 clean:
 	rm -rf $(BUILD) build-san build-gpu

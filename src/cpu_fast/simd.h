@@ -36,12 +36,14 @@ struct tg_simd {
     float (*sumsq)(const float *x, int64_t n);
     float (*dot)(const float *a, const float *b, int64_t n);
 
-    // Delta rule on a state held as Dk rows of Dvp floats (S[i][j] at i*Dvp + j,
-    // Dvp a multiple of width, padding zero), for one token:
-    //   sk[j] = sum_i S[i][j] * k[i]                                  (dr_sk)
-    //   S[i][j] += k[i] * u[j];  o[j] = sum_i S[i][j] * q[i]          (dr_update)
-    void (*dr_sk)(const float *S, int64_t Dk, int64_t Dvp, const float *k, float *sk);
-    void (*dr_update)(float *S, int64_t Dk, int64_t Dvp, const float *k, const float *u, const float *q, float *o);
+    // One token of the delta rule for one (value head, sequence), on a state
+    // held as Dv rows of Dkp floats (S_j[i] = S[i][j] at j*Dkp + i, the
+    // storage order; Dkp a multiple of width, padding zero; k, q padded with
+    // zeros too). For each j, in one pass over row j:
+    //   S_j = a*S_j;  u = beta*(v[j] - S_j.k) (delta) or beta*v[j];
+    //   S_j += u*k;  o[j] = scale * S_j.q
+    void (*dr_token)(float *S, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a,
+                     float beta, float scale, bool delta, float *o);
 };
 
 const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64

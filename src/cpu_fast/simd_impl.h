@@ -89,6 +89,16 @@ inline vf vld_bf16(const uint16_t *p) {
 #endif
 
 // Lanes added in a fixed tree (halves folded), the same for every call.
+#if defined(TG_SIMD_AVX512)
+inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+#elif defined(TG_SIMD_AVX2)
+inline float vsum(vf v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+#else
 inline float vsum(vf v) {
     float t[W];
     memcpy(t, &v, sizeof t);
@@ -96,6 +106,7 @@ inline float vsum(vf v) {
         for (int i = 0; i < w; i++) t[i] += t[i + w];
     return t[0];
 }
+#endif
 
 inline float f16_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
 inline float bf16_to_f32(uint16_t h) {
@@ -236,25 +247,33 @@ float dot(const float *a, const float *b, int64_t n) {
 float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
 
 // ---------------------------------------------------------------------------
-// Delta rule rows
+// Delta rule token
 
-void dr_sk(const float *S, int64_t Dk, int64_t Dvp, const float *k, float *sk) {
-    for (int64_t j = 0; j < Dvp; j += W) {
-        vf acc = vzero();
-        for (int64_t i = 0; i < Dk; i++) acc = vfma(vld(S + i * Dvp + j), vset1(k[i]), acc);
-        vst(sk + j, acc);
-    }
-}
-void dr_update(float *S, int64_t Dk, int64_t Dvp, const float *k, const float *u, const float *q, float *o) {
-    for (int64_t j = 0; j < Dvp; j += W) {
-        const vf uj = vld(u + j);
-        vf acc = vzero();
-        for (int64_t i = 0; i < Dk; i++) {
-            const vf s = vfma(vset1(k[i]), uj, vld(S + i * Dvp + j));
-            vst(S + i * Dvp + j, s);
-            acc = vfma(s, vset1(q[i]), acc);
+void dr_token(float *S, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a, float beta,
+              float scale, bool delta, float *o) {
+    const vf av = vset1(a);
+    for (int64_t j = 0; j < Dv; j++) {
+        float *s = S + j * Dkp;
+        float u = beta * v[j];
+        if (delta) {
+            vf acc = vzero();
+            for (int64_t i = 0; i < Dkp; i += W) {
+                const vf x = vmul(av, vld(s + i));
+                vst(s + i, x);
+                acc = vfma(x, vld(k + i), acc);
+            }
+            u = beta * (v[j] - vsum(acc));
+        } else {
+            for (int64_t i = 0; i < Dkp; i += W) vst(s + i, vmul(av, vld(s + i)));
         }
-        vst(o + j, acc);
+        const vf uv = vset1(u);
+        vf acc = vzero();
+        for (int64_t i = 0; i < Dkp; i += W) {
+            const vf x = vfma(uv, vld(k + i), vld(s + i));
+            vst(s + i, x);
+            acc = vfma(x, vld(q + i), acc);
+        }
+        o[j] = scale * vsum(acc);
     }
 }
 
@@ -271,8 +290,7 @@ const tg_simd k_table = {
     mul1,
     sumsq,
     dot,
-    dr_sk,
-    dr_update,
+    dr_token,
 };
 
 }  // namespace
