@@ -117,14 +117,21 @@ struct thread_pool {
         work_cap = cap;
         return true;
     }
-    // run the node on every thread, the caller being thread 0
-    void run(const tg_tensor *t, tg_cpu_fn ref_fn, void (*fast_fn)(const tg_tensor *, const tg_cpu_ctx &)) {
+    // run the node on every thread (the caller being thread 0), or on the
+    // caller alone when single
+    void run(const tg_tensor *t, tg_cpu_fn ref_fn, void (*fast_fn)(const tg_tensor *, const tg_cpu_ctx &),
+             bool single) {
         node = t;
         ref = ref_fn;
         fast = fast_fn;
         next.store(0, std::memory_order_relaxed);
-        if (n == 1) {
-            work_on(0);
+        if (n == 1 || single) {
+            if (fast) {
+                const tg_cpu_ctx c = {0, 1, work, &next, barrier, this};
+                fast(node, c);
+            } else {
+                ref(node, 0, 1);
+            }
             return;
         }
         done.store(0, std::memory_order_relaxed);
@@ -137,6 +144,20 @@ struct thread_pool {
         spin_wait([&] { return done.load(std::memory_order_acquire) == n - 1; });
     }
 };
+
+// Rough work of a node (multiply-adds or elements touched): below
+// k_small_work one thread runs it, as waking the others would cost more.
+double node_work(const tg_tensor *t) {
+    const tg_tensor *a = t->src[0], *b = t->src[1];
+    switch (t->op) {
+        case TG_OP_MUL_MAT: return (double)tg_nelements(a) * (double)tg_nrows(b);
+        case TG_OP_ATTENTION: return (double)tg_nelements(a) * (double)b->ne[2] * 2;
+        case TG_OP_DELTA_RULE: return (double)tg_nelements(t) * (double)a->ne[0] * 4;
+        case TG_OP_ROPE_KV_UPDATE: return (double)tg_nelements(t->src[2]) * 4;
+        default: return (double)tg_nelements(t) + (a ? (double)tg_nelements(a) : 0.0);
+    }
+}
+constexpr double k_small_work = 32768;
 
 struct cpu_impl {
     thread_pool pool;
@@ -189,11 +210,12 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
         }
         // the fast path when the op has one for this layout and its scratch exists
         const tg_cpu_fast *fast = impl->use_fast ? op.cpu_fast : nullptr;
-        const int64_t ws = fast ? fast->plan(t, impl->pool.n) : -1;
+        const bool single = node_work(t) < k_small_work;
+        const int64_t ws = fast ? fast->plan(t, single ? 1 : impl->pool.n) : -1;
         if (ws >= 0 && impl->pool.reserve((size_t)ws))
-            impl->pool.run(t, op.cpu, fast->run);
+            impl->pool.run(t, op.cpu, fast->run, single);
         else
-            impl->pool.run(t, op.cpu, nullptr);
+            impl->pool.run(t, op.cpu, nullptr, single);
     }
     return TG_OK;
 }

@@ -16,7 +16,7 @@ extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rul
 // Layout helpers
 inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
 // ne0 elements of each row are contiguous
-inline bool tg_rows_contig(const tg_tensor *t) { return t->nb[0] == tg_type_size(t->type); }
+inline bool tg_rows_contig(const tg_tensor *t) { return t->ne[0] == 1 || t->nb[0] == tg_type_size(t->type); }
 inline bool tg_fully_contig(const tg_tensor *t) {
     size_t nb = tg_type_size(t->type);
     for (int i = 0; i < TG_MAX_DIMS; i++) {

@@ -14,6 +14,10 @@ namespace {
 
 constexpr int64_t k_mb = 32, k_nb = 32;  // rows and tokens per claimed block
 
+// per thread: a block of k_mb weight rows converted to F32 (16-bit weights
+// used by more than 4 tokens: converted once per block, not once per tile)
+size_t wblock_bytes(const tg_tensor *a) { return a->type == TG_TYPE_F32 ? 0 : tg_align64((size_t)(k_mb * a->ne[0]) * 4); }
+
 bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_contig(b) && b->nb[1] % 4 == 0; }
 
 int64_t plan(const tg_tensor *dst, int nth) {
@@ -21,8 +25,8 @@ int64_t plan(const tg_tensor *dst, int nth) {
     if (!tg_fast_type(a->type) || !tg_fast_type(b->type) || dst->type != TG_TYPE_F32) return -1;
     const size_t ts = tg_type_size(a->type);
     if (!tg_rows_contig(a) || a->nb[1] % ts != 0 || !tg_rows_contig(dst) || dst->nb[1] % 4 != 0) return -1;
-    if (b_in_place(b)) return 0;
-    return (int64_t)tg_align64((size_t)(b->ne[0] * tg_nrows(b)) * 4);
+    const size_t bsize = b_in_place(b) ? 0 : tg_align64((size_t)(b->ne[0] * tg_nrows(b)) * 4);
+    return (int64_t)(bsize + (size_t)nth * wblock_bytes(a));
 }
 
 void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
@@ -50,7 +54,9 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         c.sync();
     }
     const size_t ldb = in_place ? b->nb[1] / 4 : (size_t)K;
-    auto tile = simd.mm_tile[tg_simd_type_index(a->type)];
+    auto tile = simd.mm_tile[tg_simd_type_index(a->type)], tile_f32 = simd.mm_tile[0];
+    const size_t bsize = in_place ? 0 : tg_align64((size_t)(K * tg_nrows(b)) * 4);
+    float *wblock = (float *)((char *)c.work + bsize + (size_t)c.ith * wblock_bytes(a));
 
     const int64_t nmb = (M + k_mb - 1) / k_mb, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
     for (int64_t item = c.claim(); item < per_batch * B2 * B3; item = c.claim()) {
@@ -62,6 +68,19 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         float *obase = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
         const int64_t m0 = mb * k_mb, m1 = m0 + k_mb < M ? m0 + k_mb : M;
         const int64_t n0 = nb * k_nb, n1 = n0 + k_nb < N ? n0 + k_nb : N;
+        if (a->type != TG_TYPE_F32 && n1 - n0 > 4) {
+            // the block's weight rows as F32 once, then F32 tiles (same products and sums)
+            for (int64_t m = m0; m < m1; m++)
+                simd.to_f32[tg_simd_type_index(a->type)](abase + m * lda * ts, wblock + (m - m0) * K, K);
+            for (int64_t m = m0; m < m1; m += 4) {
+                const int R = m1 - m < 4 ? (int)(m1 - m) : 4;
+                for (int64_t n = n0; n < n1; n += 4) {
+                    const int C = n1 - n < 4 ? (int)(n1 - n) : 4;
+                    tile_f32(wblock + (m - m0) * K, (size_t)K, bbase + n * ldb, ldb, K, obase + n * ldo + m, ldo, R, C);
+                }
+            }
+            continue;
+        }
         for (int64_t n = n0; n < n1; n += 4) {
             const int C = n1 - n < 4 ? (int)(n1 - n) : 4;
             for (int64_t m = m0; m < m1; m += 4) {
