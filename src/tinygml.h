@@ -431,6 +431,15 @@ TG_API tg_status tg_gguf_set_arr_str(tg_gguf_writer *w, const char *key, uint64_
 // Tensor of n_dims (1..4) dims ne (each >= 1); prod(ne) * tg_type_size(type) bytes copied from data.
 TG_API tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
                                     const int64_t *ne, const void *data);
+// Streamed tensor: the same checks, but no bytes are held. At write time the
+// writer calls fill(user, dst, offset, n) for consecutive pieces [offset,
+// offset + n) of the tensor's bytes, in increasing order, each at most 4 MiB;
+// fill writes n bytes to dst and returns TG_OK, or an error (+ message) that
+// fails the write. user (and what fill reads) must stay valid until the last
+// write. Lets a multi-GB file be written with a few MiB of memory.
+typedef tg_status (*tg_gguf_fill_fn)(void *user, void *dst, size_t offset, size_t n);
+TG_API tg_status tg_gguf_add_tensor_fill(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
+                                         const int64_t *ne, tg_gguf_fill_fn fill, void *user);
 // Write the file (IO error: the partial file is removed).
 TG_API tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path);
 // Write into a malloc'ed buffer; the caller frees *data with tg_gguf_free_memory.
