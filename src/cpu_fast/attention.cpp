@@ -47,7 +47,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
             const int C = group - g < 4 ? (int)(group - g) : 4;
             for (int64_t j = 0; j < n; j += 4) {
                 const int R = n - j < 4 ? (int)(n - j) : 4;
-                tile(k0 + j * kc->nb[2], lda, q0 + g * ldq, ldq, D, sc + g * n + j, (size_t)n, R, C);
+                tile(k0 + j * kc->nb[2], lda, q0 + g * ldq, ldq, D, sc + g * n + j, (size_t)n, R, C, false);
             }
         }
         for (int64_t g = 0; g < group; g++) {

@@ -18,11 +18,19 @@ struct tg_simd {
 
     // Register-tiled block of a matrix product: for r < R, c < C (R, C in 1..4)
     //   out[r + c*ldo] = sum_k a[r*lda + k] * b[c*ldb + k]   (k < K)
+    // (added to out when accumulate: a product split into K blocks)
     // a of the indexed type (weights or cache rows), b F32. Per output the
     // sum is the same for any R, C: lane-wise FMA over K in vector steps, the
     // lanes added in a fixed tree, then the tail in order.
     void (*mm_tile[3])(const void *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo,
-                       int R, int C);
+                       int R, int C, bool accumulate);
+    // Several tokens against F32 weight rows, no horizontal sums: tokens
+    // packed k-major in panels of P = 2*width (bp[k*P + j], zero past the
+    // last token), weight rows r < R (R in 1..panel_rows) broadcast per k:
+    //   out[r + j*ldo] = sum_k a[r*lda + k] * bp[k*P + j]   for j < nj
+    // (sums in k order, one FMA chain per output).
+    void (*mm_panel)(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int R, int nj);
+    int panel_rows;  // 8 with 32 vector registers, else 4
     // y[i] += s * x[i], x of the indexed type
     void (*axpy[3])(float *y, const void *x, float s, int64_t n);
     // conversions of n contiguous values

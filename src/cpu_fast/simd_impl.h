@@ -142,7 +142,7 @@ inline float sload(const bf16_t *p) { return bf16_to_f32(p->bits); }
 // Matrix product tile
 
 template <typename T, int R, int C>
-void tile(const T *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo) {
+void tile(const T *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, bool accumulate) {
     vf acc[R][C];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = vzero();
@@ -159,15 +159,16 @@ void tile(const T *a, size_t lda, const float *b, size_t ldb, int64_t K, float *
         for (int c = 0; c < C; c++) {
             float s = vsum(acc[r][c]), t = 0.0f;
             for (int64_t kk = k; kk < K; kk++) t += sload(a + r * lda + kk) * b[c * ldb + kk];
-            out[r + c * ldo] = s + t;
+            out[r + c * ldo] = (accumulate ? out[r + c * ldo] : 0.0f) + (s + t);
         }
 }
 
 template <typename T>
-void mm_tile(const void *av, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, int R, int C) {
+void mm_tile(const void *av, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, int R, int C,
+             bool accumulate) {
     const T *a = (const T *)av;
 #define TG_TILE(r, c) \
-    case (r)*8 + (c): tile<T, r, c>(a, lda, b, ldb, K, out, ldo); return;
+    case (r)*8 + (c): tile<T, r, c>(a, lda, b, ldb, K, out, ldo, accumulate); return;
     switch (R * 8 + C) {
         TG_TILE(1, 1) TG_TILE(1, 2) TG_TILE(1, 3) TG_TILE(1, 4)
         TG_TILE(2, 1) TG_TILE(2, 2) TG_TILE(2, 3) TG_TILE(2, 4)
@@ -176,6 +177,40 @@ void mm_tile(const void *av, size_t lda, const float *b, size_t ldb, int64_t K, 
         default: return;
     }
 #undef TG_TILE
+}
+
+template <int R> void panel(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int nj) {
+    vf acc[R][2];
+    for (int r = 0; r < R; r++) acc[r][0] = vzero(), acc[r][1] = vzero();
+    for (int64_t k = 0; k < K; k++) {
+        const vf b0 = vld(bp + k * 2 * W), b1 = vld(bp + k * 2 * W + W);
+        for (int r = 0; r < R; r++) {
+            const vf av = vset1(a[r * lda + k]);
+            acc[r][0] = vfma(av, b0, acc[r][0]);
+            acc[r][1] = vfma(av, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float t[2 * W];
+        vst(t, acc[r][0]);
+        vst(t + W, acc[r][1]);
+        for (int j = 0; j < nj; j++) out[r + j * ldo] = t[j];
+    }
+}
+void mm_panel(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int R, int nj) {
+    switch (R) {
+        case 1: panel<1>(a, lda, bp, K, out, ldo, nj); return;
+        case 2: panel<2>(a, lda, bp, K, out, ldo, nj); return;
+        case 3: panel<3>(a, lda, bp, K, out, ldo, nj); return;
+        case 4: panel<4>(a, lda, bp, K, out, ldo, nj); return;
+#if defined(TG_SIMD_AVX512)
+        case 5: panel<5>(a, lda, bp, K, out, ldo, nj); return;
+        case 6: panel<6>(a, lda, bp, K, out, ldo, nj); return;
+        case 7: panel<7>(a, lda, bp, K, out, ldo, nj); return;
+        case 8: panel<8>(a, lda, bp, K, out, ldo, nj); return;
+#endif
+        default: return;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -296,6 +331,12 @@ const tg_simd k_table = {
     TG_SIMD_NAME,
     W,
     {mm_tile<float>, mm_tile<f16_t>, mm_tile<bf16_t>},
+    mm_panel,
+#if defined(TG_SIMD_AVX512)
+    8,
+#else
+    4,
+#endif
     {axpy<float>, axpy<f16_t>, axpy<bf16_t>},
     {to_f32<float>, to_f32<f16_t>, to_f32<bf16_t>},
     {from_f32_f32, from_f32_f16, from_f32_bf16},
