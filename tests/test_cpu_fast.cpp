@@ -38,7 +38,9 @@ struct fx {
         ctx = tg_init(ip);
         be = tg_backend_cpu(nth);
     }
+    tg_buffer *buf = nullptr;
     ~fx() {
+        if (buf) tg_buffer_free(buf);
         tg_backend_free(be);
         tg_free(ctx);
     }
@@ -106,7 +108,8 @@ void check(const char *what, const builder &build, double tol) {
         tg_graph *g = tg_graph_new(f.ctx);
         for (tg_tensor *t : f.outs) ASSERT_EQ(tg_graph_expand(g, t), TG_OK) << tg_last_error();
         for (tg_tensor *t : f.extra) ASSERT_EQ(tg_graph_expand(g, t), TG_OK) << tg_last_error();
-        ASSERT_NE(tg_backend_alloc(f.be, f.ctx), nullptr) << tg_last_error();
+        f.buf = tg_backend_alloc(f.be, f.ctx);
+        ASSERT_NE(f.buf, nullptr) << tg_last_error();
         for (tg_tensor *t : f.fast_nodes) EXPECT_GE(tg_op_get(t->op).cpu_fast->plan(t, nth), 0) << "fast path refused";
         for (tg_tensor *t : f.ref_nodes) EXPECT_LT(tg_op_get(t->op).cpu_fast->plan(t, nth), 0) << "fast path taken";
         const result ref = compute(f, g, false), fast = compute(f, g, true);

@@ -15,9 +15,22 @@ extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rul
 
 // Layout helpers
 inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
-// ne0 elements of each row are contiguous
-inline bool tg_rows_contig(const tg_tensor *t) { return t->ne[0] == 1 || t->nb[0] == tg_type_size(t->type); }
+// The data pointer and every stride are whole multiples of the element size
+// (the fast kernels load elements as typed values; a byte-misaligned view
+// runs the reference, which reads through memcpy).
+inline bool tg_elem_aligned(const tg_tensor *t) {
+    const size_t ts = tg_type_size(t->type);
+    if (ts == 0 || (uintptr_t)t->data % ts != 0) return false;
+    for (int i = 0; i < TG_MAX_DIMS; i++)
+        if (t->nb[i] % ts != 0) return false;
+    return true;
+}
+// ne0 elements of each row are contiguous (and element-aligned)
+inline bool tg_rows_contig(const tg_tensor *t) {
+    return (t->ne[0] == 1 || t->nb[0] == tg_type_size(t->type)) && tg_elem_aligned(t);
+}
 inline bool tg_fully_contig(const tg_tensor *t) {
+    if (!tg_elem_aligned(t)) return false;
     size_t nb = tg_type_size(t->type);
     for (int i = 0; i < TG_MAX_DIMS; i++) {
         if (t->ne[i] != 1 && t->nb[i] != nb) return false;

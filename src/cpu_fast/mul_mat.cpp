@@ -1,8 +1,8 @@
 // mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
 // BF16, rows contiguous) and any b: b is converted to F32 once per mul_mat
 // (unless it already is F32 with contiguous rows).
-//   Up to 4 tokens (decode): every thread claims blocks of 32 weight rows from
-//     the node's counter, so a matrix-vector product is split over weight rows
+//   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
+//     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
 //     and uses every thread; 4x4 register tiles (simd.h mm_tile) read each
 //     weight vector once for all tokens; sums are lane-wise FMA over K, lanes
 //     added in a fixed tree (a blocked sum, error ~ eps * K / width per term).
@@ -119,7 +119,12 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         return;
     }
 
-    const int64_t nmb = (M + k_mb - 1) / k_mb, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
+    // decode: longer row blocks (about 4 per thread, at least 32 rows) keep
+    // each thread's weight stream sequential for longer; the tiles (and so
+    // every output) do not depend on the block size
+    int64_t mbs = (M + 4 * c.nth - 1) / (4 * c.nth);
+    mbs = mbs < k_mb ? k_mb : (mbs + 3) / 4 * 4;
+    const int64_t nmb = (M + mbs - 1) / mbs, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
     for (int64_t item = c.claim(); item < per_batch * B2 * B3; item = c.claim()) {
         const int64_t bi = item / per_batch, mb = item % per_batch % nmb, nb = item % per_batch / nmb;
         const int64_t i2 = bi % B2, i3 = bi / B2;
@@ -127,7 +132,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         const float *bbase = in_place ? (const float *)((const char *)b->data + i2 * b->nb[2] + i3 * b->nb[3])
                                       : bw + (i3 * B2 + i2) * N * K;
         float *obase = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
-        const int64_t m0 = mb * k_mb, m1 = m0 + k_mb < M ? m0 + k_mb : M;
+        const int64_t m0 = mb * mbs, m1 = m0 + mbs < M ? m0 + mbs : M;
         const int64_t n0 = nb * k_nb, n1 = n0 + k_nb < N ? n0 + k_nb : N;
         for (int64_t n = n0; n < n1; n += 4) {
             const int C = n1 - n < 4 ? (int)(n1 - n) : 4;
