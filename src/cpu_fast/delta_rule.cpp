@@ -1,13 +1,13 @@
 // delta_rule.cpp - fast gated linear / gated delta-rule recurrence.
 //
 // Work items are (value head, sequence) pairs claimed from the node's counter
-// (heads across threads). Each item copies its state S (Dk x Dv, S[i][j] at
-// i + j*Dk) into the thread's scratch as Dv rows S_j of Dkp floats (the
-// storage order, padded with zeros to the vector width), so the whole state
-// of a head stays in cache over the T tokens, and each token is one pass over
-// the rows (simd.h dr_token): decay, S_j.k, the update and S_j.q fused,
-// vectorized over the key index. The final S is converted back to the state
-// type once. q, k, v, g, beta and o need contiguous rows (any other strides);
+// (heads across threads). The item's state S (Dk x Dv, S[i][j] at i + j*Dk)
+// is worked on as Dv rows S_j in the storage order: in place when the state
+// is F32 and Dk a multiple of the vector width, else copied into the thread's
+// scratch (padded with zeros to the vector width, converted from F16/BF16)
+// and stored back once at the end. The head's state stays in cache over the
+// T tokens, and each token is one pass over the rows (simd.h dr_token):
+// decay, S_j.k, the update and S_j.q fused, vectorized over the key index. q, k, v, g, beta and o need contiguous rows (any other strides);
 // the state (F32/F16/BF16) contiguous rows too; else the reference runs.
 // Sums are blocked F32 sums instead of the reference's sequential F32 sums:
 // within the recurrences' 1e-5 of the float64 oracle. The fused l2norm_qk is
@@ -55,11 +55,23 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     const bool delta = dp.mode == TG_DELTA_GATED_DELTA;
     const int st = state ? tg_simd_type_index(state->type) : 0;
 
+    // An F32 state whose rows are whole vectors is updated where it lies (no
+    // copy in or out); otherwise it is copied into the padded scratch.
+    const bool direct = state && state->type == TG_TYPE_F32 && Dk % simd.width == 0 && state->nb[1] % 4 == 0;
+    float *const scratch = S;
+    memset(qt, 0, (size_t)(2 * Dkp) * 4);  // padding of q and k is zero
     for (int64_t item = c.claim(); item < Hv * B; item = c.claim()) {
         const int64_t h = item % Hv, b = item / Hv, hk = h / group;
-        memset(S, 0, (size_t)(Dv * Dkp + 2 * Dkp) * 4);  // padding of S, q and k is zero
-        if (state)
-            for (int64_t j = 0; j < Dv; j++) simd.to_f32[st](tg_ptr(state, 0, j, h, b), S + j * Dkp, Dk);
+        int64_t lds = Dkp;
+        if (direct) {
+            S = (float *)tg_ptr(state, 0, 0, h, b);
+            lds = (int64_t)(state->nb[1] / 4);
+        } else {
+            S = scratch;
+            memset(S, 0, (size_t)(Dv * Dkp) * 4);  // padding of S is zero
+            if (state)
+                for (int64_t j = 0; j < Dv; j++) simd.to_f32[st](tg_ptr(state, 0, j, h, b), S + j * Dkp, Dk);
+        }
 
         for (int64_t t = 0; t < T; t++) {
             memcpy(qt, tg_ptr(q, 0, hk, t, b), (size_t)Dk * 4);
@@ -72,14 +84,15 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
             float a = dp.gate == TG_GATE_LOG ? std::exp(gt) : gt;
             if (std::isinf(a)) {
                 // a zero entry stays zero under an infinite decay (the reference's gate_mul)
-                for (int64_t i = 0; i < Dv * Dkp; i++) S[i] = S[i] == 0.0f ? 0.0f : a * S[i];
+                for (int64_t j = 0; j < Dv; j++)
+                    for (int64_t i = 0; i < Dkp; i++) S[j * lds + i] = S[j * lds + i] == 0.0f ? 0.0f : a * S[j * lds + i];
                 a = 1.0f;
             }
-            simd.dr_token(S, Dv, Dkp, kt, qt, (const float *)tg_ptr(v, 0, h, t, b), a, bt, dp.scale, delta,
+            simd.dr_token(S, lds, Dv, Dkp, kt, qt, (const float *)tg_ptr(v, 0, h, t, b), a, bt, dp.scale, delta,
                           (float *)tg_ptr(dst, 0, h, t, b));
         }
 
-        if (state)
+        if (state && !direct)
             for (int64_t j = 0; j < Dv; j++) simd.from_f32[st](S + j * Dkp, tg_ptr(state, 0, j, h, b), Dk);
     }
 }

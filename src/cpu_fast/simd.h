@@ -45,13 +45,13 @@ struct tg_simd {
     float (*dot)(const float *a, const float *b, int64_t n);
 
     // One token of the delta rule for one (value head, sequence), on a state
-    // held as Dv rows of Dkp floats (S_j[i] = S[i][j] at j*Dkp + i, the
-    // storage order; Dkp a multiple of width, padding zero; k, q padded with
-    // zeros too). For each j, in one pass over row j:
+    // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],
+    // the storage order; Dkp a multiple of width, padding zero; k, q padded
+    // with zeros too). For each j, in one pass over row j:
     //   S_j = a*S_j;  u = beta*(v[j] - S_j.k) (delta) or beta*v[j];
     //   S_j += u*k;  o[j] = scale * S_j.q
-    void (*dr_token)(float *S, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a,
-                     float beta, float scale, bool delta, float *o);
+    void (*dr_token)(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v,
+                     float a, float beta, float scale, bool delta, float *o);
 };
 
 const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64

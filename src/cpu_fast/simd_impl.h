@@ -287,44 +287,40 @@ float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
 // Rows j .. j+NR-1 together: NR independent reductions in flight (the chain
 // S_j.k -> u -> update -> S_j.q is serial within a row).
 template <int NR>
-void dr_rows(float *S, int64_t Dkp, const float *k, const float *q, const float *v, vf av, float beta, float scale,
-             bool delta, float *o) {
+void dr_rows(float *S, int64_t lds, int64_t Dkp, const float *k, const float *q, const float *v, vf av, float beta,
+             float scale, bool delta, float *o) {
     float u[NR];
     if (delta) {
         vf acc[NR];
         for (int r = 0; r < NR; r++) acc[r] = vzero();
         for (int64_t i = 0; i < Dkp; i += W) {
             const vf kv = vld(k + i);
-            for (int r = 0; r < NR; r++) {
-                const vf x = vmul(av, vld(S + r * Dkp + i));
-                vst(S + r * Dkp + i, x);
-                acc[r] = vfma(x, kv, acc[r]);
-            }
+            for (int r = 0; r < NR; r++) acc[r] = vfma(vmul(av, vld(S + r * lds + i)), kv, acc[r]);
         }
         for (int r = 0; r < NR; r++) u[r] = beta * (v[r] - vsum(acc[r]));
     } else {
-        for (int64_t i = 0; i < NR * Dkp; i += W) vst(S + i, vmul(av, vld(S + i)));
         for (int r = 0; r < NR; r++) u[r] = beta * v[r];
     }
+    // the decay is recomputed here (same rounding) rather than stored twice
     vf acc[NR], uv[NR];
     for (int r = 0; r < NR; r++) acc[r] = vzero(), uv[r] = vset1(u[r]);
     for (int64_t i = 0; i < Dkp; i += W) {
         const vf kv = vld(k + i), qv = vld(q + i);
         for (int r = 0; r < NR; r++) {
-            const vf x = vfma(uv[r], kv, vld(S + r * Dkp + i));
-            vst(S + r * Dkp + i, x);
+            const vf x = vfma(uv[r], kv, vmul(av, vld(S + r * lds + i)));
+            vst(S + r * lds + i, x);
             acc[r] = vfma(x, qv, acc[r]);
         }
     }
     for (int r = 0; r < NR; r++) o[r] = scale * vsum(acc[r]);
 }
 
-void dr_token(float *S, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a, float beta,
-              float scale, bool delta, float *o) {
+void dr_token(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a,
+              float beta, float scale, bool delta, float *o) {
     const vf av = vset1(a);
     int64_t j = 0;
-    for (; j + 4 <= Dv; j += 4) dr_rows<4>(S + j * Dkp, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
-    for (; j < Dv; j++) dr_rows<1>(S + j * Dkp, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+    for (; j + 4 <= Dv; j += 4) dr_rows<4>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+    for (; j < Dv; j++) dr_rows<1>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
 }
 
 const tg_simd k_table = {
