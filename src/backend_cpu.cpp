@@ -145,17 +145,12 @@ struct thread_pool {
     }
 };
 
-// Rough work of a node (multiply-adds or elements touched): below
-// k_small_work one thread runs it, as waking the others would cost more.
-double node_work(const tg_tensor *t) {
-    const tg_tensor *a = t->src[0], *b = t->src[1];
-    switch (t->op) {
-        case TG_OP_MUL_MAT: return (double)tg_nelements(a) * (double)tg_nrows(b);
-        case TG_OP_ATTENTION: return (double)tg_nelements(a) * (double)b->ne[2] * 2;
-        case TG_OP_DELTA_RULE: return (double)tg_nelements(t) * (double)a->ne[0] * 4;
-        case TG_OP_ROPE_KV_UPDATE: return (double)tg_nelements(t->src[2]) * 4;
-        default: return (double)tg_nelements(t) + (a ? (double)tg_nelements(a) : 0.0);
-    }
+// Rough work of a node (the op's fast path says, else elements of the result
+// and of its first source): below k_small_work one thread runs it, as waking
+// the others would cost more.
+double node_work(const tg_tensor *t, const tg_cpu_fast *fast) {
+    if (fast && fast->work) return fast->work(t);
+    return (double)tg_nelements(t) + (t->src[0] ? (double)tg_nelements(t->src[0]) : 0.0);
 }
 constexpr double k_small_work = 32768;
 
@@ -210,7 +205,7 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
         }
         // the fast path when the op has one for this layout and its scratch exists
         const tg_cpu_fast *fast = impl->use_fast ? op.cpu_fast : nullptr;
-        const bool single = node_work(t) < k_small_work;
+        const bool single = node_work(t, op.cpu_fast) < k_small_work;
         const int64_t ws = fast ? fast->plan(t, single ? 1 : impl->pool.n) : -1;
         if (ws >= 0 && impl->pool.reserve((size_t)ws))
             impl->pool.run(t, op.cpu, fast->run, single);

@@ -127,6 +127,9 @@ struct tg_cpu_fast {
     // layout or types are not one it handles (the reference kernel runs then).
     int64_t (*plan)(const tg_tensor *dst, int nth);
     void (*run)(const tg_tensor *dst, const tg_cpu_ctx &c);
+    // Rough work of the node (multiply-adds or elements touched), or NULL for
+    // elements of dst + src[0]. Small nodes run on one thread.
+    double (*work)(const tg_tensor *dst);
 };
 
 struct tg_op_info {

@@ -66,6 +66,8 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 }
 
+double work(const tg_tensor *dst) { return (double)tg_nelements(dst->src[0]) * (double)dst->src[1]->ne[2] * 2; }
+
 }  // namespace
 
-const tg_cpu_fast tg_fast_attention = {plan, run};
+const tg_cpu_fast tg_fast_attention = {plan, run, work};

@@ -82,6 +82,6 @@ void run_get_rows(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
 }  // namespace
 
-const tg_cpu_fast tg_fast_cont = {plan_copy, run_copy};
-const tg_cpu_fast tg_fast_cpy = {plan_copy, run_copy};
-const tg_cpu_fast tg_fast_get_rows = {plan_get_rows, run_get_rows};
+const tg_cpu_fast tg_fast_cont = {plan_copy, run_copy, nullptr};
+const tg_cpu_fast tg_fast_cpy = {plan_copy, run_copy, nullptr};
+const tg_cpu_fast tg_fast_get_rows = {plan_get_rows, run_get_rows, nullptr};

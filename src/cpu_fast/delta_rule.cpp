@@ -97,6 +97,8 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 }
 
+double work(const tg_tensor *dst) { return (double)tg_nelements(dst) * (double)dst->src[0]->ne[0] * 4; }
+
 }  // namespace
 
-const tg_cpu_fast tg_fast_delta_rule = {plan, run};
+const tg_cpu_fast tg_fast_delta_rule = {plan, run, work};

@@ -98,10 +98,10 @@ void run_softplus(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
 }  // namespace
 
-const tg_cpu_fast tg_fast_add = {plan_binary, run_add};
-const tg_cpu_fast tg_fast_mul = {plan_binary, run_mul};
-const tg_cpu_fast tg_fast_swiglu = {plan_binary, run_swiglu};
-const tg_cpu_fast tg_fast_scale = {plan_unary, run_scale};
-const tg_cpu_fast tg_fast_silu = {plan_unary, run_silu};
-const tg_cpu_fast tg_fast_sigmoid = {plan_unary, run_sigmoid};
-const tg_cpu_fast tg_fast_softplus = {plan_unary, run_softplus};
+const tg_cpu_fast tg_fast_add = {plan_binary, run_add, nullptr};
+const tg_cpu_fast tg_fast_mul = {plan_binary, run_mul, nullptr};
+const tg_cpu_fast tg_fast_swiglu = {plan_binary, run_swiglu, nullptr};
+const tg_cpu_fast tg_fast_scale = {plan_unary, run_scale, nullptr};
+const tg_cpu_fast tg_fast_silu = {plan_unary, run_silu, nullptr};
+const tg_cpu_fast tg_fast_sigmoid = {plan_unary, run_sigmoid, nullptr};
+const tg_cpu_fast tg_fast_softplus = {plan_unary, run_softplus, nullptr};

@@ -144,6 +144,8 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 }
 
+double work(const tg_tensor *dst) { return (double)tg_nelements(dst->src[0]) * (double)tg_nrows(dst->src[1]); }
+
 }  // namespace
 
-const tg_cpu_fast tg_fast_mul_mat = {plan, run};
+const tg_cpu_fast tg_fast_mul_mat = {plan, run, work};

@@ -72,6 +72,6 @@ void run_softmax(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
 }  // namespace
 
-const tg_cpu_fast tg_fast_rms_norm = {plan, run_rms};
-const tg_cpu_fast tg_fast_l2_norm = {plan, run_l2};
-const tg_cpu_fast tg_fast_softmax = {plan, run_softmax};
+const tg_cpu_fast tg_fast_rms_norm = {plan, run_rms, nullptr};
+const tg_cpu_fast tg_fast_l2_norm = {plan, run_l2, nullptr};
+const tg_cpu_fast tg_fast_softmax = {plan, run_softmax, nullptr};

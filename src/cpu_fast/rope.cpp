@@ -102,7 +102,10 @@ void run_kv(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 }
 
+// the T new rows, not the L-row cache the result views
+double work_kv(const tg_tensor *dst) { return (double)tg_nelements(dst->src[2]) * 4; }
+
 }  // namespace
 
-const tg_cpu_fast tg_fast_rope = {plan_rope, run_rope};
-const tg_cpu_fast tg_fast_rope_kv_update = {plan_kv, run_kv};
+const tg_cpu_fast tg_fast_rope = {plan_rope, run_rope, nullptr};
+const tg_cpu_fast tg_fast_rope_kv_update = {plan_kv, run_kv, work_kv};
