@@ -319,7 +319,14 @@ void dr_token(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, co
               float beta, float scale, bool delta, float *o) {
     const vf av = vset1(a);
     int64_t j = 0;
-    for (; j + 4 <= Dv; j += 4) dr_rows<4>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+    for (; j + 4 <= Dv; j += 4) {
+        // the rows two blocks ahead, read and written next (a state streamed
+        // from L3 or memory at decode)
+        if (j + 12 <= Dv)
+            for (int r = 8; r < 12; r++)
+                for (int64_t i = 0; i < Dkp; i += 16) __builtin_prefetch(S + (j + r) * lds + i, 1);
+        dr_rows<4>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+    }
     for (; j < Dv; j++) dr_rows<1>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
 }
 
