@@ -9,7 +9,7 @@ empty :=
 # ninja's progress line with the seconds elapsed (a CUDA file compiles for minutes)
 export NINJA_STATUS ?= [%f/%t %es]$(empty) $(empty)
 
-.PHONY: all build configure run test sanitize bench clean
+.PHONY: all build configure run test sanitize bench bench-cpu clean
 
 all: build
 
@@ -53,8 +53,13 @@ sanitize:
 	@cd build-san && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS); rc=$$?; cd - >/dev/null; \
 	  ./scripts/test_summary.sh build-san; exit $$rc
 
+# GPU op rows when the CUDA bench was built, else the CPU rows (make bench-cpu)
 bench: build
-	./$(BUILD)/bench/tinygml-bench
+	@if [ -x ./$(BUILD)/bench/tinygml-bench ]; then ./$(BUILD)/bench/tinygml-bench; \
+	else ./$(BUILD)/bench/tinygml-bench-cpu bench/results/cpu.json; fi
+
+bench-cpu: build
+	./$(BUILD)/bench/tinygml-bench-cpu bench/results/cpu.json
 
 clean:
 	rm -rf $(BUILD) build-san build-gpu

@@ -1,42 +1,70 @@
 #!/usr/bin/env bash
-# End-to-end tokens/s of the shipped models: prompt processing and generation,
-# batch 1 and 16, on the CPU and (when a GPU is present) CUDA. Prints a table
-# and writes bench/models.json (or $2). Usage: bench/models.sh [BUILD] [OUT.json]
+# End-to-end tokens/s: prompt processing and generation.
+#  - the shipped models, batch 1 and 16, on the CPU (-t 2) and (when a GPU is
+#    present) CUDA;
+#  - the synthetic llamas of BENCHMARKS.md (random weights, tinygml-synth):
+#    0.26M F32 and 125M F16, prompt 64 tokens, 32 generated, batch 1, -t 2;
+#    with LLAMA_BENCH=/path/to/llama-bench, llama.cpp on the same files in the
+#    same run (llama-bench -t 2 -p 64 -n 32).
+# Prints a table and writes bench/models.json (or $2).
+# Usage: bench/models.sh [BUILD] [OUT.json]
+#   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
+#        SKIP_SHIPPED=1, SKIP_SYNTH=1, LLAMA_BENCH
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench/models.json}
 RUN="$BUILD/tinygml-run"
+SYNTH=${SYNTH:-$BUILD/tinygml-synth}
+SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
 PROMPT=$(head -n 1 tests/fixtures/recall_heldout.txt | cut -f1)
 N=${N_GEN:-32}
 devices="cpu"
 if "$RUN" -m models/llama-recall.gguf -p x -n 1 --device cuda -q >/dev/null 2>&1; then devices="cpu cuda"; fi
-printf '%-22s %-5s %5s %14s %14s\n' model dev batch "prompt tok/s" "gen tok/s"
+printf '%-24s %-5s %5s %14s %14s\n' model dev batch "prompt tok/s" "gen tok/s"
 echo "[" > "$OUT"
 first=1
-for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
-  for dev in $devices; do
-    for b in 1 16; do
-      log=$("$RUN" -m "$model" -p "$PROMPT" -n "$N" --ignore-eos --warmup --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null)
-      pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
-      tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
-      printf '%-22s %-5s %5d %14s %14s\n' "$(basename "$model")" "$dev" "$b" "$pp" "$tg"
-      [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
-      printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s}' \
-        "$(basename "$model")" "$dev" "$b" "${pp:-null}" "${tg:-null}" >> "$OUT"
+row() {  # model dev batch prompt n_gen
+  local log pp tg
+  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
+  pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
+  tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
+  printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2" "$3" "$pp" "$tg"
+  [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
+  printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s}' \
+    "$(basename "$1")" "$2" "$3" "${pp:-null}" "${tg:-null}" >> "$OUT"
+}
+if [ -z "${SKIP_SHIPPED:-}" ]; then
+  for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
+    for dev in $devices; do
+      for b in 1 16; do row "$model" "$dev" "$b" "$PROMPT" "$N"; done
     done
   done
-done
+fi
+if [ -z "${SKIP_SYNTH:-}" ] && [ -x "$SYNTH" ]; then
+  mkdir -p "$SYNTH_DIR"
+  # 63 bytes + BOS = 64 prompt tokens
+  P64=$(printf 'the quick brown fox jumps over the lazy dog %.0s' 1 2 | cut -c1-63)
+  for spec in "0.26m llama-0.26m-f32" "125m llama-125m-f16"; do
+    set -- $spec
+    f="$SYNTH_DIR/$2.gguf"
+    [ -f "$f" ] || "$SYNTH" --preset "$1" -o "$f" >/dev/null
+    for dev in $devices; do row "$f" "$dev" 1 "$P64" "$N"; done
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      "$LLAMA_BENCH" -m "$f" -t 2 -p 64 -n "$N" 2>/dev/null | grep -E "pp64|tg$N" | sed "s/^/llama.cpp $2: /" || true
+    fi
+  done
+fi
+
 
 # Synthetic llamas at real sizes (tinygml-synth presets 125m and 1.1b, F16):
 # prompt of 512 tokens, 128 generated, batch 1 and 16, on CUDA by default
-# (SYNTH_DEVICES="cpu cuda" adds the CPU; SYNTH=0 skips; SYNTH_PRESETS picks
+# (SYNTH_DEVICES="cpu cuda" adds the CPU; SKIP_REALSIZE=1 skips; SYNTH_PRESETS picks
 # other tinygml-synth presets, e.g. 0.26m for a quick check). The 1.1B rows print
 # the weight-read floor beside the generation rate: weight bytes (the GGUF's
 # size) / the device-to-device copy bandwidth measured in this run by
 # tinygml-bench (read + write, as bench/README.md counts it).
-SYNTH_BIN="$BUILD/tinygml-synth"
-SYNTH_DIR=${SYNTH_DIR:-/tmp}
-if [ "${SYNTH:-1}" != 0 ] && [ -x "$SYNTH_BIN" ]; then
+SYNTH_BIN="$SYNTH"
+if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" ]; then
   mkdir -p "$SYNTH_DIR"
   sdev=${SYNTH_DEVICES:-$(echo "$devices" | grep -o cuda || true)}
   copy_gbs=""

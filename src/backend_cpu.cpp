@@ -2,7 +2,7 @@
 // splits each op's rows.
 #include <condition_variable>
 #include <cstdlib>
-#include <functional>
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -10,64 +10,153 @@
 #include "graph.h"
 
 namespace {
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+// Spin on cond() for up to ~50 us (the gap between two nodes of a graph),
+// then yield the core on every further try, so that more threads than cores
+// (or a busy machine) still make progress.
+template <typename C> inline void spin_wait(C cond) {
+    for (int i = 0; !cond(); i++) {
+        if (i < 2048)
+            cpu_relax();
+        else
+            std::this_thread::yield();
+    }
+}
+
+// A persistent pool: the caller is thread 0, workers 1..n-1 wait for the next
+// job by spinning on a generation counter for a while, then sleep on a
+// condition variable. A job is a node: a plain function pointer and the
+// tensor, no allocation per node. Threads of a node meet at a spin barrier
+// (sync()) and claim chunks of work from one atomic counter.
 struct thread_pool {
     int n = 1;
     std::vector<std::thread> workers;
+
+    // the job, written by thread 0 before gen is bumped (release), read after
+    const tg_tensor *node = nullptr;
+    tg_cpu_fn ref = nullptr;
+    void (*fast)(const tg_tensor *, const tg_cpu_ctx &) = nullptr;
+    void *work = nullptr;
+    size_t work_cap = 0;
+    alignas(64) std::atomic<int64_t> next{0};
+
+    alignas(64) std::atomic<uint64_t> gen{0};
+    alignas(64) std::atomic<int> done{0};
+    alignas(64) std::atomic<int> bar_count{0};
+    std::atomic<unsigned> bar_phase{0};
+    alignas(64) std::atomic<int> sleeping{0};
+    std::atomic<bool> stop{false};
     std::mutex m;
-    std::condition_variable start_cv, done_cv;
-    uint64_t generation = 0;
-    int pending = 0;
-    bool stop = false;
-    const std::function<void(int, int)> *job = nullptr;
+    std::condition_variable cv;
 
     explicit thread_pool(int n_threads) : n(n_threads) {
+        workers.reserve((size_t)n);
         for (int i = 1; i < n; i++) workers.emplace_back([this, i] { loop(i); });
     }
     ~thread_pool() {
+        stop.store(true);
         {
             std::lock_guard<std::mutex> lock(m);
-            stop = true;
         }
-        start_cv.notify_all();
+        cv.notify_all();
         for (auto &w : workers) w.join();
+        std::free(work);
+    }
+    static void barrier(void *p) {
+        auto *pool = (thread_pool *)p;
+        const unsigned phase = pool->bar_phase.load(std::memory_order_acquire);
+        if (pool->bar_count.fetch_add(1, std::memory_order_acq_rel) == pool->n - 1) {
+            pool->bar_count.store(0, std::memory_order_relaxed);
+            pool->bar_phase.fetch_add(1, std::memory_order_acq_rel);
+        } else {
+            spin_wait([&] { return pool->bar_phase.load(std::memory_order_acquire) != phase; });
+        }
+    }
+    void work_on(int ith) {
+        if (fast) {
+            const tg_cpu_ctx c = {ith, n, work, &next, barrier, this};
+            fast(node, c);
+        } else {
+            ref(node, ith, n);
+        }
     }
     void loop(int ith) {
         uint64_t seen = 0;
         for (;;) {
-            const std::function<void(int, int)> *j;
-            {
+            // spin a while for the next node, then sleep
+            for (int i = 0; i < 4096 && gen.load(std::memory_order_acquire) == seen && !stop.load(); i++)
+                cpu_relax();
+            if (gen.load(std::memory_order_acquire) == seen) {
                 std::unique_lock<std::mutex> lock(m);
-                start_cv.wait(lock, [&] { return stop || generation != seen; });
-                if (stop) return;
-                seen = generation;
-                j = job;
+                sleeping.fetch_add(1);
+                cv.wait(lock, [&] { return stop.load() || gen.load() != seen; });
+                sleeping.fetch_sub(1);
             }
-            (*j)(ith, n);
-            std::lock_guard<std::mutex> lock(m);
-            if (--pending == 0) done_cv.notify_one();
+            if (stop.load()) return;
+            seen = gen.load(std::memory_order_acquire);
+            work_on(ith);
+            done.fetch_add(1, std::memory_order_acq_rel);
         }
     }
-    // run f(ith, n) on every thread, the caller being thread 0
-    void run(const std::function<void(int, int)> &f) {
-        if (n == 1) {
-            f(0, 1);
+    // Scratch of at least size bytes (grown, never shrunk); false when it
+    // cannot be allocated.
+    bool reserve(size_t size) {
+        if (size <= work_cap) return true;
+        size_t cap = (size + 4095) / 4096 * 4096;
+        void *p = std::aligned_alloc(64, cap);
+        if (!p) return false;
+        std::free(work);
+        work = p;
+        work_cap = cap;
+        return true;
+    }
+    // run the node on every thread (the caller being thread 0), or on the
+    // caller alone when single
+    void run(const tg_tensor *t, tg_cpu_fn ref_fn, void (*fast_fn)(const tg_tensor *, const tg_cpu_ctx &),
+             bool single) {
+        node = t;
+        ref = ref_fn;
+        fast = fast_fn;
+        next.store(0, std::memory_order_relaxed);
+        if (n == 1 || single) {
+            if (fast) {
+                const tg_cpu_ctx c = {0, 1, work, &next, barrier, this};
+                fast(node, c);
+            } else {
+                ref(node, 0, 1);
+            }
             return;
         }
-        {
-            std::lock_guard<std::mutex> lock(m);
-            job = &f;
-            pending = n - 1;
-            generation++;
+        done.store(0, std::memory_order_relaxed);
+        gen.fetch_add(1);  // seq_cst: ordered against the workers' sleeping count
+        if (sleeping.load() > 0) {
+            { std::lock_guard<std::mutex> lock(m); }
+            cv.notify_all();
         }
-        start_cv.notify_all();
-        f(0, n);
-        std::unique_lock<std::mutex> lock(m);
-        done_cv.wait(lock, [&] { return pending == 0; });
+        work_on(0);
+        spin_wait([&] { return done.load(std::memory_order_acquire) == n - 1; });
     }
 };
 
+// Rough work of a node (the op's fast path says, else elements of the result
+// and of its first source): below k_small_work one thread runs it, as waking
+// the others would cost more.
+double node_work(const tg_tensor *t, const tg_cpu_fast *fast) {
+    if (fast && fast->work) return fast->work(t);
+    return (double)tg_nelements(t) + (t->src[0] ? (double)tg_nelements(t->src[0]) : 0.0);
+}
+constexpr double k_small_work = 32768;
+
 struct cpu_impl {
     thread_pool pool;
+    bool use_fast = true;
     explicit cpu_impl(int n) : pool(n) {}
 };
 
@@ -108,8 +197,14 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;
         }
-        std::function<void(int, int)> f = [&](int ith, int nth) { op.cpu(t, ith, nth); };
-        impl->pool.run(f);
+        // the fast path when the op has one for this layout and its scratch exists
+        const tg_cpu_fast *fast = impl->use_fast ? op.cpu_fast : nullptr;
+        const bool single = node_work(t, op.cpu_fast) < k_small_work;
+        const int64_t ws = fast ? fast->plan(t, single ? 1 : impl->pool.n) : -1;
+        if (ws >= 0 && impl->pool.reserve((size_t)ws))
+            impl->pool.run(t, op.cpu, fast->run, single);
+        else
+            impl->pool.run(t, op.cpu, nullptr, single);
     }
     return TG_OK;
 }
@@ -135,4 +230,8 @@ tg_backend *tg_backend_cpu(int n_threads) {
     b->name = "cpu";
     tg_backend_register(b, true);
     return b;
+}
+
+void tg_backend_cpu_set_fast(tg_backend *be, bool on) {
+    if (be && be->iface == &k_cpu_iface) ((cpu_impl *)be->impl)->use_fast = on;
 }

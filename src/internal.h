@@ -2,6 +2,7 @@
 // Not installed; apps use tinygml.h only.
 #pragma once
 
+#include <atomic>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -112,6 +113,30 @@ typedef void (*tg_cpu_fn)(const tg_tensor *dst, int ith, int nth);
 typedef tg_status (*tg_check_fn)(const tg_tensor *dst);
 typedef tg_status (*tg_cuda_fn)(tg_backend *be, const tg_tensor *dst);
 
+// A CPU fast path (src/cpu_fast/): what one thread of a node sees. All nth
+// threads run the kernel; work is claimed in chunks from `next` (0 when the
+// node starts), and sync() is a barrier of the node's threads.
+struct tg_cpu_ctx {
+    int ith, nth;
+    void *work;                  // scratch shared by the node's threads, 64-byte aligned
+    std::atomic<int64_t> *next;  // chunk counter
+    void (*barrier_fn)(void *pool);
+    void *pool;
+    void sync() const {
+        if (nth > 1) barrier_fn(pool);
+    }
+    int64_t claim() const { return next->fetch_add(1, std::memory_order_relaxed); }
+};
+struct tg_cpu_fast {
+    // Scratch bytes the kernel needs for dst with nth threads, or -1 when dst's
+    // layout or types are not one it handles (the reference kernel runs then).
+    int64_t (*plan)(const tg_tensor *dst, int nth);
+    void (*run)(const tg_tensor *dst, const tg_cpu_ctx &c);
+    // Rough work of the node (multiply-adds or elements touched), or NULL for
+    // elements of dst + src[0]. Small nodes run on one thread.
+    double (*work)(const tg_tensor *dst);
+};
+
 struct tg_op_info {
     tg_op op;
     const char *name;
@@ -121,6 +146,7 @@ struct tg_op_info {
     int check_src;  // the source whose data cpu_check reads (-1: none)
     tg_cpu_fn cpu;
     tg_cuda_fn cuda;  // NULL when built without CUDA
+    const tg_cpu_fast *cpu_fast;  // CPU fast path beside the reference (NULL: none)
 };
 
 const tg_op_info &tg_op_get(tg_op op);  // the table in src/op_table.cpp
@@ -292,6 +318,10 @@ tg_status tg_check_backend(const char *call, const tg_backend *b);
 
 tg_backend *tg_backend_cuda_create(int device);  // cuda/backend.cu; NULL + error
 bool tg_cuda_device_present(void);
+
+// CPU backend knobs for tests and benches: whether nodes may take their fast
+// path (default on; off runs the reference kernels only). src/backend_cpu.cpp.
+void tg_backend_cpu_set_fast(tg_backend *be, bool on);
 
 // Run an op's CPU check (if any) on host-resident data.
 tg_status tg_cpu_run_check(const tg_tensor *node);

@@ -1,0 +1,46 @@
+// cpu_fast.h - the CPU fast paths, one tg_cpu_fast per op (plan + run), named
+// in the op table (src/op_table.cpp) beside the reference kernels of
+// ggml_ops/, which stay the oracle they are tested against. A plan returns -1
+// for layouts or types a fast path does not handle: the reference runs then.
+#pragma once
+#include "internal.h"
+#include "simd.h"
+
+extern const tg_cpu_fast tg_fast_cont, tg_fast_cpy, tg_fast_get_rows;
+extern const tg_cpu_fast tg_fast_add, tg_fast_mul, tg_fast_scale, tg_fast_swiglu;
+extern const tg_cpu_fast tg_fast_silu, tg_fast_sigmoid, tg_fast_softplus;
+extern const tg_cpu_fast tg_fast_rms_norm, tg_fast_l2_norm, tg_fast_softmax;
+extern const tg_cpu_fast tg_fast_mul_mat, tg_fast_attention;
+extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rule;
+
+// Layout helpers
+inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
+// The data pointer and every stride are whole multiples of the element size
+// (the fast kernels load elements as typed values; a byte-misaligned view
+// runs the reference, which reads through memcpy).
+inline bool tg_elem_aligned(const tg_tensor *t) {
+    const size_t ts = tg_type_size(t->type);
+    if (ts == 0 || (uintptr_t)t->data % ts != 0) return false;
+    for (int i = 0; i < TG_MAX_DIMS; i++)
+        if (t->nb[i] % ts != 0) return false;
+    return true;
+}
+// ne0 elements of each row are contiguous (and element-aligned)
+inline bool tg_rows_contig(const tg_tensor *t) {
+    return (t->ne[0] == 1 || t->nb[0] == tg_type_size(t->type)) && tg_elem_aligned(t);
+}
+inline bool tg_fully_contig(const tg_tensor *t) {
+    if (!tg_elem_aligned(t)) return false;
+    size_t nb = tg_type_size(t->type);
+    for (int i = 0; i < TG_MAX_DIMS; i++) {
+        if (t->ne[i] != 1 && t->nb[i] != nb) return false;
+        nb *= (size_t)t->ne[i];
+    }
+    return true;
+}
+// Start of row r = (i1, i2, i3) of t.
+inline char *tg_row_ptr(const tg_tensor *t, int64_t r) {
+    const int64_t i1 = r % t->ne[1], i2 = (r / t->ne[1]) % t->ne[2], i3 = r / (t->ne[1] * t->ne[2]);
+    return (char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+inline size_t tg_align64(size_t n) { return (n + 63) / 64 * 64; }

@@ -1,0 +1,66 @@
+// simd.h - the vector kernels the CPU fast paths are built from, one table per
+// instruction set, picked once at run time (dispatch.cpp):
+//   avx512  AVX-512F/BW + F16C + FMA   (simd_avx512.cpp, built with those flags)
+//   avx2    AVX2 + FMA + F16C          (simd_avx2.cpp)
+//   generic GCC/Clang vector extensions, any target (simd_generic.cpp)
+// Each ISA file includes simd_impl.h, whose code lives in an anonymous
+// namespace, so no inline function compiled for one ISA can be picked by the
+// linker for another. Type index: 0 F32, 1 F16, 2 BF16 (tg_simd_type_index).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "internal.h"
+
+struct tg_simd {
+    const char *name;
+    int width;  // floats per vector
+
+    // Register-tiled block of a matrix product: for r < R, c < C (R, C in 1..4)
+    //   out[r + c*ldo] = sum_k a[r*lda + k] * b[c*ldb + k]   (k < K)
+    // (added to out when accumulate: a product split into K blocks)
+    // a of the indexed type (weights or cache rows), b F32. Per output the
+    // sum is the same for any R, C: lane-wise FMA over K in vector steps, the
+    // lanes added in a fixed tree, then the tail in order.
+    void (*mm_tile[3])(const void *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo,
+                       int R, int C, bool accumulate);
+    // Several tokens against F32 weight rows, no horizontal sums: tokens
+    // packed k-major in panels of P = 2*width (bp[k*P + j], zero past the
+    // last token), weight rows r < R (R in 1..panel_rows) broadcast per k:
+    //   out[r + j*ldo] = sum_k a[r*lda + k] * bp[k*P + j]   for j < nj
+    // (sums in k order, one FMA chain per output).
+    void (*mm_panel)(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int R, int nj);
+    int panel_rows;  // 8 with 32 vector registers, else 4
+    // y[i] += s * x[i], x of the indexed type
+    void (*axpy[3])(float *y, const void *x, float s, int64_t n);
+    // conversions of n contiguous values
+    void (*to_f32[3])(const void *src, float *dst, int64_t n);
+    void (*from_f32[3])(const float *src, void *dst, int64_t n);
+    // element-wise on contiguous F32
+    void (*add)(const float *a, const float *b, float *y, int64_t n);
+    void (*mul)(const float *a, const float *b, float *y, int64_t n);
+    void (*add1)(const float *a, float b, float *y, int64_t n);  // b broadcast
+    void (*mul1)(const float *a, float b, float *y, int64_t n);  // also scale
+    float (*sumsq)(const float *x, int64_t n);
+    float (*dot)(const float *a, const float *b, int64_t n);
+
+    // One token of the delta rule for one (value head, sequence), on a state
+    // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],
+    // the storage order; Dkp a multiple of width, padding zero; k, q padded
+    // with zeros too). For each j, in one pass over row j:
+    //   S_j = a*S_j;  u = beta*(v[j] - S_j.k) (delta) or beta*v[j];
+    //   S_j += u*k;  o[j] = scale * S_j.q
+    void (*dr_token)(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v,
+                     float a, float beta, float scale, bool delta, float *o);
+};
+
+const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64
+const tg_simd *tg_simd_avx2();     // NULL when not built for x86-64
+const tg_simd *tg_simd_generic();  // always there
+
+// The table for this CPU (TG_CPU_SIMD=generic|avx2|avx512 picks a lower one).
+const tg_simd &tg_simd_get();
+// Tests: use table t from now on (NULL: back to this CPU's).
+void tg_simd_force(const tg_simd *t);
+
+inline int tg_simd_type_index(tg_type t) { return t == TG_TYPE_F16 ? 1 : t == TG_TYPE_BF16 ? 2 : 0; }

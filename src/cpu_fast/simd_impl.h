@@ -1,0 +1,357 @@
+// simd_impl.h - the body of one tg_simd table, included once by each ISA file
+// with one of TG_SIMD_AVX512, TG_SIMD_AVX2 or TG_SIMD_GENERIC defined and
+// TG_SIMD_FN naming the exported getter. Everything here is in an anonymous
+// namespace and calls no inline function of other headers (see simd.h).
+#include <cstring>
+
+#include "simd.h"
+
+#if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// The vector type and its few operations.
+
+#if defined(TG_SIMD_AVX512)
+typedef __m512 vf;
+constexpr int W = 16;
+inline vf vld(const float *p) { return _mm512_loadu_ps(p); }
+inline void vst(float *p, vf v) { _mm512_storeu_ps(p, v); }
+inline vf vzero() { return _mm512_setzero_ps(); }
+inline vf vset1(float x) { return _mm512_set1_ps(x); }
+inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vld_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+inline vf vld_bf16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+// F32 -> F16 round to nearest even; a NaN becomes the library's 0x7e00 (sign
+// kept): it is replaced first by the float quiet NaN that converts to it
+inline void vst_f16(uint16_t *p, vf v) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u));
+    v = _mm512_mask_blend_ps(nan, v, _mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000))));
+    _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#define TG_HAVE_VST_F16 1
+#elif defined(TG_SIMD_AVX2)
+typedef __m256 vf;
+constexpr int W = 8;
+inline vf vld(const float *p) { return _mm256_loadu_ps(p); }
+inline void vst(float *p, vf v) { _mm256_storeu_ps(p, v); }
+inline vf vzero() { return _mm256_setzero_ps(); }
+inline vf vset1(float x) { return _mm256_set1_ps(x); }
+inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+inline vf vld_bf16(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+inline void vst_f16(uint16_t *p, vf v) {
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    const __m256 canon = _mm256_or_ps(_mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))),
+                                      _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
+    v = _mm256_blendv_ps(v, canon, nan);
+    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#define TG_HAVE_VST_F16 1
+#else
+typedef float vf __attribute__((vector_size(32)));
+constexpr int W = 8;
+inline vf vld(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+inline void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
+inline vf vzero() { return vf{}; }
+inline vf vset1(float x) { return vf{} + x; }
+inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
+inline vf vadd(vf a, vf b) { return a + b; }
+inline vf vmul(vf a, vf b) { return a * b; }
+inline vf vld_f16(const uint16_t *p) {
+    float t[W];
+    for (int i = 0; i < W; i++) t[i] = tg_fp16_to_fp32_impl(p[i]);
+    return vld(t);
+}
+inline vf vld_bf16(const uint16_t *p) {
+    uint32_t t[W];
+    for (int i = 0; i < W; i++) t[i] = (uint32_t)p[i] << 16;
+    vf v;
+    memcpy(&v, t, sizeof v);
+    return v;
+}
+#endif
+
+// Lanes added in a fixed tree (halves folded), the same for every call.
+#if defined(TG_SIMD_AVX512)
+inline float vsum(vf v) { return _mm512_reduce_add_ps(v); }
+#elif defined(TG_SIMD_AVX2)
+inline float vsum(vf v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+#else
+inline float vsum(vf v) {
+    float t[W];
+    memcpy(t, &v, sizeof t);
+    for (int w = W / 2; w > 0; w /= 2)
+        for (int i = 0; i < w; i++) t[i] += t[i + w];
+    return t[0];
+}
+#endif
+
+inline float f16_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
+inline float bf16_to_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// as tg_f32_to_bf16: round to nearest even, NaN kept quiet
+inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+// Typed loads: T = float (F32), or a tag for the two 16-bit types.
+struct f16_t {
+    uint16_t bits;
+};
+struct bf16_t {
+    uint16_t bits;
+};
+inline vf vload(const float *p) { return vld(p); }
+inline vf vload(const f16_t *p) { return vld_f16((const uint16_t *)p); }
+inline vf vload(const bf16_t *p) { return vld_bf16((const uint16_t *)p); }
+inline float sload(const float *p) { return *p; }
+inline float sload(const f16_t *p) { return f16_to_f32(p->bits); }
+inline float sload(const bf16_t *p) { return bf16_to_f32(p->bits); }
+
+// ---------------------------------------------------------------------------
+// Matrix product tile
+
+template <typename T, int R, int C>
+void tile(const T *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, bool accumulate) {
+    vf acc[R][C];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = vzero();
+    int64_t k = 0;
+    for (; k + W <= K; k += W) {
+        vf bv[C];
+        for (int c = 0; c < C; c++) bv[c] = vld(b + c * ldb + k);
+        for (int r = 0; r < R; r++) {
+            const vf av = vload(a + r * lda + k);
+            for (int c = 0; c < C; c++) acc[r][c] = vfma(av, bv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float s = vsum(acc[r][c]), t = 0.0f;
+            for (int64_t kk = k; kk < K; kk++) t += sload(a + r * lda + kk) * b[c * ldb + kk];
+            out[r + c * ldo] = (accumulate ? out[r + c * ldo] : 0.0f) + (s + t);
+        }
+}
+
+template <typename T>
+void mm_tile(const void *av, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, int R, int C,
+             bool accumulate) {
+    const T *a = (const T *)av;
+#define TG_TILE(r, c) \
+    case (r)*8 + (c): tile<T, r, c>(a, lda, b, ldb, K, out, ldo, accumulate); return;
+    switch (R * 8 + C) {
+        TG_TILE(1, 1) TG_TILE(1, 2) TG_TILE(1, 3) TG_TILE(1, 4)
+        TG_TILE(2, 1) TG_TILE(2, 2) TG_TILE(2, 3) TG_TILE(2, 4)
+        TG_TILE(3, 1) TG_TILE(3, 2) TG_TILE(3, 3) TG_TILE(3, 4)
+        TG_TILE(4, 1) TG_TILE(4, 2) TG_TILE(4, 3) TG_TILE(4, 4)
+        default: return;
+    }
+#undef TG_TILE
+}
+
+template <int R> void panel(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int nj) {
+    vf acc[R][2];
+    for (int r = 0; r < R; r++) acc[r][0] = vzero(), acc[r][1] = vzero();
+    for (int64_t k = 0; k < K; k++) {
+        const vf b0 = vld(bp + k * 2 * W), b1 = vld(bp + k * 2 * W + W);
+        for (int r = 0; r < R; r++) {
+            const vf av = vset1(a[r * lda + k]);
+            acc[r][0] = vfma(av, b0, acc[r][0]);
+            acc[r][1] = vfma(av, b1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float t[2 * W];
+        vst(t, acc[r][0]);
+        vst(t + W, acc[r][1]);
+        for (int j = 0; j < nj; j++) out[r + j * ldo] = t[j];
+    }
+}
+void mm_panel(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int R, int nj) {
+    switch (R) {
+        case 1: panel<1>(a, lda, bp, K, out, ldo, nj); return;
+        case 2: panel<2>(a, lda, bp, K, out, ldo, nj); return;
+        case 3: panel<3>(a, lda, bp, K, out, ldo, nj); return;
+        case 4: panel<4>(a, lda, bp, K, out, ldo, nj); return;
+#if defined(TG_SIMD_AVX512)
+        case 5: panel<5>(a, lda, bp, K, out, ldo, nj); return;
+        case 6: panel<6>(a, lda, bp, K, out, ldo, nj); return;
+        case 7: panel<7>(a, lda, bp, K, out, ldo, nj); return;
+        case 8: panel<8>(a, lda, bp, K, out, ldo, nj); return;
+#endif
+        default: return;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Vector helpers over n values
+
+template <typename T> void axpy(float *y, const void *xv, float s, int64_t n) {
+    const T *x = (const T *)xv;
+    const vf sv = vset1(s);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(y + i, vfma(sv, vload(x + i), vld(y + i)));
+    for (; i < n; i++) y[i] += s * sload(x + i);
+}
+
+template <typename T> void to_f32(const void *src, float *dst, int64_t n) {
+    const T *x = (const T *)src;
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(dst + i, vload(x + i));
+    for (; i < n; i++) dst[i] = sload(x + i);
+}
+
+void from_f32_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+void from_f32_f16(const float *src, void *dst, int64_t n) {
+    uint16_t *y = (uint16_t *)dst;
+    int64_t i = 0;
+#ifdef TG_HAVE_VST_F16
+    for (; i + W <= n; i += W) vst_f16(y + i, vld(src + i));
+#endif
+    for (; i < n; i++) y[i] = tg_fp32_to_fp16_impl(src[i]);
+}
+void from_f32_bf16(const float *src, void *dst, int64_t n) {
+    uint16_t *y = (uint16_t *)dst;
+    for (int64_t i = 0; i < n; i++) y[i] = f32_to_bf16(src[i]);
+}
+
+void add(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(y + i, vadd(vld(a + i), vld(b + i)));
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+void mul(const float *a, const float *b, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(y + i, vmul(vld(a + i), vld(b + i)));
+    for (; i < n; i++) y[i] = a[i] * b[i];
+}
+void add1(const float *a, float b, float *y, int64_t n) {
+    const vf bv = vset1(b);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(y + i, vadd(vld(a + i), bv));
+    for (; i < n; i++) y[i] = a[i] + b;
+}
+void mul1(const float *a, float b, float *y, int64_t n) {
+    const vf bv = vset1(b);
+    int64_t i = 0;
+    for (; i + W <= n; i += W) vst(y + i, vmul(vld(a + i), bv));
+    for (; i < n; i++) y[i] = a[i] * b;
+}
+float dot(const float *a, const float *b, int64_t n) {
+    vf acc0 = vzero(), acc1 = vzero();
+    int64_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+        acc0 = vfma(vld(a + i), vld(b + i), acc0);
+        acc1 = vfma(vld(a + i + W), vld(b + i + W), acc1);
+    }
+    for (; i + W <= n; i += W) acc0 = vfma(vld(a + i), vld(b + i), acc0);
+    float t = 0.0f;
+    for (; i < n; i++) t += a[i] * b[i];
+    return vsum(vadd(acc0, acc1)) + t;
+}
+float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
+
+// ---------------------------------------------------------------------------
+// Delta rule token
+
+// Rows j .. j+NR-1 together: NR independent reductions in flight (the chain
+// S_j.k -> u -> update -> S_j.q is serial within a row).
+template <int NR>
+void dr_rows(float *S, int64_t lds, int64_t Dkp, const float *k, const float *q, const float *v, vf av, float beta,
+             float scale, bool delta, float *o) {
+    float u[NR];
+    if (delta) {
+        vf acc[NR];
+        for (int r = 0; r < NR; r++) acc[r] = vzero();
+        for (int64_t i = 0; i < Dkp; i += W) {
+            const vf kv = vld(k + i);
+            for (int r = 0; r < NR; r++) acc[r] = vfma(vmul(av, vld(S + r * lds + i)), kv, acc[r]);
+        }
+        for (int r = 0; r < NR; r++) u[r] = beta * (v[r] - vsum(acc[r]));
+    } else {
+        for (int r = 0; r < NR; r++) u[r] = beta * v[r];
+    }
+    // the decay is recomputed here (same rounding) rather than stored twice
+    vf acc[NR], uv[NR];
+    for (int r = 0; r < NR; r++) acc[r] = vzero(), uv[r] = vset1(u[r]);
+    for (int64_t i = 0; i < Dkp; i += W) {
+        const vf kv = vld(k + i), qv = vld(q + i);
+        for (int r = 0; r < NR; r++) {
+            const vf x = vfma(uv[r], kv, vmul(av, vld(S + r * lds + i)));
+            vst(S + r * lds + i, x);
+            acc[r] = vfma(x, qv, acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) o[r] = scale * vsum(acc[r]);
+}
+
+void dr_token(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a,
+              float beta, float scale, bool delta, float *o) {
+    const vf av = vset1(a);
+    int64_t j = 0;
+    for (; j + 4 <= Dv; j += 4) {
+        // the rows two blocks ahead, read and written next (a state streamed
+        // from L3 or memory at decode)
+        if (j + 12 <= Dv)
+            for (int r = 8; r < 12; r++)
+                for (int64_t i = 0; i < Dkp; i += 16) __builtin_prefetch(S + (j + r) * lds + i, 1);
+        dr_rows<4>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+    }
+    for (; j < Dv; j++) dr_rows<1>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+}
+
+const tg_simd k_table = {
+    TG_SIMD_NAME,
+    W,
+    {mm_tile<float>, mm_tile<f16_t>, mm_tile<bf16_t>},
+    mm_panel,
+#if defined(TG_SIMD_AVX512)
+    8,
+#else
+    4,
+#endif
+    {axpy<float>, axpy<f16_t>, axpy<bf16_t>},
+    {to_f32<float>, to_f32<f16_t>, to_f32<bf16_t>},
+    {from_f32_f32, from_f32_f16, from_f32_bf16},
+    add,
+    mul,
+    add1,
+    mul1,
+    sumsq,
+    dot,
+    dr_token,
+};
+
+}  // namespace
+
+const tg_simd *TG_SIMD_FN() { return &k_table; }
