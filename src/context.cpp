@@ -40,10 +40,8 @@ bool tg_context_live(const tg_context *ctx) {
 // t must lie inside a live arena before any of its bytes are read; then its
 // context and generation must match a live context (catches a freed arena
 // whose address a new context reuses).
-bool tg_tensor_live(const tg_tensor *t) {
-    if (!t) return false;
+static bool tensor_live_locked(const tg_tensor *t) {
     const uintptr_t p = (uintptr_t)t;
-    std::lock_guard<std::mutex> lock(g_live_mu);
     auto it = g_arenas.upper_bound(p);
     for (int n = 0; n < 8 && it != g_arenas.begin(); n++) {
         --it;
@@ -54,6 +52,17 @@ bool tg_tensor_live(const tg_tensor *t) {
         return t->ctx == ctx && live != g_live.end() && live->second == t->ctx_gen;
     }
     return false;
+}
+
+// A view is live when every tensor down to its root is: a view made in a live
+// context of a freed context's tensor is refused, not followed into the freed
+// arena (each link is checked before its view_src is read).
+bool tg_tensor_live(const tg_tensor *t) {
+    if (!t) return false;
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    for (; t; t = t->view_src)
+        if (!tensor_live_locked(t)) return false;
+    return true;
 }
 
 bool tg_graph_live(const tg_graph *g) {

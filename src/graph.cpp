@@ -34,6 +34,11 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
         tg_tensor *x = stack.back();
         stack.pop_back();
         if (!seen.insert(x).second) continue;
+        // a source (or view source) in a context freed since it was used: refused
+        // before any of its fields is read
+        if (!tg_tensor_live(x))
+            return tg_err(TG_ERR_ARG, "[graph_expand] tensor %p reached from '%s' is not live: its context was freed",
+                          (void *)x, t->name);
         found.push_back(x);
         for (tg_tensor *s : x->src)
             if (s) stack.push_back(s);
@@ -156,6 +161,17 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         b->compute_size = g->plan.size;
         b->compute_id = tg_registry_add(b, ptr, g->plan.size);
     }
+    // where each node's result was before: restored when the compute fails, so
+    // a node this graph shares with an earlier one still reads that graph's value
+    struct placed {
+        void *data;
+        tg_mem mem;
+        int device;
+        uint64_t buffer_id;
+    };
+    std::vector<placed> before;
+    before.reserve(g->nodes.size());
+    for (const tg_tensor *t : g->nodes) before.push_back({t->data, t->mem, t->device, t->buffer_id});
     for (tg_tensor *t : g->nodes) {
         if (t->view_src) {
             tg_resolve_view(t);
@@ -167,6 +183,14 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         t->buffer_id = b->compute_id;
     }
     s = b->iface->compute(b, g->nodes);
+    if (s != TG_OK)
+        for (size_t i = 0; i < g->nodes.size(); i++) {
+            tg_tensor *t = g->nodes[i];
+            t->data = before[i].data;
+            t->mem = before[i].mem;
+            t->device = before[i].device;
+            t->buffer_id = before[i].buffer_id;
+        }
     if (grow) {
         // free whichever pool lost: the old one on success, the new one on failure
         void *drop = s == TG_OK ? old_buf : b->compute_buf;

@@ -21,7 +21,7 @@ struct tg_context {
 // It cannot tell a tensor apart from bytes a caller wrote into a live arena
 // that mimic one; it catches the ordinary use after tg_free.
 bool tg_context_live(const tg_context *ctx);
-bool tg_tensor_live(const tg_tensor *t);
+bool tg_tensor_live(const tg_tensor *t);  // t and every tensor down its view chain
 bool tg_graph_live(const tg_graph *g);
 void tg_graph_register(tg_graph *g, bool live);
 // "[call] ..." error when g, or a context one of its tensors came from, was freed.
