@@ -57,9 +57,9 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
     return TG_OK;
 }
 
-int tg_graph_n_nodes(const tg_graph *g) { return g ? (int)g->nodes.size() : 0; }
+int tg_graph_n_nodes(const tg_graph *g) { return tg_graph_live(g) ? (int)g->nodes.size() : 0; }
 tg_tensor *tg_graph_node(const tg_graph *g, int i) {
-    if (!g || i < 0 || i >= (int)g->nodes.size()) return nullptr;
+    if (!tg_graph_live(g) || i < 0 || i >= (int)g->nodes.size()) return nullptr;
     return g->nodes[i];
 }
 

@@ -298,4 +298,31 @@ TEST(HardeningMore, PositionsWrittenThroughReshapeAndPermute) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// The accessors of the public API on a freed context's tensor and graph:
+// refused (zero, NULL, "") without reading the freed arena or graph.
+
+TEST(HardeningMore, AccessorsOfAFreedContextsTensorsAndGraphs) {
+    tg_init_params p = {1 << 20, nullptr, false};
+    tg_context *ctx = tg_init(p);
+    tg_tensor *t = tg_new_tensor_2d(ctx, TG_TYPE_F32, 4, 3);
+    tg_set_name(t, "t");
+    tg_graph *g = tg_graph_new(ctx);
+    ASSERT_EQ(tg_graph_expand(g, tg_scale(ctx, t, 2.0f)), TG_OK);
+    ASSERT_EQ(tg_graph_n_nodes(g), 1);
+    ASSERT_NE(tg_graph_node(g, 0), nullptr);
+    ASSERT_NE(tg_tensor_data(t), nullptr);
+    tg_free(ctx);
+    EXPECT_EQ(tg_graph_n_nodes(g), 0);
+    EXPECT_EQ(tg_graph_node(g, 0), nullptr);
+    EXPECT_EQ(tg_ne(t, 0), 0);
+    EXPECT_EQ(tg_nb(t, 1), 0u);
+    EXPECT_EQ(tg_n_dims(t), 0);
+    EXPECT_EQ(tg_tensor_type(t), TG_TYPE_COUNT);
+    EXPECT_STREQ(tg_get_name(t), "");
+    EXPECT_EQ(tg_tensor_data(t), nullptr);
+    EXPECT_EQ(tg_set_name(t, "written after free"), nullptr);
+    EXPECT_ERR_NAMES("set_name");
+}
+
 }  // namespace
