@@ -68,7 +68,7 @@ tg_status tg_graph_plan(tg_graph *g, tg_graph_stats *stats) {
     tg_status st = tg_graph_check_live("graph_plan", g);
     if (st != TG_OK) return st;
     if (!g->plan.valid) {
-        tg_status s = tg_plan_graph(g);
+        tg_status s = tg_plan_graph(g, "graph_plan");
         if (s != TG_OK) return s;
     }
     if (stats) *stats = g->plan.stats;
@@ -140,7 +140,7 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     for (const tg_tensor *t : g->nodes)
         if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
             return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
-    if (!g->plan.valid && (s = tg_plan_graph(g)) != TG_OK) return s;
+    if (!g->plan.valid && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
     tg_graph_mark_prechecks(g->nodes);
 
     // Grow the backend's pool for intermediates when the plan needs more. The

@@ -55,7 +55,8 @@ struct tg_graph {
 // (a cpy target, a rope_kv_update cache, a delta_rule state).
 void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes);
 
-// Plan g's intermediates (src/planner.cpp). Fills g->plan.
-tg_status tg_plan_graph(tg_graph *g);
+// Plan g's intermediates (src/planner.cpp). Fills g->plan; "[call] ..." error
+// when their total passes SIZE_MAX.
+tg_status tg_plan_graph(tg_graph *g, const char *call);
 // Byte size the planner reserves for t.
 size_t tg_plan_size(const tg_tensor *t);

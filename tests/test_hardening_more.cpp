@@ -325,4 +325,31 @@ TEST(HardeningMore, AccessorsOfAFreedContextsTensorsAndGraphs) {
     EXPECT_ERR_NAMES("set_name");
 }
 
+// ---------------------------------------------------------------------------
+// Intermediates whose sizes add up past SIZE_MAX (zero-stride views make
+// huge tensors of a one-element leaf): the plan is refused, never a wrapped
+// small buffer that the first node would write past.
+
+TEST(HardeningMore, IntermediatesPastSizeMaxAreRefused) {
+    tgt::env e;
+    tg_tensor *x = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, 1);
+    ASSERT_NE(e.alloc(), nullptr);
+    const float one = 1.5f;
+    ASSERT_EQ(tg_tensor_set(x, &one, 0, 4), TG_OK);
+    const int64_t n = ((int64_t)1 << 60) - 1;  // 4 (2^60 - 1) bytes each
+    tg_tensor *wide = tg_view_2d(e.ctx, x, 1, n, 0, 0);
+    ASSERT_NE(wide, nullptr) << tg_last_error();
+    for (bool planner : {true, false}) {
+        tg_graph *g = tg_graph_new(e.ctx);
+        ASSERT_EQ(tg_graph_set_planner(g, planner), TG_OK);
+        for (int i = 0; i < 4; i++) ASSERT_EQ(tg_graph_expand(g, tg_cont(e.ctx, wide)), TG_OK);  // 2^64 in all
+        ASSERT_EQ(tg_graph_expand(g, tg_scale(e.ctx, x, 2.0f)), TG_OK);
+        tg_graph_stats st;
+        EXPECT_EQ(tg_graph_plan(g, &st), TG_ERR_OOM) << "planned " << st.planned_bytes << " bytes";
+        EXPECT_ERR_NAMES("graph_plan");
+        EXPECT_EQ(tg_graph_compute(e.cpu, g), TG_ERR_OOM);
+        EXPECT_ERR_NAMES("graph_compute");
+    }
+}
+
 }  // namespace
