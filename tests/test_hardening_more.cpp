@@ -2,6 +2,7 @@
 // tensors of a freed context reached through a view or an op of a live
 // context, graphs sharing nodes across a failed compute, index tensors
 // written through every route, odd cpy overlaps. CPU backend.
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -350,6 +351,73 @@ TEST(HardeningMore, IntermediatesPastSizeMaxAreRefused) {
         EXPECT_EQ(tg_graph_compute(e.cpu, g), TG_ERR_OOM);
         EXPECT_ERR_NAMES("graph_compute");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Context, buffer, backend and a second context with a view into the first,
+// freed in every order; after each free every handle is used again (get,
+// set, expand, compute, alloc, clear, sizes) and must be refused or work,
+// never touch freed memory (ASan), and double frees are ignored.
+
+TEST(HardeningMore, EveryFreeOrderThenEveryCall) {
+    std::vector<int> order = {0, 1, 2, 3};  // 0 ctx, 1 buffer, 2 backend, 3 viewing context
+    int n_orders = 0;
+    do {
+        n_orders++;
+        tg_init_params p = {1 << 20, nullptr, true};
+        tg_context *ctx = tg_init(p), *vctx = tg_init(p);
+        tg_tensor *a = tg_new_tensor_1d(ctx, TG_TYPE_F32, 16);
+        tg_tensor *pos = tg_new_tensor_1d(ctx, TG_TYPE_I32, 2);
+        tg_backend *be = tg_backend_cpu(2);
+        tg_buffer *buf = tg_backend_alloc(be, ctx);
+        ASSERT_NE(buf, nullptr);
+        tg_tensor *va = tg_view_1d(vctx, a, 8, 32);
+        tg_tensor *sa = tg_scale(vctx, va, 3.0f);
+        tg_tensor *sc = tg_scale(ctx, a, 2.0f);
+        tg_tensor *pc = tg_cpy(vctx, tg_view_1d(vctx, pos, 1, 4), tg_view_1d(vctx, pos, 1, 0));
+        tg_graph *g = tg_graph_new(ctx), *vg = tg_graph_new(vctx);
+        ASSERT_EQ(tg_graph_expand(g, sc), TG_OK);
+        ASSERT_EQ(tg_graph_expand(vg, sa), TG_OK);
+        ASSERT_EQ(tg_graph_expand(vg, pc), TG_OK);
+        std::vector<float> av(16, 0.25f);
+        set_f32(a, av);
+        set_i32(pos, {1, 2});
+        ASSERT_EQ(tg_graph_compute(be, g), TG_OK);
+        ASSERT_EQ(tg_graph_compute(be, vg), TG_OK) << tg_last_error();
+        bool gone[4] = {false, false, false, false};
+        for (int step : order) {
+            switch (step) {
+                case 0: tg_free(ctx); break;
+                case 1: tg_buffer_free(buf); break;
+                case 2: tg_backend_free(be); break;
+                case 3: tg_free(vctx); break;
+            }
+            gone[step] = true;
+            // every call again, twice the free
+            float tmp[16];
+            const bool data_ok = !gone[0] && !gone[1] && !gone[2];
+            EXPECT_EQ(tg_tensor_get(a, tmp, 0, 64) == TG_OK, data_ok);
+            EXPECT_EQ(tg_tensor_set(a, tmp, 0, 64) == TG_OK, data_ok);
+            EXPECT_EQ(tg_tensor_get(va, tmp, 0, 32) == TG_OK, data_ok && !gone[3]);
+            EXPECT_EQ(tg_graph_expand(vg, sa) == TG_OK, !gone[0] && !gone[3]);
+            EXPECT_EQ(tg_graph_compute(be, g) == TG_OK, data_ok);
+            EXPECT_EQ(tg_graph_compute(be, vg) == TG_OK, data_ok && !gone[3]);
+            EXPECT_EQ(tg_graph_n_nodes(vg) > 0, !gone[3]);
+            if (!gone[2]) {
+                tg_buffer *b2 = tg_backend_alloc(be, ctx);
+                EXPECT_EQ(b2 != nullptr, !gone[0]);
+                tg_buffer_free(b2);
+            }
+            EXPECT_EQ(tg_buffer_clear(buf, 0) == TG_OK, !gone[1] && !gone[2]);
+            EXPECT_EQ(tg_buffer_size(buf) > 0, !gone[1] && !gone[2]);
+            EXPECT_EQ(tg_backend_compute_buffer_size(be) > 0, !gone[2]);
+            if (step == 0) tg_free(ctx);
+            if (step == 1) tg_buffer_free(buf);
+            if (step == 2) tg_backend_free(be);
+            if (step == 3) tg_free(vctx);
+        }
+    } while (std::next_permutation(order.begin(), order.end()) && !HasFailure());
+    EXPECT_EQ(n_orders, 24);
 }
 
 }  // namespace
