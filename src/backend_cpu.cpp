@@ -1,5 +1,6 @@
 // backend_cpu.cpp - the CPU backend: host memory and a small thread pool that
 // splits each op's rows.
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -108,8 +109,20 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;
         }
-        std::function<void(int, int)> f = [&](int ith, int nth) { op.cpu(t, ith, nth); };
+        // a kernel's work space that does not fit (std::bad_alloc) is an error,
+        // never an exception out of a worker thread or through the C API
+        std::atomic<bool> failed{false};
+        std::function<void(int, int)> f = [&](int ith, int nth) {
+            try {
+                op.cpu(t, ith, nth);
+            } catch (...) {
+                failed = true;
+            }
+        };
         impl->pool.run(f);
+        if (failed)
+            return tg_err(TG_ERR_OOM, "[%s] out of host memory for the kernel's work space (result %s)", op.name,
+                          tg_shape_str(t).c_str());
     }
     return TG_OK;
 }

@@ -9,6 +9,16 @@
 
 #include "test_util.h"
 
+// ASan's operator new reports a too-large allocation and exits rather than
+// throwing std::bad_alloc, so the out-of-memory test runs without ASan only.
+#if defined(__SANITIZE_ADDRESS__)
+#define TG_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TG_TEST_ASAN 1
+#endif
+#endif
+
 namespace {
 
 #define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
@@ -418,6 +428,83 @@ TEST(HardeningMore, EveryFreeOrderThenEveryCall) {
         }
     } while (std::next_permutation(order.begin(), order.end()) && !HasFailure());
     EXPECT_EQ(n_orders, 24);
+}
+
+// ---------------------------------------------------------------------------
+// A kernel whose work space does not fit in host memory (attention over a
+// zero-stride cache view of 2^40 rows keeps a score per row): the compute
+// fails with TG_ERR_OOM instead of letting std::bad_alloc out of a worker
+// thread (std::terminate) or through the C API.
+
+TEST(HardeningMore, KernelOutOfMemoryIsAnError) {
+#ifdef TG_TEST_ASAN
+    GTEST_SKIP() << "ASan's operator new exits instead of throwing std::bad_alloc (run this one without ASan)";
+#endif
+    tgt::env e;
+    const int D = 4;
+    const int64_t L = (int64_t)1 << 40;
+    tg_tensor *kx = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, D), *vx = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, D);
+    tg_tensor *q = tg_new_tensor_4d(e.ctx, TG_TYPE_F32, D, 1, 1, 1);
+    tg_tensor *pos = tg_new_tensor_2d(e.ctx, TG_TYPE_I32, 1, 1);
+    ASSERT_NE(e.alloc(), nullptr);
+    std::mt19937 rng(12);
+    set_f32(kx, tgt::random_floats(rng, D)), set_f32(vx, tgt::random_floats(rng, D)), set_f32(q, tgt::random_floats(rng, D));
+    set_i32(pos, {5});
+    tg_tensor *kc = tg_view_4d(e.ctx, kx, D, 1, L, 1, 16, 0, 16, 0);  // every row the same 4 floats
+    tg_tensor *vc = tg_view_4d(e.ctx, vx, D, 1, L, 1, 16, 0, 16, 0);
+    ASSERT_NE(kc, nullptr) << tg_last_error();
+    tg_tensor *o = tg_attention(e.ctx, q, kc, vc, pos, 0.5f);
+    ASSERT_NE(o, nullptr) << tg_last_error();
+    tg_graph *g = tg_graph_new(e.ctx);
+    ASSERT_EQ(tg_graph_expand(g, o), TG_OK);
+    EXPECT_EQ(tg_graph_compute(e.cpu, g), TG_ERR_OOM);
+    EXPECT_NE(strstr(tg_last_error(), "attention"), nullptr) << tg_last_error();
+    // the backend still works
+    tg_graph *g2 = tg_graph_new(e.ctx);
+    tg_tensor *s2 = tg_scale(e.ctx, q, 2.0f);
+    ASSERT_EQ(tg_graph_expand(g2, s2), TG_OK);
+    EXPECT_EQ(tg_graph_compute(e.cpu, g2), TG_OK) << tg_last_error();
+}
+
+// ---------------------------------------------------------------------------
+// Caller arenas at odd addresses and odd sizes: every tensor (metadata and
+// data) lies inside the caller's bytes, data is 64-byte aligned, tensors are
+// usable, and bytes around the arena are never written.
+
+TEST(HardeningMore, CallerArenaAtOddAddressesAndSizes) {
+    alignas(64) static unsigned char raw[1 << 13];
+    std::mt19937_64 rng(99);
+    for (int round = 0; round < 300; round++) {
+        const size_t shift = rng() % 80, size = 1 + rng() % (round < 100 ? 512 : sizeof raw - 160);
+        memset(raw, 0xA5, sizeof raw);
+        unsigned char *base = raw + shift;
+        tg_init_params ip = {size, base, (bool)(rng() % 4 == 0)};
+        tg_context *ctx = tg_init(ip);
+        ASSERT_NE(ctx, nullptr) << tg_last_error();
+        for (int k = 0; k < 12; k++) {
+            tg_tensor *t = tg_new_tensor_1d(ctx, rng() % 2 ? TG_TYPE_F32 : TG_TYPE_I32, 1 + (int64_t)(rng() % 64));
+            if (!t) continue;
+            const unsigned char *m = (const unsigned char *)t;
+            ASSERT_GE(m, base);
+            ASSERT_LE(m + tg_tensor_overhead(), base + size) << "tensor metadata past the arena";
+            ASSERT_EQ(tg_ne(t, 1), 1);
+            if (!ip.no_alloc) {
+                const unsigned char *d = (const unsigned char *)tg_tensor_data(t);
+                ASSERT_NE(d, nullptr);
+                ASSERT_EQ((uintptr_t)d % 64, 0u);
+                ASSERT_GE(d, base);
+                ASSERT_LE(d + tg_nbytes(t), base + size) << "tensor data past the arena";
+                std::vector<int32_t> v((size_t)tg_ne(t, 0), 7);
+                ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK) << tg_last_error();
+            }
+        }
+        tg_graph *g = tg_graph_new(ctx);  // may not fit: then NULL with an error
+        if (!g) EXPECT_ERR_NAMES("graph_new");
+        ASSERT_LE(tg_used_mem(ctx), size);
+        tg_free(ctx);
+        for (size_t i = 0; i < shift; i++) ASSERT_EQ(raw[i], 0xA5) << "byte before the arena written";
+        for (size_t i = shift + size; i < sizeof raw; i++) ASSERT_EQ(raw[i], 0xA5) << "byte after the arena written";
+    }
 }
 
 }  // namespace
