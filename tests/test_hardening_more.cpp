@@ -162,6 +162,17 @@ void shared_node_case(bool grow) {
     std::vector<float> again(64, NAN);
     EXPECT_EQ(tg_tensor_get(shared, again.data(), 0, 256), TG_OK) << tg_last_error();
     EXPECT_EQ(again, want) << "the first graph's output changed after a failed compute";
+    // a smaller graph computes in the kept buffer, and its result is right
+    tg_tensor *small = tg_scale(e.ctx, x, 0.5f);
+    tg_graph *g3 = tg_graph_new(e.ctx);
+    ASSERT_EQ(tg_graph_expand(g3, small), TG_OK);
+    ASSERT_EQ(tg_graph_compute(e.cpu, g3), TG_OK) << tg_last_error();
+    EXPECT_EQ(tg_backend_compute_buffer_size(e.cpu), size1);
+    EXPECT_EQ(get_f32(small)[9], 0.5f * xv[9]);
+    EXPECT_EQ(get_f32(small)[63], 0.5f * xv[63]);
+    // the first graph again
+    ASSERT_EQ(tg_graph_compute(e.cpu, g1), TG_OK) << tg_last_error();
+    EXPECT_EQ(get_f32(shared), want);
 
     // fixed, the failed graph computes
     set_i32(ids, {1, 0});
