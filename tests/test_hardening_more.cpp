@@ -366,7 +366,7 @@ TEST(HardeningMore, IntermediatesPastSizeMaxAreRefused) {
         ASSERT_EQ(tg_graph_set_planner(g, planner), TG_OK);
         for (int i = 0; i < 4; i++) ASSERT_EQ(tg_graph_expand(g, tg_cont(e.ctx, wide)), TG_OK);  // 2^64 in all
         ASSERT_EQ(tg_graph_expand(g, tg_scale(e.ctx, x, 2.0f)), TG_OK);
-        tg_graph_stats st;
+        tg_graph_stats st{};
         EXPECT_EQ(tg_graph_plan(g, &st), TG_ERR_OOM) << "planned " << st.planned_bytes << " bytes";
         EXPECT_ERR_NAMES("graph_plan");
         EXPECT_EQ(tg_graph_compute(e.cpu, g), TG_ERR_OOM);
