@@ -140,9 +140,10 @@ tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
         t->buffer_id = buf->id;
         off += align256(tg_nbytes(t));
     }
-    // views made before the allocation see the new storage
+    // views made before the allocation see the new storage (views of a freed
+    // context's tensors are skipped: they are refused everywhere)
     for (tg_tensor *t : ctx->tensors)
-        if (t->view_src) tg_resolve_view(t);
+        if (t->view_src && tg_tensor_live(t)) tg_resolve_view(t);
     return buf;
 }
 

@@ -1,8 +1,8 @@
 // backend_cpu.cpp - the CPU backend: host memory and a small thread pool that
 // splits each op's rows.
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <atomic>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -79,12 +79,21 @@ struct thread_pool {
             spin_wait([&] { return pool->bar_phase.load(std::memory_order_acquire) != phase; });
         }
     }
+    // A reference kernel's work space that does not fit (std::bad_alloc) is
+    // an error of the node, never an exception out of a worker thread or
+    // through the C API. (Fast kernels take their scratch from reserve()
+    // and do not allocate.)
+    std::atomic<bool> failed{false};
     void work_on(int ith) {
-        if (fast) {
-            const tg_cpu_ctx c = {ith, n, work, &next, barrier, this};
-            fast(node, c);
-        } else {
-            ref(node, ith, n);
+        try {
+            if (fast) {
+                const tg_cpu_ctx c = {ith, n, work, &next, barrier, this};
+                fast(node, c);
+            } else {
+                ref(node, ith, n);
+            }
+        } catch (...) {
+            failed.store(true);
         }
     }
     void loop(int ith) {
@@ -205,6 +214,9 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
             impl->pool.run(t, op.cpu, fast->run, single);
         else
             impl->pool.run(t, op.cpu, nullptr, single);
+        if (impl->pool.failed.exchange(false))
+            return tg_err(TG_ERR_OOM, "[%s] out of host memory for the kernel's work space (result %s)", op.name,
+                          tg_shape_str(t).c_str());
     }
     return TG_OK;
 }

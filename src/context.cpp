@@ -40,10 +40,8 @@ bool tg_context_live(const tg_context *ctx) {
 // t must lie inside a live arena before any of its bytes are read; then its
 // context and generation must match a live context (catches a freed arena
 // whose address a new context reuses).
-bool tg_tensor_live(const tg_tensor *t) {
-    if (!t) return false;
+static bool tensor_live_locked(const tg_tensor *t) {
     const uintptr_t p = (uintptr_t)t;
-    std::lock_guard<std::mutex> lock(g_live_mu);
     auto it = g_arenas.upper_bound(p);
     for (int n = 0; n < 8 && it != g_arenas.begin(); n++) {
         --it;
@@ -54,6 +52,17 @@ bool tg_tensor_live(const tg_tensor *t) {
         return t->ctx == ctx && live != g_live.end() && live->second == t->ctx_gen;
     }
     return false;
+}
+
+// A view is live when every tensor down to its root is: a view made in a live
+// context of a freed context's tensor is refused, not followed into the freed
+// arena (each link is checked before its view_src is read).
+bool tg_tensor_live(const tg_tensor *t) {
+    if (!t) return false;
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    for (; t; t = t->view_src)
+        if (!tensor_live_locked(t)) return false;
+    return true;
 }
 
 bool tg_graph_live(const tg_graph *g) {
@@ -263,28 +272,29 @@ tg_tensor *tg_new_view_of(tg_context *ctx, const char *call, tg_op op, tg_tensor
 
 tg_tensor *tg_set_name(tg_tensor *t, const char *name) {
     if (!t) TG_FAIL_NULL(TG_ERR_ARG, "[set_name] tensor is NULL");
+    if (!tg_tensor_live(t)) TG_FAIL_NULL(TG_ERR_ARG, "[set_name] tensor %p is not live: its context was freed", (void *)t);
     if (!name) TG_FAIL_NULL(TG_ERR_ARG, "[set_name] name is NULL");
     if (strlen(name) >= TG_MAX_NAME)
         TG_FAIL_NULL(TG_ERR_ARG, "[set_name] name of %zu bytes is too long (max %d)", strlen(name), TG_MAX_NAME - 1);
     snprintf(t->name, sizeof(t->name), "%s", name);
     return t;
 }
-const char *tg_get_name(const tg_tensor *t) { return t ? t->name : ""; }
+const char *tg_get_name(const tg_tensor *t) { return tg_tensor_live(t) ? t->name : ""; }
 tg_tensor *tg_get_tensor(tg_context *ctx, const char *name) {
     if (!ctx || !name || !tg_context_live(ctx)) return nullptr;
     for (tg_tensor *t : ctx->tensors)
         if (strcmp(t->name, name) == 0) return t;
     return nullptr;
 }
-tg_type tg_tensor_type(const tg_tensor *t) { return t ? t->type : TG_TYPE_COUNT; }
+tg_type tg_tensor_type(const tg_tensor *t) { return tg_tensor_live(t) ? t->type : TG_TYPE_COUNT; }
 int tg_n_dims(const tg_tensor *t) {
-    if (!t) return 0;
+    if (!tg_tensor_live(t)) return 0;
     for (int i = TG_MAX_DIMS - 1; i >= 1; i--)
         if (t->ne[i] > 1) return i + 1;
     return 1;
 }
-int64_t tg_ne(const tg_tensor *t, int dim) { return t && dim >= 0 && dim < TG_MAX_DIMS ? t->ne[dim] : 0; }
-size_t tg_nb(const tg_tensor *t, int dim) { return t && dim >= 0 && dim < TG_MAX_DIMS ? t->nb[dim] : 0; }
+int64_t tg_ne(const tg_tensor *t, int dim) { return tg_tensor_live(t) && dim >= 0 && dim < TG_MAX_DIMS ? t->ne[dim] : 0; }
+size_t tg_nb(const tg_tensor *t, int dim) { return tg_tensor_live(t) && dim >= 0 && dim < TG_MAX_DIMS ? t->nb[dim] : 0; }
 int64_t tg_nelements(const tg_tensor *t) { return t ? t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] : 0; }
 size_t tg_nbytes(const tg_tensor *t) {
     if (!t) return 0;
@@ -301,7 +311,7 @@ bool tg_is_contiguous(const tg_tensor *t) {
     }
     return true;
 }
-void *tg_tensor_data(const tg_tensor *t) { return t && t->mem == TG_MEM_HOST ? t->data : nullptr; }
+void *tg_tensor_data(const tg_tensor *t) { return tg_tensor_live(t) && t->mem == TG_MEM_HOST ? t->data : nullptr; }
 
 bool tg_same_shape(const tg_tensor *a, const tg_tensor *b) {
     for (int i = 0; i < TG_MAX_DIMS; i++)

@@ -34,6 +34,11 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
         tg_tensor *x = stack.back();
         stack.pop_back();
         if (!seen.insert(x).second) continue;
+        // a source (or view source) in a context freed since it was used: refused
+        // before any of its fields is read
+        if (!tg_tensor_live(x))
+            return tg_err(TG_ERR_ARG, "[graph_expand] tensor %p reached from '%s' is not live: its context was freed",
+                          (void *)x, t->name);
         found.push_back(x);
         for (tg_tensor *s : x->src)
             if (s) stack.push_back(s);
@@ -52,9 +57,9 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
     return TG_OK;
 }
 
-int tg_graph_n_nodes(const tg_graph *g) { return g ? (int)g->nodes.size() : 0; }
+int tg_graph_n_nodes(const tg_graph *g) { return tg_graph_live(g) ? (int)g->nodes.size() : 0; }
 tg_tensor *tg_graph_node(const tg_graph *g, int i) {
-    if (!g || i < 0 || i >= (int)g->nodes.size()) return nullptr;
+    if (!tg_graph_live(g) || i < 0 || i >= (int)g->nodes.size()) return nullptr;
     return g->nodes[i];
 }
 
@@ -63,7 +68,7 @@ tg_status tg_graph_plan(tg_graph *g, tg_graph_stats *stats) {
     tg_status st = tg_graph_check_live("graph_plan", g);
     if (st != TG_OK) return st;
     if (!g->plan.valid) {
-        tg_status s = tg_plan_graph(g);
+        tg_status s = tg_plan_graph(g, "graph_plan");
         if (s != TG_OK) return s;
     }
     if (stats) *stats = g->plan.stats;
@@ -135,7 +140,7 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     for (const tg_tensor *t : g->nodes)
         if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
             return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
-    if (!g->plan.valid && (s = tg_plan_graph(g)) != TG_OK) return s;
+    if (!g->plan.valid && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
     tg_graph_mark_prechecks(g->nodes);
 
     // Grow the backend's pool for intermediates when the plan needs more. The
@@ -156,6 +161,17 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         b->compute_size = g->plan.size;
         b->compute_id = tg_registry_add(b, ptr, g->plan.size);
     }
+    // where each node's result was before: restored when the compute fails, so
+    // a node this graph shares with an earlier one still reads that graph's value
+    struct placed {
+        void *data;
+        tg_mem mem;
+        int device;
+        uint64_t buffer_id;
+    };
+    std::vector<placed> before;
+    before.reserve(g->nodes.size());
+    for (const tg_tensor *t : g->nodes) before.push_back({t->data, t->mem, t->device, t->buffer_id});
     for (tg_tensor *t : g->nodes) {
         if (t->view_src) {
             tg_resolve_view(t);
@@ -167,6 +183,14 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         t->buffer_id = b->compute_id;
     }
     s = b->iface->compute(b, g->nodes);
+    if (s != TG_OK)
+        for (size_t i = 0; i < g->nodes.size(); i++) {
+            tg_tensor *t = g->nodes[i];
+            t->data = before[i].data;
+            t->mem = before[i].mem;
+            t->device = before[i].device;
+            t->buffer_id = before[i].buffer_id;
+        }
     if (grow) {
         // free whichever pool lost: the old one on success, the new one on failure
         void *drop = s == TG_OK ? old_buf : b->compute_buf;

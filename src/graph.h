@@ -21,7 +21,7 @@ struct tg_context {
 // It cannot tell a tensor apart from bytes a caller wrote into a live arena
 // that mimic one; it catches the ordinary use after tg_free.
 bool tg_context_live(const tg_context *ctx);
-bool tg_tensor_live(const tg_tensor *t);
+bool tg_tensor_live(const tg_tensor *t);  // t and every tensor down its view chain
 bool tg_graph_live(const tg_graph *g);
 void tg_graph_register(tg_graph *g, bool live);
 // "[call] ..." error when g, or a context one of its tensors came from, was freed.
@@ -55,7 +55,8 @@ struct tg_graph {
 // (a cpy target, a rope_kv_update cache, a delta_rule state).
 void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes);
 
-// Plan g's intermediates (src/planner.cpp). Fills g->plan.
-tg_status tg_plan_graph(tg_graph *g);
+// Plan g's intermediates (src/planner.cpp). Fills g->plan; "[call] ..." error
+// when their total passes SIZE_MAX.
+tg_status tg_plan_graph(tg_graph *g, const char *call);
 // Byte size the planner reserves for t.
 size_t tg_plan_size(const tg_tensor *t);

@@ -22,6 +22,11 @@ namespace {
 struct free_list {
     std::map<size_t, size_t> blocks;  // offset -> size
     size_t end = 0;                   // high-water mark
+    bool overflow = false;            // end would pass SIZE_MAX
+    size_t grow_to(size_t off, size_t size) {
+        if (__builtin_add_overflow(off, size, &end)) overflow = true;
+        return off;
+    }
 
     size_t take(size_t size) {
         auto best = blocks.end();
@@ -39,13 +44,10 @@ struct free_list {
             if (last->first + last->second == end) {
                 size_t off = last->first;
                 blocks.erase(last);
-                end = off + size;
-                return off;
+                return grow_to(off, size);
             }
         }
-        size_t off = end;
-        end += size;
-        return off;
+        return grow_to(end, size);
     }
     void give(size_t off, size_t size) {
         auto it = blocks.emplace(off, size).first;
@@ -65,7 +67,7 @@ struct free_list {
 };
 }  // namespace
 
-tg_status tg_plan_graph(tg_graph *g) {
+tg_status tg_plan_graph(tg_graph *g, const char *call) {
     tg_plan &p = g->plan;
     p.offset.clear();
     p.stats = tg_graph_stats{};
@@ -126,8 +128,7 @@ tg_status tg_plan_graph(tg_graph *g) {
             if (p.planner) {
                 off = fl.take(size);
             } else {
-                off = fl.end;
-                fl.end += size;
+                off = fl.grow_to(fl.end, size);
             }
             blocks.push_back({off, size, i, i});
             b = (int)blocks.size() - 1;
@@ -144,6 +145,9 @@ tg_status tg_plan_graph(tg_graph *g) {
         if (p.planner)
             for (int fb : frees_at[i]) fl.give(blocks[fb].off, blocks[fb].size);
     }
+    if (fl.overflow)
+        return tg_err(TG_ERR_OOM, "[%s] the graph's intermediates need more than %zu bytes", call,
+                      (size_t)SIZE_MAX);
     p.size = fl.end;
     p.stats.planned_bytes = fl.end;
     // lower bound: the most bytes live at any one step

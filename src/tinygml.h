@@ -93,8 +93,10 @@ typedef struct tg_init_params {
 
 TG_API tg_context *tg_init(tg_init_params params);  // NULL + error on failure
 // tg_free frees the graphs made in ctx too. Its tensors and graphs are then
-// refused by every call ("... its context was freed"), not dereferenced;
-// freeing a context twice is ignored.
+// refused by every call ("... its context was freed"), not dereferenced, and
+// so are views and ops of other contexts that reach its tensors (except
+// tg_nelements, tg_nbytes and tg_is_contiguous, which do not check); freeing
+// a context twice is ignored.
 TG_API void tg_free(tg_context *ctx);
 TG_API size_t tg_used_mem(const tg_context *ctx);
 // Bytes of arena one tensor's metadata takes (to size no_alloc contexts).
@@ -354,7 +356,8 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 // until the next successful compute on b. On error, ops that write persistent
 // tensors (caches, states, cpy targets) have written nothing if their input
 // check failed; see the op's comment. A failed compute never replaces the
-// compute buffer, so the previous graph's results stay readable; when the
+// compute buffer and puts its nodes' storage back, so the previous graph's
+// results stay readable (nodes it shares with the failed one too); when the
 // failure is a bad position or id in a persistent input (found before any
 // node runs), their values are unchanged too on the CPU backend, and on CUDA
 // when the failed graph needed a larger buffer than the previous one.
