@@ -119,3 +119,28 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     }
     return b->iface->compute(b, g->nodes);
 }
+
+tg_status tg_backend_reserve(tg_backend *b, tg_graph *g) {
+    if (!b) return tg_err(TG_ERR_ARG, "[backend_reserve] backend is NULL");
+    if (!g) return tg_err(TG_ERR_ARG, "[backend_reserve] graph is NULL");
+    if (!g->plan.valid) {
+        tg_status s = tg_plan_graph(g);
+        if (s != TG_OK) return s;
+    }
+    if (g->plan.size <= b->compute_size) return TG_OK;
+    // allocate the new buffer before releasing the old one: on failure the
+    // old buffer (and every output in it) stays as it was
+    void *ptr = nullptr;
+    tg_status s = b->iface->alloc(b, g->plan.size, &ptr);
+    if (s != TG_OK)
+        return tg_err(s, "[backend_reserve] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
+                      b->name.c_str(), tg_last_error());
+    if (b->compute_buf) {
+        tg_registry_remove(b->compute_id);
+        b->iface->dealloc(b, b->compute_buf);
+    }
+    b->compute_buf = ptr;
+    b->compute_size = g->plan.size;
+    b->compute_id = tg_registry_add(b, ptr, g->plan.size);
+    return TG_OK;
+}

@@ -327,6 +327,15 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
+// Reserve b's compute buffer for g, as ggml-alloc's reserve: plan g (as
+// tg_graph_compute would) and grow the buffer now to at least g's planned
+// bytes. Computes nothing; g's leaves need no storage yet. Reserve once with
+// the largest graph a session will run (its longest prompt): every compute
+// whose plan fits then runs in the same buffer, so the buffer never grows or
+// moves mid-session. Growing here replaces the buffer: outputs of earlier
+// computes on b are invalidated (reading them fails cleanly); a reserve that
+// fits (or fails) changes nothing. TG_ERR_OOM when the buffer cannot grow.
+TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 
 // ---------------------------------------------------------------------------
 // GGUF files (version 3, little-endian): a strict reader and a writer.
