@@ -13,7 +13,9 @@
 //          (error-record reset, launches, sync, record read-back)
 // Inputs are random (never zeros); when one call's data fits twice in L2,
 // calls rotate over several input sets. Useful bytes as BENCHMARKS.md counts
-// them. Usage: tinygml-bench [results.json] [--quick] [--only ID_PREFIX]
+// them. Decode steps of the shipped models: wall (and with --host-time, host
+// CPU) time per session_eval step. Usage: tinygml-bench [results.json]
+// [--quick] [--only ID_PREFIX] [--host-time]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,8 +26,11 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include "common.cuh"
 #include "internal.h"
+#include "model.h"
 #include "signature.cuh"
 #include "tinygml.h"
 
@@ -222,12 +227,12 @@ void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, 
         }
         TG_OK_OR_DIE(tg_tensor_set(pos[s], p.data(), 0, p.size() * 4));
     }
-    const tg_cuda_sig_knobs saved = tg_cuda_sig;
-    tg_cuda_sig = knobs;
+    const tg_cuda_sig_knobs saved = *tg_cuda_knobs(g_be);
+    *tg_cuda_knobs(g_be) = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
     r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, entry);
-    r.variant = entry ? "validation kernel alone" : tg_cuda_sig_last_kv;
-    tg_cuda_sig = saved;
+    r.variant = entry ? "validation kernel alone" : tg_cuda_sig_last(g_be, TG_CUDA_SIG_KV);
+    *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
@@ -263,7 +268,7 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
     }
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
     r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0);
-    r.variant = tg_cuda_sig_last_rope;
+    r.variant = tg_cuda_sig_last(g_be, TG_CUDA_SIG_ROPE);
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
@@ -309,8 +314,8 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
         fill(in[i + 4], 0.0f, 1.0f);
     }
     if (S) fill(S, -0.1f, 0.1f);
-    const tg_cuda_sig_knobs saved = tg_cuda_sig;
-    tg_cuda_sig = knobs;
+    const tg_cuda_sig_knobs saved = *tg_cuda_knobs(g_be);
+    *tg_cuda_knobs(g_be) = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
     std::vector<float> o(std::min<size_t>(tg_nelements(nodes[0]), 1 << 20));
     TG_OK_OR_DIE(tg_tensor_get(nodes[0], o.data(), 0, o.size() * 4));
@@ -320,11 +325,77 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
             exit(1);
         }
     r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0);
-    r.variant = tg_cuda_sig_last_delta;
-    tg_cuda_sig = saved;
+    r.variant = tg_cuda_sig_last(g_be, TG_CUDA_SIG_DELTA);
+    *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
+}
+
+// --- decode steps of a shipped model ---------------------------------------------
+
+// One row per (model, batch): a session on the CUDA backend (reserved, graphs
+// kept), a prompt of 16, then greedy decode steps through session_eval (the
+// API a user calls: input uploads, one CUDA-graph replay, logits read-back).
+// wall: median host wall time per step. host (--host-time runs only, where
+// the process waits with blocking synchronization instead of spinning): the
+// thread's CPU time per step, i.e. the host work around the GPU's.
+struct step_row {
+    std::string model;
+    int batch = 0, steps = 0;
+    double us_wall = -1, us_host = -1, tok_s = 0;
+    long long replays = 0;
+};
+std::vector<step_row> g_steps;
+bool g_host_time = false;
+
+double thread_cpu_us() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+void bench_decode_step(const char *path, int B, int steps) {
+    if (skip_row("decode")) return;
+    tgm::model *m = tgm::model_load(path, g_be);
+    if (!m) {
+        fprintf(stderr, "tinygml-bench: %s (decode rows skipped)\n", tg_last_error());
+        return;
+    }
+    const int P = 16, V = m->hp.n_vocab;
+    steps = std::max(3, std::min(steps, m->hp.n_ctx - P));
+    tgm::session *s = tgm::session_new(m, B, P + steps);
+    if (!s) TG_OK_OR_DIE(TG_ERR_OOM);
+    TG_OK_OR_DIE(tgm::session_reserve(s, P));
+    std::vector<int32_t> toks((size_t)B * P), cur(B);
+    for (size_t i = 0; i < toks.size(); i++) toks[i] = (int32_t)((i * 7 + 3) % 256);
+    std::vector<float> logits;
+    TG_OK_OR_DIE(tgm::session_eval(s, 0, B, toks.data(), P, false, &logits));
+    long long r0 = 0, r1 = 0;
+    tg_cuda_graph_counts(g_be, nullptr, &r0);
+    std::vector<double> wall, host;
+    tgm::sampler greedy;
+    for (int i = 0; i < steps; i++) {
+        for (int b = 0; b < B; b++) cur[b] = greedy.sample(&logits[(size_t)b * V], V);
+        const double c0 = thread_cpu_us();
+        const auto t0 = std::chrono::steady_clock::now();
+        TG_OK_OR_DIE(tgm::session_eval(s, 0, B, cur.data(), 1, false, &logits));
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        const double cpu = thread_cpu_us() - c0;
+        if (i >= 2) wall.push_back(us), host.push_back(cpu);  // the first two: plain run, capture
+    }
+    tg_cuda_graph_counts(g_be, nullptr, &r1);
+    step_row r;
+    const char *base = strrchr(path, '/');
+    r.model = base ? base + 1 : path;
+    r.batch = B, r.steps = steps;
+    r.us_wall = median(wall);
+    if (g_host_time) r.us_host = median(host);
+    r.tok_s = B / (r.us_wall * 1e-6);
+    r.replays = r1 - r0;
+    g_steps.push_back(r);
+    tgm::session_free(s);
+    tgm::model_free(m);
 }
 
 // --- copy bandwidth ----------------------------------------------------------
@@ -369,6 +440,13 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
                r.shape.c_str(), r.variant.c_str(), r.tm.us_event, r.tm.us_graph, r.tm.us_api, gbs,
                100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "");
     }
+    if (!g_steps.empty()) {
+        printf("\n%-22s %5s %6s %10s %10s %12s %8s\n", "decode step", "batch", "steps", "us(wall)", "us(host)",
+               "tokens/s", "replays");
+        for (const step_row &r : g_steps)
+            printf("%-22s %5d %6d %10.1f %10.1f %12.0f %8lld\n", r.model.c_str(), r.batch, r.steps, r.us_wall,
+                   r.us_host, r.tok_s, r.replays);
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "tinygml-bench: cannot write %s\n", path);
@@ -388,6 +466,15 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
                 r.tm.us_graph, r.tm.us_api, us, r.bytes, gbs, 100.0 * gbs / g_copy_gbs, r.target_us,
                 r.target_us > 0 ? (us <= r.target_us ? "true" : "false") : "null", i + 1 < g_rows.size() ? "," : "");
     }
+    fprintf(f, "  ],\n  \"decode_steps\": [\n");
+    for (size_t i = 0; i < g_steps.size(); i++) {
+        const step_row &r = g_steps[i];
+        fprintf(f,
+                "    {\"model\": \"%s\", \"batch\": %d, \"steps\": %d, \"us_wall\": %.2f, \"us_host\": %.2f, "
+                "\"tokens_per_s\": %.0f, \"graph_replays\": %lld}%s\n",
+                r.model.c_str(), r.batch, r.steps, r.us_wall, r.us_host, r.tok_s, r.replays,
+                i + 1 < g_steps.size() ? "," : "");
+    }
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("\nwrote %s\n", path);
@@ -400,12 +487,16 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+        else if (!strcmp(argv[i], "--host-time")) g_host_time = true;
         else out = argv[i];
     }
     if (!tg_cuda_available()) {
         printf("tinygml-bench: no CUDA device found; nothing to benchmark.\n");
         return 0;
     }
+    // --host-time: the thread sleeps while it waits for the GPU, so its CPU
+    // time is the host's own work (set before the device's context exists)
+    if (g_host_time) CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     g_be = tg_backend_cuda(0);
     if (!g_be) {
         printf("tinygml-bench: cannot open CUDA device 0: %s\n", tg_last_error());
@@ -467,6 +558,9 @@ int main(int argc, char **argv) {
     bench_delta("gla.seed/tpc4", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 0, true, tpc4);
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
+    // decode steps of the shipped models (run from the repository root)
+    for (const char *mp : {"models/llama-recall.gguf", "models/hybrid-recall.gguf"})
+        for (int b : {1, 16}) bench_decode_step(mp, b, g_quick ? 20 : 200);
 
     print_and_save(out, prop);
     tg_backend_free(g_be);

@@ -5,8 +5,10 @@
 // Faults: a CUDA error that poisons the context (illegal address, launch
 // failure, ...) marks the backend failed; every later call on it is refused
 // with TG_ERR_BACKEND until it is freed and recreated (RELIABILITY 22).
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -49,7 +51,18 @@ static bool is_sticky(cudaError_t e) {
         case cudaErrorStubLibrary:
         case cudaErrorOperatingSystem:
         case cudaErrorInvalidKernelImage:
-        case cudaErrorUnsupportedPtxVersion: return false;
+        case cudaErrorUnsupportedPtxVersion:
+        // stream-capture misuse: nothing ran, the context is fine
+        case cudaErrorStreamCaptureUnsupported:
+        case cudaErrorStreamCaptureInvalidated:
+        case cudaErrorStreamCaptureMerge:
+        case cudaErrorStreamCaptureUnmatched:
+        case cudaErrorStreamCaptureUnjoined:
+        case cudaErrorStreamCaptureIsolation:
+        case cudaErrorStreamCaptureImplicit:
+        case cudaErrorCapturedEvent:
+        case cudaErrorStreamCaptureWrongThread:
+        case cudaErrorGraphExecUpdateFailure: return false;
         default: return true;
     }
 }
@@ -103,8 +116,13 @@ tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *c
     const size_t mib = (size_t)1 << 20;
     if (size > SIZE_MAX - mib) return tg_err(TG_ERR_OOM, "[%s] scratch of %zu bytes is too large", call, size);
     const size_t want = (size + mib - 1) / mib * mib;
+    // a capture cannot synchronize or allocate: it gives up, and the plain run
+    // that follows grows the scratch
+    if (impl->capturing)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] scratch must grow to %zu bytes: not while capturing", call, want);
     // queued kernels may still read the old scratch
     TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    impl->resource_gen++;  // captured launches that used the old scratch are stale
     if (impl->scratch) {
         void *old = impl->scratch;
         impl->scratch = nullptr;
@@ -140,6 +158,25 @@ tg_status refuse(tg_backend *be, const char *call) {
                   tg_cuda(be)->fail_msg.c_str());
 }
 
+// Backends with staged tensor_set copies not yet known to be done, each with
+// an event recorded after its last one. A graph on another backend may read
+// those tensors (same device): its compute waits on these events first.
+std::mutex g_stage_mutex;
+std::vector<tg_cuda_impl *> g_staged;
+std::atomic<int> g_n_staged{0};
+
+void staged_forget(tg_cuda_impl *impl) {  // its stream was synchronized (or it is going away)
+    if (impl->staging_used == 0) return;
+    impl->staging_used = 0;
+    std::lock_guard<std::mutex> lock(g_stage_mutex);
+    for (size_t i = 0; i < g_staged.size(); i++)
+        if (g_staged[i] == impl) {
+            g_staged.erase(g_staged.begin() + (long)i);
+            g_n_staged--;
+            break;
+        }
+}
+
 // Every entry point: refuse after a fault, then make the backend's device current.
 tg_status enter(tg_backend *be, const char *call) {
     if (tg_cuda(be)->failed) return refuse(be, call);
@@ -151,6 +188,12 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (!impl) return;
     (void)cudaSetDevice(impl->device);
     if (impl->stream) (void)cudaStreamSynchronize(impl->stream);
+    staged_forget(impl);
+    tg_cuda_graph_cache_free(impl);
+    if (impl->stage_ev) (void)cudaEventDestroy(impl->stage_ev);
+    if (impl->staging) (void)cudaFreeHost(impl->staging);
+    if (impl->h_err) (void)cudaFreeHost(impl->h_err);
+    if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
     if (impl->cublas) (void)cublasDestroy(impl->cublas);
@@ -201,17 +244,43 @@ tg_status cuda_memset(tg_backend *be, void *ptr, int value, size_t size) {
     tg_cuda_impl *impl = tg_cuda(be);
     TG_CUDA_TRY(be, "buffer_clear", cudaMemsetAsync(ptr, value, size, impl->stream));
     TG_CUDA_TRY(be, "buffer_clear", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
-// Copies go through the backend's stream, so they are ordered after (and
-// finished before) its kernels; synchronous for the caller.
+// Copies go through the backend's stream, so they are ordered after its
+// kernels and before later ones. A small set (a step's token ids, positions)
+// is copied into pinned staging and sent asynchronously: the caller's memory
+// is free on return and the next compute sees the data by stream order
+// (another backend's compute waits on stage_ev). The staging is reused once
+// the stream has been synchronized; when full, the set synchronizes first.
+// Larger sets are synchronous.
+constexpr size_t kStageMax = (size_t)64 << 10;
+
 tg_status cuda_set(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_set");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    if (impl->staging && size <= kStageMax) {
+        if (impl->staging_used + size > impl->staging_size) {
+            TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
+            staged_forget(impl);
+        }
+        char *stage = impl->staging + impl->staging_used;
+        memcpy(stage, src, size);
+        TG_CUDA_TRY(be, "tensor_set", cudaMemcpyAsync(dst, stage, size, cudaMemcpyHostToDevice, impl->stream));
+        TG_CUDA_TRY(be, "tensor_set", cudaEventRecord(impl->stage_ev, impl->stream));
+        if (impl->staging_used == 0) {
+            std::lock_guard<std::mutex> lock(g_stage_mutex);
+            g_staged.push_back(impl);
+            g_n_staged++;
+        }
+        impl->staging_used += (size + 255) / 256 * 256;
+        return TG_OK;
+    }
     TG_CUDA_TRY(be, "tensor_set", cudaMemcpyAsync(dst, src, size, cudaMemcpyHostToDevice, impl->stream));
     TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
@@ -221,6 +290,7 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_cuda_impl *impl = tg_cuda(be);
     TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
     TG_CUDA_TRY(be, "tensor_get", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
@@ -251,15 +321,6 @@ bool check_input_is_persistent(const tg_tensor *t) {
     return i < 0 || !t->src[i] || tg_is_leaf(tg_view_root(t->src[i]));
 }
 
-// Device-side pre-checks by op (ops without one validate inside their kernel).
-tg_cuda_fn device_check_of(tg_op op) {
-    switch (op) {
-        case TG_OP_GET_ROWS: return tg_cuda_check_get_rows;
-        case TG_OP_ROPE_KV_UPDATE: return tg_cuda_check_rope_kv_update;
-        default: return nullptr;
-    }
-}
-
 tg_status record_to_status(const tg_cuda_err &r) {
     const char *op = r.op > 0 && r.op < TG_OP_COUNT ? tg_op_get((tg_op)r.op).name : "graph_compute";
     switch (r.code) {
@@ -278,6 +339,62 @@ tg_status record_to_status(const tg_cuda_err &r) {
     }
 }
 
+}  // namespace
+
+tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be) { return &tg_cuda(be)->sig; }
+const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op) { return tg_cuda(be)->sig_last[op]; }
+
+bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst) {
+    for (const tg_tensor *t : tg_cuda(be)->kv_prechecked)
+        if (t == dst) return true;
+    return false;
+}
+
+namespace {
+
+// Same positions, same limits: one validation covers every rope_kv_update
+// that shares them (each layer of a model updates its caches at the same
+// positions).
+bool same_kv_check(const tg_tensor *a, const tg_tensor *b) {
+    const tg_tensor *pa = a->src[4], *pb = b->src[4];
+    if (pa->data != pb->data || a->src[0]->ne[2] != b->src[0]->ne[2]) return false;
+    if ((a->src[5] ? a->src[5]->ne[1] : -1) != (b->src[5] ? b->src[5]->ne[1] : -1)) return false;
+    for (int d = 0; d < 2; d++)
+        if (pa->ne[d] != pb->ne[d] || pa->nb[d] != pb->nb[d]) return false;
+    return true;
+}
+
+// The graph's work on the stream, never synchronizing (it may be captured):
+// record reset, checks of persistent inputs (each distinct rope_kv_update
+// position set once), the nodes in order, the record copied to h_err. Stops at
+// the first host-side error.
+tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    const char *call = "graph_compute";
+    tg_cuda_impl *impl = tg_cuda(be);
+    tg_status s = TG_OK;
+    TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
+    impl->kv_prechecked.clear();
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_VIEW || !check_input_is_persistent(t)) continue;
+        tg_cuda_fn check = tg_op_get(t->op).cuda_check;
+        if (!check) continue;
+        if (t->op == TG_OP_ROPE_KV_UPDATE) {
+            bool done = false;
+            for (const tg_tensor *o : impl->kv_prechecked) done = done || same_kv_check(o, t);
+            impl->kv_prechecked.push_back(t);
+            if (done) continue;
+        }
+        if ((s = check(be, t)) != TG_OK) break;
+    }
+    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
+        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+    impl->kv_prechecked.clear();
+    if (s != TG_OK) return s;
+    TG_CUDA_TRY(be, call,
+                cudaMemcpyAsync(impl->h_err, impl->d_err, sizeof(tg_cuda_err), cudaMemcpyDeviceToHost, impl->stream));
+    return TG_OK;
+}
+
 tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     const char *call = "graph_compute";
     tg_status s = enter(be, call);
@@ -290,21 +407,19 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
             return tg_err(TG_ERR_UNSUPPORTED, "[%s] op %s has no CUDA kernel", call, tg_op_get(t->op).name);
     TG_CUBLAS_TRY(be, call,
                   cublasSetMathMode(impl->cublas, be->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
-
-    // checks of persistent inputs first, then the nodes in order; stop at the
-    // first host-side error
-    for (const tg_tensor *t : nodes) {
-        if (t->op == TG_OP_VIEW || !check_input_is_persistent(t)) continue;
-        tg_cuda_fn check = device_check_of(t->op);
-        if (check && (s = check(be, t)) != TG_OK) break;
+    // inputs another backend staged may feed this graph: wait for their copies
+    if (g_n_staged.load() > (impl->staging_used ? 1 : 0)) {
+        std::lock_guard<std::mutex> lock(g_stage_mutex);
+        for (tg_cuda_impl *o : g_staged)
+            if (o != impl) TG_CUDA_TRY(be, call, cudaStreamWaitEvent(impl->stream, o->stage_ev, 0));
     }
-    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
-        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+    impl->h_err->code = -1;  // "not written": a graph that stopped early leaves this
+    s = tg_cuda_graph_run(be, nodes, enqueue_graph);
 
-    // drain the stream even after a host-side error: nothing may still run on
-    // our buffers when we return. A failure here came from a kernel: the
-    // context is suspect, so the backend refuses further work.
+    // one synchronization: drain the stream even after a host-side error, so
+    // that nothing still runs on our buffers when we return. A failure here
+    // came from a kernel: the context is suspect, so the backend refuses
+    // further work.
     cudaError_t e = cudaStreamSynchronize(impl->stream);
     if (e != cudaSuccess) {
         tg_status fs = tg_cuda_status(be, e, call, "cudaStreamSynchronize after the graph's kernels");
@@ -314,11 +429,11 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         }
         return fs;
     }
+    staged_forget(impl);
     if (impl->failed) return refuse(be, call);  // a sticky error seen by an op
     if (s != TG_OK) return s;
-    tg_cuda_err rec;
-    TG_CUDA_TRY(be, call, cudaMemcpyAsync(&rec, impl->d_err, sizeof(rec), cudaMemcpyDeviceToHost, impl->stream));
-    TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    const tg_cuda_err rec = *impl->h_err;
+    if (rec.code < 0) return tg_err(TG_ERR_BACKEND, "[%s] the error record was not read back", call);
     if (rec.code != TG_CUDA_ERR_NONE) return record_to_status(rec);
     return TG_OK;
 }
@@ -366,6 +481,16 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));
     TG_CUBLAS_TRY(nullptr, call, cublasSetMathMode(impl->cublas, CUBLAS_DEFAULT_MATH));
+    // 32 MiB: cuBLAS's recommended workspace on Hopper (4 MiB before); set
+    // explicitly so that GEMMs captured into CUDA graphs allocate nothing
+    const size_t ws = (size_t)32 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->cublas_ws, ws));
+    TG_CUBLAS_TRY(nullptr, call, cublasSetWorkspace(impl->cublas, impl->cublas_ws, ws));
+    if (const char *env = getenv("TG_CUDA_GRAPHS")) impl->graphs = strcmp(env, "0") != 0;
+    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->h_err, sizeof(tg_cuda_err)));
+    impl->staging_size = (size_t)1 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
+    TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
     TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));

@@ -33,6 +33,9 @@ TG_DECL_OP(delta_rule)
 
 tg_status tg_check_get_rows(const tg_tensor *dst);
 tg_status tg_check_rope_kv_update(const tg_tensor *dst);
+// their device-side forms (cuda/copy.cu, cuda/rope.cu): fill the error record
+tg_status tg_cuda_check_get_rows(tg_backend *be, const tg_tensor *dst);
+tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst);
 
 // Whether a and b may share bytes: same storage root and overlapping byte
 // ranges (conservative for interleaved strided views). ggml_ops/rope.cpp.

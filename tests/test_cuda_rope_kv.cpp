@@ -145,7 +145,7 @@ TEST_P(CudaSigKvUpdate, MatchesCpu) {
     {
         knobs k(c.validate, c.layout == LAY_SCALAR, 0, 0, 0, c.rounds);
 #ifdef TG_HAVE_CUDA
-        tg_cuda_sig.kv_min_blocks = c.minb;
+        tg_cuda_knobs(gpu)->kv_min_blocks = c.minb;
 #endif
         ASSERT_EQ(run_kv(gpu, d, kg, vg), TG_OK) << tg_last_error();
     }

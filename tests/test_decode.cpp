@@ -13,6 +13,9 @@
 
 #include "model_util.h"
 #include "test_util.h"
+#ifdef TG_HAVE_CUDA
+#include "../cuda/signature.cuh"
+#endif
 
 namespace {
 
@@ -24,6 +27,15 @@ tg_backend *make_backend(bool cuda, bool graphs = true) {
     tg_backend *b = tg_backend_cuda(0);
     if (!graphs) unsetenv("TG_CUDA_GRAPHS");
     return b;
+}
+
+// CUDA-graph replays a backend has launched (0 on the CPU).
+long long replays(tg_backend *be, bool cuda) {
+    long long n = 0;
+#ifdef TG_HAVE_CUDA
+    if (cuda) tg_cuda_graph_counts(be, nullptr, &n);
+#endif
+    return n;
 }
 
 bool has_nan(const std::vector<float> &v) {
@@ -118,6 +130,7 @@ TEST_P(DecodeModel, KeptGraphsGiveIdenticalLogits) {
     EXPECT_EQ(kept->graphs.size(), 7u);
     EXPECT_EQ(fresh->graphs.size(), 0u);
     EXPECT_EQ(kept->n_past, fresh->n_past);
+    if (cuda) EXPECT_GE(replays(be, cuda), 8) << "the kept decode graphs were not replayed";
     tgm::session_free(kept);
     tgm::session_free(fresh);
 }
@@ -288,6 +301,10 @@ TEST_P(DecodeReplay, ReplayEqualsPlainAndBadPositionWritesNothing) {
             ASSERT_EQ(r1.step(100 + s, step_positions(s, T)), TG_OK) << tg_last_error();
             ASSERT_EQ(r0.step(100 + s, step_positions(s, T)), TG_OK) << tg_last_error();
             same(("step after the bad ones " + std::to_string(s)).c_str());
+        }
+        if (cuda) {
+            EXPECT_GE(replays(b1, cuda), n_steps - 2 + (long long)bad.size()) << "steps were not replayed";
+            EXPECT_EQ(replays(b0, cuda), 0) << "TG_CUDA_GRAPHS=0 did not turn graphs off";
         }
     }
     tg_backend_free(b1);
