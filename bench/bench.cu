@@ -512,8 +512,8 @@ int main(int argc, char **argv) {
 
     const tg_cuda_sig_knobs dflt;
     tg_cuda_sig_knobs separate = dflt, scalar = dflt, tpc4 = dflt, tpc8 = dflt, write_only = dflt, r1 = dflt, r2 = dflt;
-    tg_cuda_sig_knobs chunk = dflt, dreg = dflt, b64 = dflt, pers = dflt, dec = dflt, mb3 = dflt;
-    pers.delta_kernel = 4, dec.delta_kernel = 2, mb3.kv_min_blocks = 3;
+    tg_cuda_sig_knobs chunk = dflt, dreg = dflt, b64 = dflt, pers = dflt, dec = dflt;
+    pers.delta_kernel = 4, dec.delta_kernel = 2;
     separate.kv_validate = 2, scalar.rope_scalar = 1, tpc4.delta_tpc = 4, tpc8.delta_tpc = 8;
     write_only.kv_validate = 3, r1.kv_rounds = 1, r2.kv_rounds = 2;
     chunk.delta_kernel = 1, dreg.delta_kernel = 3, b64.delta_dec_threads = 64;
@@ -534,7 +534,6 @@ int main(int argc, char **argv) {
     bench_kv("kv.prefill/validate", 16, 1024, 32, 128, 4096, 0, false, dflt, "validation kernel alone",
              tg_cuda_check_rope_kv_update);
     bench_kv("kv.prefill/write", 16, 1024, 32, 128, 4096, 0, false, write_only, "write kernel alone (no check)");
-    bench_kv("kv.prefill/mb3", 16, 1024, 32, 128, 4096, 0, false, mb3, "4 chunks per thread, 3 blocks per SM (v1)");
     bench_kv("kv.prefill/r2", 16, 1024, 32, 128, 4096, 0, false, r2, "2 chunks per thread per tensor");
     bench_kv("kv.prefill/r1", 16, 1024, 32, 128, 4096, 0, false, r1, "1 chunk per thread per tensor");
     bench_delta("gdn.decode/chunk", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, chunk);

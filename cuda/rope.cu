@@ -295,15 +295,13 @@ void launch_r(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, co
     if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
 }
 // R (chunks per thread) and the register budget: 4 blocks of 256 per SM (R 4: 64 registers, 8 bytes
-// of spill; 128 KB of loads in flight per SM); minb 3 is the R 4 kernel of v1 (76 registers, 3 blocks
-// per SM), 4% slower on kv.prefill (bench kv.prefill/mb3, bench/NOTES.md)
+// of spill; 128 KB of loads in flight per SM). The R 4 kernel of v1 (76 registers, 3 blocks per SM)
+// was 4% slower on kv.prefill and is no longer built (bench/NOTES.md, kv.prefill/mb3).
 template <int VEC, bool NEOX>
-void launch_kind(int kind, int minb, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a,
-                 tg_cuda_err *e) {
+void launch_kind(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
     if (a.rounds == 1) launch_r<VEC, NEOX, 1, 4>(kind, grid, threads, smem, st, a, e);
     else if (NEOX || a.rounds == 2) launch_r<VEC, NEOX, 2, 4>(kind, grid, threads, smem, st, a, e);
-    else if (minb == 4) launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
-    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 3>(kind, grid, threads, smem, st, a, e);
+    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
 }
 
 // Shared host side: checks, variant choice, launch shape. ts[0, n_vec): the
@@ -374,25 +372,21 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
                                                                                 cu->d_err);
         TG_CUDA_LAUNCHED(be, call);
     }
-    const int minb = a.rounds == 4 ? (cu->sig.kv_min_blocks == 3 ? 3 : 4) : 4;
     if (vec)
-        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, minb, grid, threads, smem, cu->stream, a,
-                                                                cu->d_err);
+        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
     else
-        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, minb, grid, threads, smem, cu->stream, a,
-                                                                cu->d_err);
+        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
     TG_CUDA_LAUNCHED(be, call);
 
     // variant name for bench/ (formatted only when it changes: keep the launch path lean)
     static const char *const kinds[3] = {"", "/validate+write", "/fused"};
     char (&name)[2][48] = cu->rope_name;
     int (&last)[2][4] = cu->rope_last;
-    const int now[4] = {a.neox, vec, kind * 8 + (kv && cu->sig.kv_validate == 3) + 2 * pre, a.rounds * 8 + minb};
+    const int now[4] = {a.neox, vec, kind * 8 + (kv && cu->sig.kv_validate == 3) + 2 * pre, a.rounds};
     if (memcmp(now, last[kv], sizeof(now)) != 0) {
         memcpy(last[kv], now, sizeof(now));
-        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d%s", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
-                 kv && cu->sig.kv_validate == 3 ? "/write-only" : pre ? "/prechecked" : kinds[kind], a.rounds,
-                 a.rounds == 4 && minb == 3 ? "/mb3" : "");
+        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
+                 kv && cu->sig.kv_validate == 3 ? "/write-only" : pre ? "/prechecked" : kinds[kind], a.rounds);
     }
     cu->sig_last[kv ? TG_CUDA_SIG_KV : TG_CUDA_SIG_ROPE] = name[kv];
     return TG_OK;

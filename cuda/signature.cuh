@@ -18,9 +18,6 @@ struct tg_cuda_sig_knobs {
     // (4, fewer while the grid would not fill the GPU; NEOX at most 2), else
     // forced to 1, 2 or 4 (each a kernel of its own register budget).
     int kv_rounds = 0;
-    // 4 chunks per thread: 0 auto (the kernel built for 4 blocks of 256 per
-    // SM, 64 registers), 3: the one built for 3 blocks per SM (76 registers).
-    int kv_min_blocks = 0;
     // 1: rope / rope_kv_update always take the scalar, any-stride path.
     int rope_scalar = 0;
     // delta_rule threads per state column: 0 auto, 4 or 8 (8 is implied for
