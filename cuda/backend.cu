@@ -5,6 +5,7 @@
 // Faults: a CUDA error that poisons the context (illegal address, launch
 // failure, ...) marks the backend failed; every later call on it is refused
 // with TG_ERR_BACKEND until it is freed and recreated (RELIABILITY 22).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -193,6 +194,7 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (impl->stage_ev) (void)cudaEventDestroy(impl->stage_ev);
     if (impl->staging) (void)cudaFreeHost(impl->staging);
     if (impl->h_err) (void)cudaFreeHost(impl->h_err);
+    if (impl->rb_host) (void)cudaFreeHost(impl->rb_host);
     if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
@@ -242,6 +244,7 @@ tg_status cuda_memset(tg_backend *be, void *ptr, int value, size_t size) {
     tg_status s = enter(be, "buffer_clear");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
     TG_CUDA_TRY(be, "buffer_clear", cudaMemsetAsync(ptr, value, size, impl->stream));
     TG_CUDA_TRY(be, "buffer_clear", cudaStreamSynchronize(impl->stream));
     staged_forget(impl);
@@ -261,6 +264,7 @@ tg_status cuda_set(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_set");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
     if (impl->staging && size <= kStageMax) {
         if (impl->staging_used + size > impl->staging_size) {
             TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
@@ -288,6 +292,12 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_get");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    if (impl->rb_valid)  // an output of the last compute, already on the host
+        for (const tg_cuda_impl::readback &r : impl->rb)
+            if ((const char *)src >= r.dev && (const char *)src + size <= r.dev + r.size) {
+                memcpy(dst, impl->rb_host + r.off + ((const char *)src - r.dev), size);
+                return TG_OK;
+            }
     TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
     TG_CUDA_TRY(be, "tensor_get", cudaStreamSynchronize(impl->stream));
     staged_forget(impl);
@@ -364,35 +374,102 @@ bool same_kv_check(const tg_tensor *a, const tg_tensor *b) {
     return true;
 }
 
+// Ops that may write persistent tensors (they skip once the record is set).
+bool writes_persistent(const tg_tensor *t) {
+    return t->op == TG_OP_CPY || t->op == TG_OP_ROPE_KV_UPDATE || (t->op == TG_OP_DELTA_RULE && t->src[5]);
+}
+
+// Clears d_err after copying it to the mapped host record: the graph's last node.
+__global__ void record_out_kernel(tg_cuda_err *d, tg_cuda_err *h) {
+    volatile tg_cuda_err *vd = d, *vh = h;
+    vh->op = vd->op;
+    for (int i = 0; i < 4; i++) vh->info[i] = vd->info[i];
+    vh->code = vd->code;
+    vd->code = 0;
+}
+
+// The device pre-checks a graph needs, launched before its first node. An
+// op's own kernel validates its input and reports it before any later node
+// runs; a pre-check is needed only where a writer of persistent tensors runs
+// earlier in the graph (it must see the report to skip). A rope_kv_update
+// whose positions an earlier check already covered (a pre-check, or an update
+// that validated itself before any writer) only reads the record.
+tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    std::vector<const tg_tensor *> covered;  // rope_kv_update checks done (or self-done) so far
+    bool writer_before = false;
+    tg_status s = TG_OK;
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_VIEW) continue;
+        const tg_cuda_fn check = tg_op_get(t->op).cuda_check;
+        if (check && check_input_is_persistent(t)) {
+            if (t->op == TG_OP_ROPE_KV_UPDATE) {
+                bool done = false;
+                for (const tg_tensor *o : covered) done = done || same_kv_check(o, t);
+                if (!done && writer_before && (s = check(be, t)) != TG_OK) return s;
+                if (done || writer_before) impl->kv_prechecked.push_back(t);
+                if (!done) covered.push_back(t);
+            } else if (writer_before && (s = check(be, t)) != TG_OK) {
+                return s;
+            }
+        }
+        writer_before = writer_before || writes_persistent(t);
+    }
+    return TG_OK;
+}
+
+// Copies of the graph's small outputs into the pinned read-back buffer:
+// nodes nothing later reads, with their own storage in the compute buffer, of
+// at most 128 KiB (logits of a decode step; a larger copy nobody may read
+// would cost more device time than a read-back trip saves).
+constexpr size_t kReadbackMax = (size_t)128 << 10;
+tg_status enqueue_readback(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb.clear();
+    if (!impl->rb_host) return TG_OK;
+    std::vector<const tg_tensor *> read;
+    for (const tg_tensor *t : nodes) {
+        for (const tg_tensor *s : t->src)
+            if (s) read.push_back(tg_view_root(const_cast<tg_tensor *>(s)));
+        if (t->view_src) read.push_back(tg_view_root(const_cast<tg_tensor *>(t)));
+    }
+    std::sort(read.begin(), read.end());
+    size_t off = 0;
+    for (const tg_tensor *t : nodes) {
+        if (t->view_src || t->op == TG_OP_VIEW || t->buffer_id != be->compute_id || !t->data) continue;
+        if (std::binary_search(read.begin(), read.end(), t)) continue;
+        const size_t n = tg_nbytes(t);
+        if (!tg_is_contiguous(t) || n == 0 || n > kReadbackMax || off + n > impl->rb_cap) continue;
+        TG_CUDA_TRY(be, "graph_compute",
+                    cudaMemcpyAsync(impl->rb_host + off, t->data, n, cudaMemcpyDeviceToHost, impl->stream));
+        impl->rb.push_back({(const char *)t->data, n, off});
+        off += (n + 255) / 256 * 256;
+    }
+    return TG_OK;
+}
+
 // The graph's work on the stream, never synchronizing (it may be captured):
-// record reset, checks of persistent inputs (each distinct rope_kv_update
-// position set once), the nodes in order, the record copied to h_err. Stops at
+// (plain runs: a record reset), the pre-checks, the nodes in order, the
+// read-back copies, the record out to the host (which clears it). Stops at
 // the first host-side error.
 tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     const char *call = "graph_compute";
     tg_cuda_impl *impl = tg_cuda(be);
-    tg_status s = TG_OK;
-    TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
+    if (!impl->capturing)  // a replay relies on the last compute's clear
+        TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     impl->kv_prechecked.clear();
-    for (const tg_tensor *t : nodes) {
-        if (t->op == TG_OP_VIEW || !check_input_is_persistent(t)) continue;
-        tg_cuda_fn check = tg_op_get(t->op).cuda_check;
-        if (!check) continue;
-        if (t->op == TG_OP_ROPE_KV_UPDATE) {
-            bool done = false;
-            for (const tg_tensor *o : impl->kv_prechecked) done = done || same_kv_check(o, t);
-            impl->kv_prechecked.push_back(t);
-            if (done) continue;
-        }
-        if ((s = check(be, t)) != TG_OK) break;
-    }
+    tg_status s = enqueue_prechecks(be, nodes);
     for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
         if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
     impl->kv_prechecked.clear();
-    if (s != TG_OK) return s;
-    TG_CUDA_TRY(be, call,
-                cudaMemcpyAsync(impl->h_err, impl->d_err, sizeof(tg_cuda_err), cudaMemcpyDeviceToHost, impl->stream));
-    return TG_OK;
+    if (s == TG_OK) s = enqueue_readback(be, nodes);
+    if (s == TG_OK) {
+        record_out_kernel<<<1, 1, 0, impl->stream>>>(impl->d_err, impl->h_err_dev);
+        TG_CUDA_LAUNCHED(be, call);
+    } else if (!impl->capturing) {
+        (void)cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream);  // the next compute starts clear
+    }
+    return s;
 }
 
 tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
@@ -400,6 +477,7 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_status s = enter(be, call);
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
     for (const tg_tensor *t : nodes)
         if (t->op != TG_OP_VIEW && (s = check_layout(t)) != TG_OK) return s;
     for (const tg_tensor *t : nodes)
@@ -432,7 +510,9 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     staged_forget(impl);
     if (impl->failed) return refuse(be, call);  // a sticky error seen by an op
     if (s != TG_OK) return s;
-    const tg_cuda_err rec = *impl->h_err;
+    impl->rb_valid = true;  // the intermediates are final, whatever the record says
+    tg_cuda_err rec;
+    memcpy(&rec, (const void *)impl->h_err, sizeof rec);  // written by the device before the synchronization
     if (rec.code < 0) return tg_err(TG_ERR_BACKEND, "[%s] the error record was not read back", call);
     if (rec.code != TG_CUDA_ERR_NONE) return record_to_status(rec);
     return TG_OK;
@@ -487,7 +567,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->cublas_ws, ws));
     TG_CUBLAS_TRY(nullptr, call, cublasSetWorkspace(impl->cublas, impl->cublas_ws, ws));
     if (const char *env = getenv("TG_CUDA_GRAPHS")) impl->graphs = strcmp(env, "0") != 0;
-    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->h_err, sizeof(tg_cuda_err)));
+    TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
+    TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
+    impl->rb_cap = (size_t)1 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->rb_host, impl->rb_cap));
     impl->staging_size = (size_t)1 << 20;
     TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
     TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));

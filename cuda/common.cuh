@@ -53,9 +53,23 @@ struct tg_cuda_impl {
     size_t mm_budget = (size_t)256 << 20;
     // cuBLAS workspace, set explicitly so that captured GEMMs allocate nothing
     void *cublas_ws = nullptr;
-    // Pinned host copy of the error record: the graph's last copy writes it,
-    // the one synchronization after the graph makes it readable.
-    tg_cuda_err *h_err = nullptr;
+    // Mapped pinned host copy of the error record: the graph's last kernel
+    // writes it (through h_err_dev) and clears d_err, so every compute starts
+    // with a clear record; the one synchronization after the graph makes it
+    // readable.
+    tg_cuda_err *h_err = nullptr, *h_err_dev = nullptr;
+    // Read-back: small outputs of the last compute (graph sinks in the compute
+    // buffer), copied into pinned host memory by the graph itself, so that
+    // reading the logits needs no second trip to the device. Valid from a
+    // finished compute until the next set, memset or compute.
+    struct readback {
+        const char *dev;
+        size_t size, off;
+    };
+    char *rb_host = nullptr;
+    size_t rb_cap = 0;
+    std::vector<readback> rb;
+    bool rb_valid = false;
     // CUDA graphs (cuda/graph_exec.cu): a graph computed again with the same
     // nodes and buffers replays its captured launches. Env TG_CUDA_GRAPHS=0: off.
     bool graphs = true;
@@ -232,5 +246,6 @@ bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst);
 // to a plain run, and that graph is not captured again. Returns enqueue's
 // status (or a launch error); the caller synchronizes once and reads h_err.
 typedef tg_status (*tg_cuda_enqueue_fn)(tg_backend *be, const std::vector<tg_tensor *> &nodes);
+// (the read-back list impl->rb is the enqueued graph's; a replay restores it)
 tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue);
 void tg_cuda_graph_cache_free(tg_cuda_impl *impl);

@@ -7,6 +7,10 @@
 // replayed with one cudaGraphLaunch, which costs a few microseconds of host
 // time whatever the number of nodes.
 //
+// A graph is captured when it is computed twice in a row (a decode loop), or
+// a third time; shapes that only come back now and then (prompt lengths) run
+// plainly, as an instantiation costs more than it saves there.
+//
 // When is a replay valid? Launch arguments are tensor shapes, strides, op
 // parameters and data pointers, plus backend resources (scratch, cuBLAS
 // settings, bench knobs). The key of a capture holds, per node, its creation
@@ -33,6 +37,8 @@ struct tg_cuda_graph_entry {
     std::vector<uintptr_t> key;
     uint64_t hash = 0;
     cudaGraphExec_t exec = nullptr;
+    std::vector<tg_cuda_impl::readback> rb;  // the capture's read-back copies
+    int seen = 0;             // computes of this key so far
     bool no_capture = false;  // its capture failed once: always run plainly
     uint64_t last_use = 0;
 };
@@ -41,6 +47,7 @@ struct tg_cuda_graph_cache {
     std::vector<tg_cuda_graph_entry> entries;
     std::vector<uintptr_t> key;  // the current compute's key (reused storage)
     uint64_t clock = 0;
+    const tg_cuda_graph_entry *last = nullptr;  // the entry of the previous compute
     long long replays = 0;
 };
 
@@ -113,15 +120,19 @@ tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &node
             e = &x;
             break;
         }
+    const tg_cuda_graph_entry *prev = c.last;
+    c.last = nullptr;
     if (e && e->exec) {  // replay
         e->last_use = ++c.clock;
+        c.last = e;
         c.replays++;
+        impl->rb = e->rb;
         TG_CUDA_TRY(be, call, cudaGraphLaunch(e->exec, impl->stream));
         return TG_OK;
     }
     if (!e) {  // first sight: remember the key, run plainly
         if ((int)c.entries.size() >= kMaxEntries) {
-            auto lru = c.entries.begin();
+            auto lru = c.entries.begin();  // (never the previous entry: it was used last)
             for (auto it = c.entries.begin(); it != c.entries.end(); ++it)
                 if (it->last_use < lru->last_use) lru = it;
             destroy_entry(*lru);
@@ -131,11 +142,18 @@ tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &node
         tg_cuda_graph_entry &n = c.entries.back();
         n.key = c.key;
         n.hash = h;
+        n.seen = 1;
         n.last_use = ++c.clock;
+        c.last = &n;
         return enqueue(be, nodes);
     }
     e->last_use = ++c.clock;
-    if (e->no_capture) return enqueue(be, nodes);
+    e->seen++;
+    c.last = e;
+    // capture a graph computed twice in a row (a decode loop) or a third time;
+    // a shape seen again only now and then (a prompt length) is not worth an
+    // instantiation
+    if (e->no_capture || (prev != e && e->seen < 3)) return enqueue(be, nodes);
 
     // second sight: capture. Nothing runs on the device while capturing, so a
     // capture that fails has changed nothing: restore the backend's fault
@@ -161,6 +179,7 @@ tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &node
     if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess || !exec) return give_up(graph);
     (void)cudaGraphDestroy(graph);
     e->exec = exec;
+    e->rb = impl->rb;
     TG_CUDA_TRY(be, call, cudaGraphLaunch(exec, impl->stream));
     return TG_OK;
 }

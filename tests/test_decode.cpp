@@ -130,7 +130,7 @@ TEST_P(DecodeModel, KeptGraphsGiveIdenticalLogits) {
     EXPECT_EQ(kept->graphs.size(), 7u);
     EXPECT_EQ(fresh->graphs.size(), 0u);
     EXPECT_EQ(kept->n_past, fresh->n_past);
-    if (cuda) EXPECT_GE(replays(be, cuda), 8) << "the kept decode graphs were not replayed";
+    if (cuda) EXPECT_GE(replays(be, cuda), 5) << "the kept decode graphs were not replayed";
     tgm::session_free(kept);
     tgm::session_free(fresh);
 }
