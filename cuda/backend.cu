@@ -236,6 +236,7 @@ tg_status cuda_alloc(tg_backend *be, size_t size, void **ptr) {
 
 void cuda_dealloc(tg_backend *be, void *ptr) {
     if (!ptr) return;
+    tg_cuda(be)->rb_valid = false;  // a read-back may point into it
     (void)cudaSetDevice(tg_cuda(be)->device);
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
