@@ -71,7 +71,9 @@ struct session {
     tg_context *ctx = nullptr;
     tg_buffer *buf = nullptr;
     std::vector<tg_tensor *> k_cache, v_cache, state;  // per layer (NULL where not used)
-    tg_tensor *tokens = nullptr, *positions = nullptr;  // input slots {n_ctx * n_seq} I32
+    // the input slot, I32 {2 * n_ctx * n_seq}: a step of n*T tokens writes its
+    // token ids to [0, n*T) and its positions to [n*T, 2*n*T), in one upload
+    tg_tensor *inputs = nullptr;
     std::vector<int> n_past;                            // tokens seen per sequence
     size_t state_bytes = 0;
     bool reuse_graphs = true;                           // false: build every step's graph anew (tests)

@@ -40,9 +40,8 @@ session *session_new(const model *m, int n_seq, int n_ctx) {
         }
     }
     if (ok) {
-        s->tokens = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, (int64_t)n_ctx * n_seq);
-        s->positions = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, (int64_t)n_ctx * n_seq);
-        ok = s->tokens && s->positions;
+        s->inputs = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, 2 * (int64_t)n_ctx * n_seq);
+        ok = s->inputs != nullptr;
     }
     if (ok) s->buf = tg_backend_alloc(m->backend, s->ctx);
     if (!ok || !s->buf || tg_buffer_clear(s->buf, 0) != TG_OK) {
@@ -172,7 +171,7 @@ struct builder {
 }  // namespace
 
 // Build the forward graph of one batch shape. Inputs are views of the
-// session's persistent slots (token ids, positions) at offset 0: a step
+// session's persistent input slot (token ids, then positions): a step
 // writes them with tg_tensor_set, so the graph does not depend on the values.
 static session_graph *build_graph(session *s, int seq0, int n, int T, bool all_logits) {
     const hparams &hp = s->m->hp;
@@ -180,8 +179,8 @@ static session_graph *build_graph(session *s, int seq0, int n, int T, bool all_l
     tg_init_params ip = {n_nodes * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
     tg_context *ctx = tg_init(ip);
     if (!ctx) return nullptr;
-    tg_tensor *tok = tg_view_2d(ctx, s->tokens, T, n, (size_t)T * 4, 0);
-    tg_tensor *pv = tg_view_2d(ctx, s->positions, T, n, (size_t)T * 4, 0);
+    tg_tensor *tok = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, 0);
+    tg_tensor *pv = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, (size_t)n * T * 4);
     builder bld{*s->m, hp, *s, ctx, seq0, n, T, pv};
     tg_tensor *out = tok && pv ? bld.forward(tok, all_logits) : nullptr;
     tg_graph *g = out ? tg_graph_new(ctx) : nullptr;
@@ -242,15 +241,16 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
         if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
             return tg_set_error(TG_ERR_ARG, "[session_eval] token id %d at %d outside [0, %d)", tokens[i], i,
                                 hp.n_vocab);
-    std::vector<int32_t> pos((size_t)n * T);
+    // token ids, then positions: the graph's inputs, one upload
+    const size_t nt = (size_t)n * T;
+    std::vector<int32_t> in(2 * nt);
+    memcpy(in.data(), tokens, nt * 4);
     for (int b = 0; b < n; b++)
-        for (int t = 0; t < T; t++) pos[(size_t)b * T + t] = s->n_past[seq0 + b] + t;
+        for (int t = 0; t < T; t++) in[nt + (size_t)b * T + t] = s->n_past[seq0 + b] + t;
 
     session_graph *sg = s->reuse_graphs ? graph_for(s, seq0, n, T, all_logits) : build_graph(s, seq0, n, T, all_logits);
     if (!sg) return tg_set_error(TG_ERR_OOM, "[session_eval] %s", tg_last_error());
-    // the slots' first n*T entries are the graph's inputs
-    tg_status st = tg_tensor_set(s->tokens, tokens, 0, (size_t)n * T * 4);
-    if (st == TG_OK) st = tg_tensor_set(s->positions, pos.data(), 0, pos.size() * 4);
+    tg_status st = tg_tensor_set(s->inputs, in.data(), 0, in.size() * 4);
     if (st == TG_OK) st = tg_graph_compute(s->m->backend, sg->g);
     if (st == TG_OK) {
         logits->resize((size_t)tg_nelements(sg->out));
