@@ -126,7 +126,9 @@ TG_API void *tg_tensor_data(const tg_tensor *t);
 // Copy bytes into / out of a tensor's storage (host or device), with bounds
 // checks: offset + size must lie within tg_nbytes(t). The tensor must be
 // contiguous and have storage (a host context, a backend buffer, or an
-// intermediate of the last graph computed).
+// intermediate of the last graph computed). tg_tensor_set has copied `data`
+// when it returns; on CUDA a small set (up to 64 KiB) may still be on its way
+// to the device, ordered before any later compute, get or set.
 TG_API tg_status tg_tensor_set(tg_tensor *t, const void *data, size_t offset, size_t size);
 TG_API tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, size_t size);
 
@@ -323,7 +325,11 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 // (leaves) must have storage on b. Intermediates live in b's compute buffer
 // until the next compute on b. On error, ops that write persistent tensors
 // (caches, states, cpy targets) have written nothing if their input check
-// failed; see the op's comment.
+// failed; see the op's comment. On CUDA, computing the same graph again (same
+// tensors, same buffers) replays its launches as one CUDA graph, captured on
+// its second consecutive (or third) compute; values in tensors may change
+// freely between computes. Environment TG_CUDA_GRAPHS=0, read when the
+// backend is created, turns this off (docs/ops.md).
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
