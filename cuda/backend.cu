@@ -398,13 +398,26 @@ __global__ void record_out_kernel(tg_cuda_err *d, tg_cuda_err *h) {
 tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
     std::vector<const tg_tensor *> covered;  // rope_kv_update checks done (or self-done) so far
+    // storage the graph writes in place: positions there may change between a
+    // check and an update, so such an update always validates itself
+    std::vector<const tg_tensor *> written;
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_CPY) written.push_back(tg_view_root(t->src[1]));
+        if (t->op == TG_OP_ROPE_KV_UPDATE)
+            written.push_back(tg_view_root(t->src[0])), written.push_back(tg_view_root(t->src[1]));
+        if (t->op == TG_OP_DELTA_RULE && t->src[5]) written.push_back(tg_view_root(t->src[5]));
+    }
     bool writer_before = false;
     tg_status s = TG_OK;
     for (const tg_tensor *t : nodes) {
         if (t->op == TG_OP_VIEW) continue;
         const tg_cuda_fn check = tg_op_get(t->op).cuda_check;
         if (check && check_input_is_persistent(t)) {
-            if (t->op == TG_OP_ROPE_KV_UPDATE) {
+            const tg_tensor *in = tg_view_root(t->src[tg_op_get(t->op).check_src]);
+            const bool rewritten = std::find(written.begin(), written.end(), in) != written.end();
+            if (t->op == TG_OP_ROPE_KV_UPDATE && rewritten) {
+                if (writer_before && (s = check(be, t)) != TG_OK) return s;  // as before: checked, then self-checked
+            } else if (t->op == TG_OP_ROPE_KV_UPDATE) {
                 bool done = false;
                 for (const tg_tensor *o : covered) done = done || same_kv_check(o, t);
                 if (!done && writer_before && (s = check(be, t)) != TG_OK) return s;
