@@ -314,6 +314,74 @@ TEST_P(DecodeReplay, ReplayEqualsPlainAndBadPositionWritesNothing) {
 INSTANTIATE_TEST_SUITE_P(Decode, DecodeReplay,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2)), replay_name);
 
+// A writer of persistent memory (a cpy into a sink) runs before two cache
+// updates that share one positions tensor: a bad position stops all three,
+// step after step (on CUDA the positions are then checked once up front and
+// both updates only read the record; the step is a replay).
+TEST_P(DecodeReplay, WriterBeforeUpdatesWritesNothingOnBadPosition) {
+    const bool cuda = std::get<0>(GetParam());
+    const int64_t T = std::get<1>(GetParam());
+    if (cuda && !tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tg_backend *be = make_backend(cuda, true);
+    ASSERT_NE(be, nullptr) << tg_last_error();
+    {
+        tg_init_params ip = {64 * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
+        tg_context *ctx = tg_init(ip);
+        tg_tensor *src = tg_new_tensor_1d(ctx, TG_TYPE_F32, 40), *sink = tg_new_tensor_1d(ctx, TG_TYPE_F32, 40);
+        tg_tensor *kc[2], *vc[2];
+        for (int l = 0; l < 2; l++)
+            kc[l] = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, L, NB), vc[l] = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, L, NB);
+        tg_tensor *kn = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, NB), *vn = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, NB);
+        tg_tensor *pos = tg_new_tensor_2d(ctx, TG_TYPE_I32, T, NB);
+        const tg_rope_params rp = tg_rope_default_params(D);
+        tg_graph *g = tg_graph_new(ctx);
+        ASSERT_EQ(tg_graph_expand(g, tg_cpy(ctx, tg_scale(ctx, src, 3.0f), sink)), TG_OK) << tg_last_error();
+        for (int l = 0; l < 2; l++)
+            ASSERT_EQ(tg_graph_expand(g, tg_rope_kv_update(ctx, kc[l], vc[l], kn, vn, pos, nullptr, nullptr, &rp)), TG_OK)
+                << tg_last_error();
+        tg_buffer *buf = tg_backend_alloc(be, ctx);
+        ASSERT_NE(buf, nullptr) << tg_last_error();
+        std::mt19937 rng(12);
+        auto set = [&](tg_tensor *t, const std::vector<float> &v) {
+            ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK) << tg_last_error();
+        };
+        for (int l = 0; l < 2; l++) {
+            set(kc[l], tgt::random_floats(rng, (size_t)tg_nelements(kc[l])));
+            set(vc[l], tgt::random_floats(rng, (size_t)tg_nelements(vc[l])));
+        }
+        auto bytes = [&](const tg_tensor *t) {
+            std::vector<char> b(tg_nbytes(t));
+            EXPECT_EQ(tg_tensor_get(t, b.data(), 0, b.size()), TG_OK) << tg_last_error();
+            return b;
+        };
+        auto step = [&](std::vector<int32_t> p) {
+            set(src, tgt::random_floats(rng, 40));
+            set(kn, tgt::random_floats(rng, (size_t)tg_nelements(kn)));
+            set(vn, tgt::random_floats(rng, (size_t)tg_nelements(vn)));
+            EXPECT_EQ(tg_tensor_set(pos, p.data(), 0, p.size() * 4), TG_OK);
+            return tg_graph_compute(be, g);
+        };
+        const int good = 3;
+        for (int s = 0; s < good; s++) ASSERT_EQ(step(step_positions(s, T)), TG_OK) << tg_last_error();
+        std::vector<std::vector<char>> before;
+        for (const tg_tensor *t : {sink, kc[0], vc[0], kc[1], vc[1]}) before.push_back(bytes(t));
+        for (int i = 0; i < 3; i++) {
+            std::vector<int32_t> p = step_positions(good, T);
+            p[(size_t)(i % 2) * T] = i == 2 ? -1 : (int32_t)(L + i);
+            EXPECT_EQ(step(p), TG_ERR_ARG) << "bad step " << i;
+            EXPECT_NE(strstr(tg_last_error(), "[rope_kv_update]"), nullptr) << tg_last_error();
+            int k = 0;
+            for (const tg_tensor *t : {sink, kc[0], vc[0], kc[1], vc[1]})
+                EXPECT_EQ(bytes(t), before[k++]) << "bad step " << i << " wrote persistent tensor " << k - 1;
+        }
+        ASSERT_EQ(step(step_positions(good, T)), TG_OK) << tg_last_error();
+        EXPECT_NE(bytes(kc[1]), before[3]) << "the good step after the bad ones wrote nothing";
+        tg_buffer_free(buf);
+        tg_free(ctx);
+    }
+    tg_backend_free(be);
+}
+
 // ---------------------------------------------------------------------------
 // tg_backend_reserve
 
