@@ -422,6 +422,37 @@ TEST(DecodeReserve, ReserveGrowsOnceAndRejectsNull) {
     tg_backend_free(be);
 }
 
+// Small tensor_set calls on CUDA are asynchronous (pinned staging): a compute
+// right after them, on the same backend or on another one of the same device
+// reading the tensor, sees the new values, every time.
+TEST(DecodeStaging, CudaSmallSetsAreSeenByTheNextCompute) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tg_backend *a = make_backend(true), *b = make_backend(true);
+    ASSERT_TRUE(a && b) << tg_last_error();
+    {
+        tgt::env e;
+        const int64_t n = 3000;  // 12 KB: staged
+        tg_tensor *x = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, n);
+        tg_tensor *y = tg_scale(e.ctx, x, 2.0f);
+        tg_graph *g = tg_graph_new(e.ctx);
+        ASSERT_EQ(tg_graph_expand(g, y), TG_OK);
+        ASSERT_NE(e.alloc(a), nullptr) << tg_last_error();  // x lives on backend a
+        std::mt19937 rng(3);
+        for (int it = 0; it < 40; it++) {
+            tg_backend *runner = it % 2 ? b : a;
+            const std::vector<float> v = tgt::random_floats(rng, (size_t)n);
+            ASSERT_EQ(tg_tensor_set(x, v.data(), 0, v.size() * 4), TG_OK) << tg_last_error();
+            ASSERT_EQ(tg_graph_compute(runner, g), TG_OK) << tg_last_error();
+            std::vector<float> out((size_t)n, NAN);
+            ASSERT_EQ(tg_tensor_get(y, out.data(), 0, out.size() * 4), TG_OK) << tg_last_error();
+            for (int64_t i = 0; i < n; i++)
+                ASSERT_EQ(out[i], 2.0f * v[i]) << "step " << it << " on backend " << (it % 2) << ", element " << i;
+        }
+    }
+    tg_backend_free(b);
+    tg_backend_free(a);
+}
+
 // ---------------------------------------------------------------------------
 // Two backends on two threads at once
 
