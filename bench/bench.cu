@@ -28,7 +28,9 @@
 
 #include <time.h>
 
+#include "attention.cuh"
 #include "common.cuh"
+#include "mul_mat.cuh"
 #include "internal.h"
 #include "model.h"
 #include "signature.cuh"
@@ -99,8 +101,9 @@ struct timing {
 // nodes: the op nodes of the input sets (computed once already); g1: a graph of nodes[0] alone.
 // fn: what to time (default: the op's CUDA entry). The graph column is skipped
 // for ops slower than max_graph_us per call (100 calls per graph, replayed).
+// which (a tg_cuda_sig_op, or -1): read the variant name after the timed calls.
 timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, double max_graph_us,
-               tg_cuda_sig_op which, tg_cuda_fn fn = nullptr) {
+               tg_cuda_fn fn = nullptr, int which = -1) {
     timing tm;
     if (!fn) fn = tg_op_get(nodes[0]->op).cuda;
     auto call = [&](int i) { TG_OK_OR_DIE(fn(g_be, nodes[i % nodes.size()])); };
@@ -146,7 +149,7 @@ timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, do
         if (graph) cudaGraphDestroy(graph);
     }
     for (auto &e : ev) CK(cudaEventDestroy(e));
-    tm.variant = tg_cuda_sig_last(g_be, which);
+    if (which >= 0) tm.variant = tg_cuda_sig_last(g_be, (tg_cuda_sig_op)which);
     // the whole public call (its launches may differ: e.g. a rope_kv_update
     // alone in its graph validates inside its write kernel)
     std::vector<double> api;
@@ -164,6 +167,7 @@ timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, do
 struct row {
     std::string id, op, shape, config, variant;
     double bytes = 0, target_us = 0;
+    double flops = 0;  // > 0: the row also reports TFLOP/s (matrix-bound rows)
     bool launch_bound = false;  // judged on the graph time (one launch in a replayed step)
     timing tm;
 };
@@ -233,7 +237,7 @@ void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, 
     const tg_cuda_sig_knobs saved = *tg_cuda_knobs(g_be);
     *tg_cuda_knobs(g_be) = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, TG_CUDA_SIG_KV, entry);
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, entry, TG_CUDA_SIG_KV);
     r.variant = entry ? "validation kernel alone" : r.tm.variant;
     *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
@@ -270,7 +274,7 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
         TG_OK_OR_DIE(tg_tensor_set(pos[s], p.data(), 0, p.size() * 4));
     }
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, TG_CUDA_SIG_ROPE);
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, nullptr, TG_CUDA_SIG_ROPE);
     r.variant = r.tm.variant;
     tg_buffer_free(buf);
     tg_free(ctx);
@@ -278,28 +282,43 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
 }
 
 // delta_rule with Hk = Hv = H, Dk = Dv = D; state F32 (or none).
+// FLOPs of the chunked form per (sequence, head), C = 64 tokens per chunk, n = T / C chunks (2 per
+// multiply-add): Q K^T 2C^2 D, Q S 2C D^2, P U 2C^2 D (lower half counted whole), state update 2C D^2;
+// GATED_DELTA adds K K^T 2C^2 D, K S 2C D^2, T R 2C^2 D and the inversion C^3 / 3.
+double delta_chunked_flops(int B, int T, int H, int D, bool delta) {
+    const double C = 64, n = std::ceil(T / C);
+    double per = 2 * (2 * C * C * D) + 2 * (2 * C * D * (double)D);
+    if (delta) per += 2 * (2 * C * C * D) + 2 * C * D * (double)D + C * C * C / 3;
+    return per * n * B * H;
+}
+
 void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode, tg_gate_kind gate, bool l2norm,
-                 bool state, double target, bool launch_bound, tg_cuda_sig_knobs knobs) {
+                 bool state, double target, bool launch_bound, tg_cuda_sig_knobs knobs, tg_type io = TG_TYPE_F32,
+                 tg_delta_algo algo = TG_DELTA_ALGO_AUTO) {
     if (skip_row(id)) return;
     row r;
     r.id = id, r.op = "delta_rule", r.target_us = target, r.launch_bound = launch_bound;
     char buf_s[160];
     snprintf(buf_s, sizeof(buf_s), "B%d T%d H%d D%d", B, T, H, D);
     r.shape = buf_s;
-    snprintf(buf_s, sizeof(buf_s), "%s, gate %s, l2norm %s, %s", mode == TG_DELTA_GATED_DELTA ? "GATED_DELTA" : "GATED_LINEAR",
-             gate == TG_GATE_LOG ? "LOG" : "LINEAR", l2norm ? "on" : "off", state ? "F32 state" : "no state");
+    snprintf(buf_s, sizeof(buf_s), "%s, gate %s, l2norm %s, %s, %s q/k/v%s",
+             mode == TG_DELTA_GATED_DELTA ? "GATED_DELTA" : "GATED_LINEAR", gate == TG_GATE_LOG ? "LOG" : "LINEAR",
+             l2norm ? "on" : "off", state ? "F32 state" : "no state", tg_type_name(io),
+             algo == TG_DELTA_ALGO_SCAN ? ", algo SCAN" : algo == TG_DELTA_ALGO_CHUNKED ? ", algo CHUNKED" : "");
     r.config = buf_s;
     const double tok = (double)B * T * H;
-    r.bytes = tok * D * 4 * 4 + tok * 2 * 4 + (state ? 2.0 * B * H * D * D * 4 : 0.0);  // q k v o, g beta, S
+    const double es = tg_type_size(io);
+    r.bytes = tok * D * (3 * es + 4) + tok * 2 * 4 + (state ? 2.0 * B * H * D * D * 4 : 0.0);  // q k v o, g beta, S
+    r.flops = delta_chunked_flops(B, T, H, D, mode == TG_DELTA_GATED_DELTA);
     const int nsets = sets_for(r.bytes);
     tg_context *ctx = new_ctx(8 * nsets + 8);
     tg_tensor *S = state ? tg_new_tensor_4d(ctx, TG_TYPE_F32, D, D, H, B) : nullptr;
-    const tg_delta_params dp = {mode, gate, 1.0f / std::sqrt((float)D), l2norm};
+    const tg_delta_params dp = {mode, gate, 1.0f / std::sqrt((float)D), l2norm, algo};
     std::vector<tg_tensor *> in, nodes(nsets);
     tg_graph *g = tg_graph_new(ctx), *g1 = tg_graph_new(ctx);
     for (int s = 0; s < nsets; s++) {
-        tg_tensor *q = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B), *k = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
-        tg_tensor *v = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
+        tg_tensor *q = tg_new_tensor_4d(ctx, io, D, H, T, B), *k = tg_new_tensor_4d(ctx, io, D, H, T, B);
+        tg_tensor *v = tg_new_tensor_4d(ctx, io, D, H, T, B);
         tg_tensor *gt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B), *bt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B);
         in.insert(in.end(), {q, k, v, gt, bt});
         nodes[s] = tg_delta_rule(ctx, q, k, v, gt, bt, S, &dp);
@@ -327,7 +346,7 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
             fprintf(stderr, "tinygml-bench: %s produced a non-finite output\n", id);
             exit(1);
         }
-    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0, TG_CUDA_SIG_DELTA);
+    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0, nullptr, TG_CUDA_SIG_DELTA);
     r.variant = r.tm.variant;
     *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
@@ -335,71 +354,8 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
     g_rows.push_back(r);
 }
 
-// --- decode steps of a shipped model ---------------------------------------------
-
-// One row per (model, batch): a session on the CUDA backend (reserved, graphs
-// kept), a prompt of 16, then greedy decode steps through session_eval (the
-// API a user calls: input uploads, one CUDA-graph replay, logits read-back).
-// wall: median host wall time per step. host (--host-time runs only, where
-// the process waits with blocking synchronization instead of spinning): the
-// thread's CPU time per step, i.e. the host work around the GPU's.
-struct step_row {
-    std::string model;
-    int batch = 0, steps = 0;
-    double us_wall = -1, us_host = -1, tok_s = 0;
-    long long replays = 0;
-};
-std::vector<step_row> g_steps;
-bool g_host_time = false;
-
-double thread_cpu_us() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-void bench_decode_step(const char *path, int B, int steps) {
-    if (skip_row("decode")) return;
-    tgm::model *m = tgm::model_load(path, g_be);
-    if (!m) {
-        fprintf(stderr, "tinygml-bench: %s (decode rows skipped)\n", tg_last_error());
-        return;
-    }
-    const int P = 16, V = m->hp.n_vocab;
-    steps = std::max(3, std::min(steps, m->hp.n_ctx - P));
-    tgm::session *s = tgm::session_new(m, B, P + steps);
-    if (!s) TG_OK_OR_DIE(TG_ERR_OOM);
-    TG_OK_OR_DIE(tgm::session_reserve(s, P));
-    std::vector<int32_t> toks((size_t)B * P), cur(B);
-    for (size_t i = 0; i < toks.size(); i++) toks[i] = (int32_t)((i * 7 + 3) % 256);
-    std::vector<float> logits;
-    TG_OK_OR_DIE(tgm::session_eval(s, 0, B, toks.data(), P, false, &logits));
-    long long r0 = 0, r1 = 0;
-    tg_cuda_graph_counts(g_be, nullptr, &r0);
-    std::vector<double> wall, host;
-    tgm::sampler greedy;
-    for (int i = 0; i < steps; i++) {
-        for (int b = 0; b < B; b++) cur[b] = greedy.sample(&logits[(size_t)b * V], V);
-        const double c0 = thread_cpu_us();
-        const auto t0 = std::chrono::steady_clock::now();
-        TG_OK_OR_DIE(tgm::session_eval(s, 0, B, cur.data(), 1, false, &logits));
-        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        const double cpu = thread_cpu_us() - c0;
-        if (i >= 2) wall.push_back(us), host.push_back(cpu);  // the first two: plain run, capture
-    }
-    tg_cuda_graph_counts(g_be, nullptr, &r1);
-    step_row r;
-    const char *base = strrchr(path, '/');
-    r.model = base ? base + 1 : path;
-    r.batch = B, r.steps = steps;
-    r.us_wall = median(wall);
-    if (g_host_time) r.us_host = median(host);
-    r.tok_s = B / (r.us_wall * 1e-6);
-    r.replays = r1 - r0;
-    g_steps.push_back(r);
-    tgm::session_free(s);
-    tgm::model_free(m);
-}
+#include "bench_llm.inc"
+#include "bench_decode.inc"
 
 // --- copy bandwidth ----------------------------------------------------------
 
@@ -432,16 +388,18 @@ double copy_bandwidth_gbs() {
 
 void print_and_save(const char *path, const cudaDeviceProp &prop) {
     printf("\n%-22s %-15s %-28s %-28s %9s %9s %9s %8s %6s %8s %s\n", "id", "op", "shape", "variant", "us(event)",
-           "us(graph)", "us(api)", "GB/s", "%copy", "target", "");
+           "us(graph)", "us(api)", "GB/s", "%copy", "target", "(TFLOP/s)");
     for (const row &r : g_rows) {
         // bandwidth from the time that counts for the row: graph replay for launch-bound ones
         const double us = (r.launch_bound && r.tm.us_graph > 0) ? r.tm.us_graph : r.tm.us_event;
         const double gbs = r.bytes / (us * 1e-6) / 1e9;
         char tgt[32] = "";
         if (r.target_us > 0) snprintf(tgt, sizeof(tgt), "<=%.0f", r.target_us);
-        printf("%-22s %-15s %-28s %-28s %9.2f %9.2f %9.1f %8.0f %5.1f%% %8s %s\n", r.id.c_str(), r.op.c_str(),
+        char tf[32] = "";
+        if (r.flops > 0) snprintf(tf, sizeof(tf), " %.1f TFLOP/s", r.flops / (us * 1e-6) / 1e12);
+        printf("%-22s %-15s %-28s %-28s %9.2f %9.2f %9.1f %8.0f %5.1f%% %8s %s%s\n", r.id.c_str(), r.op.c_str(),
                r.shape.c_str(), r.variant.c_str(), r.tm.us_event, r.tm.us_graph, r.tm.us_api, gbs,
-               100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "");
+               100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "", tf);
     }
     if (!g_steps.empty()) {
         printf("\n%-22s %5s %6s %10s %10s %12s %8s\n", "decode step", "batch", "steps", "us(wall)", "us(host)",
@@ -464,9 +422,10 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
         fprintf(f,
                 "    {\"id\": \"%s\", \"op\": \"%s\", \"shape\": \"%s\", \"config\": \"%s\", \"variant\": \"%s\", "
                 "\"us_event\": %.3f, \"us_graph\": %.3f, \"us_api\": %.2f, \"us_judged\": %.3f, \"bytes\": %.0f, "
-                "\"gbs\": %.1f, \"pct_copy\": %.2f, \"target_us\": %.1f, \"met\": %s}%s\n",
+                "\"gbs\": %.1f, \"pct_copy\": %.2f, \"tflops\": %.2f, \"target_us\": %.1f, \"met\": %s}%s\n",
                 r.id.c_str(), r.op.c_str(), r.shape.c_str(), r.config.c_str(), r.variant.c_str(), r.tm.us_event,
-                r.tm.us_graph, r.tm.us_api, us, r.bytes, gbs, 100.0 * gbs / g_copy_gbs, r.target_us,
+                r.tm.us_graph, r.tm.us_api, us, r.bytes, gbs, 100.0 * gbs / g_copy_gbs,
+                r.flops > 0 ? r.flops / (us * 1e-6) / 1e12 : 0.0, r.target_us,
                 r.target_us > 0 ? (us <= r.target_us ? "true" : "false") : "null", i + 1 < g_rows.size() ? "," : "");
     }
     fprintf(f, "  ],\n  \"decode_steps\": [\n");
@@ -527,10 +486,13 @@ int main(int argc, char **argv) {
     bench_kv("kv.decode", 64, 1, 32, 128, 4096, 4, true, dflt, "INTERLEAVED, tables, F32 caches");
     bench_kv("kv.prefill", 16, 1024, 32, 128, 4096, 300, false, dflt, "INTERLEAVED, tables, F32 caches");
     bench_delta("gla.seed", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 10, true, dflt);
-    bench_delta("gla.prefill", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 350, false, dflt);
+    const tg_type BF = TG_TYPE_BF16;
+    bench_delta("gla.prefill", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 150, false, dflt);
     bench_delta("gdn.decode", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 72, false, dflt);
     bench_delta("gdn.decode256", 256, 1, 32, 128, GD, TG_GATE_LOG, true, true, 285, false, dflt);
-    bench_delta("gdn.prefill", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 470, false, dflt);
+    bench_delta("gdn.prefill", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt);
+    bench_delta("gdn.prefill.bf16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 180, false, dflt, BF);
+    bench_delta("gdn.long", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt, BF);
     // variants, kept reachable by name (bench/README.md)
     bench_kv("kv.decode/separate", 64, 1, 32, 128, 4096, 0, true, separate, "validation kernel + write kernel");
     bench_kv("kv.prefill/scalar", 16, 1024, 32, 128, 4096, 0, false, scalar, "scalar path forced");
@@ -555,11 +517,33 @@ int main(int argc, char **argv) {
     bench_delta("gdn.decode/reg", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, dreg);
     bench_delta("gdn.decode/tpc8", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc8);
     bench_delta("gdn.decode/b64", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, b64);
-    bench_delta("gdn.prefill/tpc4", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc4);
-    bench_delta("gla.prefill/tpc4", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, tpc4);
+    bench_delta("gdn.prefill/tpc4", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tpc4,
+                TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+    bench_delta("gla.prefill/tpc4", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, tpc4,
+                TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+    // the scan (the precision switch) on the prefill rows, and the chunked path's crossover in T
+    bench_delta("gdn.prefill/scan", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32,
+                TG_DELTA_ALGO_SCAN);
+    bench_delta("gla.prefill/scan", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, dflt, TG_TYPE_F32,
+                TG_DELTA_ALGO_SCAN);
+    bench_delta("gdn.long/scan", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, BF,
+                TG_DELTA_ALGO_SCAN);
+    tg_cuda_sig_knobs bv32 = dflt, bv64 = dflt;
+    bv32.delta_chunk_bv = 32, bv64.delta_chunk_bv = 64;
+    bench_delta("gdn.prefill/bv32", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv32);
+    bench_delta("gdn.prefill/bv64", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv64);
+    for (int T : {16, 32, 64, 128, 256}) {
+        static char ids[5][2][40];
+        const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;
+        snprintf(ids[i][0], 40, "gdn.T%d/scan", T), snprintf(ids[i][1], 40, "gdn.T%d/chunked", T);
+        bench_delta(ids[i][0], 8, T, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32, TG_DELTA_ALGO_SCAN);
+        bench_delta(ids[i][1], 8, T, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, dflt, TG_TYPE_F32,
+                    TG_DELTA_ALGO_CHUNKED);
+    }
     bench_delta("gla.seed/tpc4", 4, 64, 8, 24, GL, TG_GATE_LINEAR, false, false, 0, true, tpc4);
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
+    bench_llm_rows();  // issue 9: attention and mul_mat at LLM sizes (bench_llm.inc)
     // decode steps of the shipped models (run from the repository root)
     for (const char *mp : {"models/llama-recall.gguf", "models/hybrid-recall.gguf"})
         for (int b : {1, 16}) bench_decode_step(mp, b, g_quick ? 20 : 200);

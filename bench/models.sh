@@ -26,4 +26,52 @@ for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
     done
   done
 done
+
+# Synthetic llamas at real sizes (tinygml-synth presets 125m and 1.1b, F16):
+# prompt of 512 tokens, 128 generated, batch 1 and 16, on CUDA by default
+# (SYNTH_DEVICES="cpu cuda" adds the CPU; SYNTH=0 skips; SYNTH_PRESETS picks
+# other tinygml-synth presets, e.g. 0.26m for a quick check). The 1.1B rows print
+# the weight-read floor beside the generation rate: weight bytes (the GGUF's
+# size) / the device-to-device copy bandwidth measured in this run by
+# tinygml-bench (read + write, as bench/README.md counts it).
+SYNTH_BIN="$BUILD/tinygml-synth"
+SYNTH_DIR=${SYNTH_DIR:-/tmp}
+if [ "${SYNTH:-1}" != 0 ] && [ -x "$SYNTH_BIN" ]; then
+  mkdir -p "$SYNTH_DIR"
+  sdev=${SYNTH_DEVICES:-$(echo "$devices" | grep -o cuda || true)}
+  copy_gbs=""
+  if [ -x "$BUILD/bench/tinygml-bench" ] && echo "$sdev" | grep -q cuda; then
+    copy_gbs=$("$BUILD/bench/tinygml-bench" /dev/null --quick --only none 2>/dev/null |
+      sed -n 's/.*read + write): \([0-9.]*\) GB\/s.*/\1/p')
+  fi
+  # a 511-byte prompt (+ BOS = 512 tokens), built without a pipe (pipefail + head would SIGPIPE)
+  P512=""
+  i=0
+  while [ ${#P512} -lt 511 ]; do i=$((i + 1)); P512+="the quick brown fox $i "; done
+  P512=${P512:0:511}
+  printf '\n%-22s %-5s %5s %14s %14s %18s\n' model dev batch "prompt tok/s" "gen tok/s" "weight floor tok/s"
+  for preset in ${SYNTH_PRESETS:-125m 1.1b}; do
+    [ -n "$sdev" ] || break
+    f="$SYNTH_DIR/tinygml-synth-$preset.gguf"
+    [ -s "$f" ] || "$SYNTH_BIN" --preset "$preset" -o "$f" >/dev/null
+    wbytes=$(stat -c %s "$f")
+    ty=f16
+    [ "$preset" != 0.26m ] || ty=f32
+    for dev in $sdev; do
+      for b in 1 16; do
+        log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
+        pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
+        tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
+        floor=""
+        if [ "$preset" = 1.1b ] && [ "$dev" = cuda ] && [ "$b" = 1 ] && [ -n "$copy_gbs" ]; then
+          floor=$(awk -v c="$copy_gbs" -v w="$wbytes" 'BEGIN { printf "%.0f", c * 1e9 / w }')
+        fi
+        printf '%-22s %-5s %5d %14s %14s %18s\n' "synth-$preset-$ty" "$dev" "$b" "$pp" "$tg" "$floor"
+        [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
+        printf '  {"model": "synth-%s-%s", "device": "%s", "batch": %d, "prompt_tokens": 512, "gen_tokens": 128, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "weight_bytes": %s, "copy_gbs": %s, "weight_floor_tokens_per_s": %s}' \
+          "$preset" "$ty" "$dev" "$b" "${pp:-null}" "${tg:-null}" "$wbytes" "${copy_gbs:-null}" "${floor:-null}" >> "$OUT"
+      done
+    done
+  done
+fi
 printf '\n]\n' >> "$OUT"

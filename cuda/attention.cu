@@ -2,7 +2,11 @@
 //   q {D, Hq, T, B} F32; k_cache {D, Hkv, L, B}; v_cache {Dv, Hkv, L, B}
 //   (F32/F16/BF16); positions {T, B} I32 -> {Dv, Hq, T, B}.
 //
-// One block per query (head h, token t, sequence b), grid-stride over
+// Prefill with F16/BF16 caches runs on tensor cores (cuda/attention_mma.cu);
+// the split kernel (cuda/attention_split.cu: GQA groups share K/V rows,
+// flash-decoding splits) takes caches of one type with 16-byte rows; this
+// file's generic kernel takes everything else:
+// one block per query (head h, token t, sequence b), grid-stride over
 // queries. The query row sits in shared memory; the cache rows 0..n-1,
 // n = min(p + 1, L), are visited in tiles of kTile rows with an online softmax:
 //   scores   a warp per cache row, lanes along D (coalesced K reads), shuffles
@@ -10,7 +14,7 @@
 //   values   threads along Dv (coalesced V reads), loop over the tile's rows
 // The accumulator (Dv floats) lives in shared memory, each element owned by
 // one thread. p < 0 (no valid row) gives zeros (RELIABILITY 19).
-#include "common.cuh"
+#include "attention.cuh"
 #include "ops.h"
 
 namespace {
@@ -124,6 +128,13 @@ tg_status launch_v(tg_backend *be, tg_type vt, const tg_cuda_desc &q, const tg_c
 }  // namespace
 
 tg_status tg_cuda_attention(tg_backend *be, const tg_tensor *dst) {
+    tg_status st;
+    if (tg_cuda_attention_mma(be, dst, &st)) return st;
+    if (tg_cuda_attention_split(be, dst, 64, &st)) return st;
+    return tg_cuda_attention_generic(be, dst);
+}
+
+tg_status tg_cuda_attention_generic(tg_backend *be, const tg_tensor *dst) {
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
     const long long nq = tq->ne[1] * tq->ne[2] * tq->ne[3];
     const size_t smem = (size_t)(tq->ne[0] + tv->ne[0] + kTile + kWarps) * sizeof(float);

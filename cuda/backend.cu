@@ -325,13 +325,6 @@ tg_status check_layout(const tg_tensor *node) {
     return TG_OK;
 }
 
-// As the CPU backend: the data an op's check reads is known before the graph
-// runs when it is persistent (a leaf), not computed by the graph.
-bool check_input_is_persistent(const tg_tensor *t) {
-    int i = tg_op_get(t->op).check_src;
-    return i < 0 || !t->src[i] || tg_is_leaf(tg_view_root(t->src[i]));
-}
-
 tg_status record_to_status(const tg_cuda_err &r) {
     const char *op = r.op > 0 && r.op < TG_OP_COUNT ? tg_op_get((tg_op)r.op).name : "graph_compute";
     switch (r.code) {
@@ -412,7 +405,7 @@ tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &node
     for (const tg_tensor *t : nodes) {
         if (t->op == TG_OP_VIEW) continue;
         const tg_cuda_fn check = tg_op_get(t->op).cuda_check;
-        if (check && check_input_is_persistent(t)) {
+        if (check && t->precheck) {  // persistent, written by no earlier node (tg_graph_mark_prechecks)
             const tg_tensor *in = tg_view_root(t->src[tg_op_get(t->op).check_src]);
             const bool rewritten = std::find(written.begin(), written.end(), in) != written.end();
             if (t->op == TG_OP_ROPE_KV_UPDATE && rewritten) {
@@ -611,8 +604,23 @@ tg_backend *tg_backend_cuda_create(int device) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no usable CUDA driver or device (%s: %s)",
-                     cudaGetErrorName(e), cudaGetErrorString(e));
+        // Without a driver the runtime reports cudaErrorInsufficientDriver
+        // ("driver version is insufficient"): say what is really missing.
+        int drv = 0, rt = 0;
+        (void)cudaDriverGetVersion(&drv);  // 0 when no driver is installed
+        (void)cudaRuntimeGetVersion(&rt);
+        if (e == cudaErrorNoDevice)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no CUDA device present");
+        if (drv == 0)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED,
+                         "[backend_cuda] no CUDA device present (no NVIDIA driver is installed on this machine)");
+        if (e == cudaErrorInsufficientDriver)
+            TG_FAIL_NULL(TG_ERR_UNSUPPORTED,
+                         "[backend_cuda] the NVIDIA driver supports CUDA %d.%d, older than this build's CUDA runtime "
+                         "%d.%d: update the driver",
+                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no usable CUDA device (%s: %s)", cudaGetErrorName(e),
+                     cudaGetErrorString(e));
     }
     if (n <= 0) TG_FAIL_NULL(TG_ERR_UNSUPPORTED, "[backend_cuda] no CUDA device present");
     if (device < 0 || device >= n)
@@ -641,5 +649,6 @@ tg_backend *tg_backend_cuda_create(int device) {
         std::lock_guard<std::mutex> lock(g_live_mutex);
         g_live[device]++;
     }
+    tg_backend_register(be, true);
     return be;
 }

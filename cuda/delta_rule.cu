@@ -32,6 +32,7 @@
 
 #include "common.cuh"
 #include "delta_rule.cuh"
+#include "delta_rule_chunked.cuh"
 #include "delta_rule_decode.cuh"
 #include "ops.h"
 #include "signature.cuh"
@@ -57,6 +58,7 @@ __global__ void __launch_bounds__(kMaxThreads, NR >= 32 ? 3 : 4) delta_rule_kern
     //    overlaps the staging of the first chunk
     float S[NR];
     const bool has_state = a.state.data != nullptr;
+    const bool clear = tg_cuda_record_clear(a.err);  // read now, used before the state store
     const char *scol = has_state ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
     state_load<NR, TPC, ST, VEC>(S, scol, a.state, r, a.Dk, has_state && col);
 
@@ -222,8 +224,8 @@ __global__ void __launch_bounds__(kMaxThreads, NR >= 32 ? 3 : 4) delta_rule_kern
         }
     }
 
-    // 5. the final state, once
-    if (has_state && col) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
+    // 5. the final state, once (not after a bad position / id found earlier in the graph)
+    if (has_state && col && clear) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
 }
 
 // --- decode kernel -----------------------------------------------------------
@@ -250,6 +252,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_reg_kernel(const del
 
     float S[NR];
     const bool has_state = a.state.data != nullptr;
+    const bool clear = tg_cuda_record_clear(a.err);
     const char *scol = has_state && col ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
     state_load<NR, TPC, ST, VEC>(S, scol, a.state, r, a.Dk, has_state && col);
 
@@ -289,7 +292,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_reg_kernel(const del
         const float o = group_sum<TPC>((p.x + p.y) + (p.z + p.w));
         if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, t, b) = a.scale * o;
     }
-    if (has_state && col) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
+    if (has_state && col && clear) state_store<NR, TPC, ST, VEC>(S, (char *)scol, a.state, r, a.Dk);
 }
 
 // The decode kernel: grid and thread layout of decode-reg, but every load
@@ -314,6 +317,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_kernel(const delta_a
     const bool col = j < a.Dv;
     const bool has_state = a.state.data != nullptr;
     char *scol = has_state && col ? tg_cuda_ptr(a.state, 0, j, h, b) : nullptr;
+    const bool clear = tg_cuda_record_clear(a.err);
 
     // 1. this thread's state chunks, in flight while the step's inputs come
     if (scol) issue_state<NR, TPC, ST>(wst, scol, a.Dk, r, lane);
@@ -333,7 +337,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_kernel(const delta_a
         if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, t, b) = a.scale * o;
     }
     // 4. the final state, straight from registers
-    if (scol) write_state<NR, TPC, ST>(S, scol, a.Dk, r);
+    if (scol && clear) write_state<NR, TPC, ST>(S, scol, a.Dk, r);
 }
 
 // The persistent decode kernel (T == 1): as many blocks as fit at once; warp
@@ -354,6 +358,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_persistent_kernel(co
     const int cgs = (a.Dv + CPW - 1) / CPW;  // tiles per head
     const bool has_state = a.state.data != nullptr;
     const int W = gridDim.x * (blockDim.x >> 5);
+    const bool clear = tg_cuda_record_clear(a.err);
 
     auto issue = [&](int tile, char *buf) {
         const int cg = tile % cgs, hb = tile / cgs, h = hb % a.Hv, b = hb / a.Hv, hk = h / (a.Hv / a.Hk);
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__(kMaxThreads) delta_decode_persistent_kernel(co
         read_state<NR, TPC, ST>(S, buf + 2 * DKP * 4, has_state && col, a.Dk, r, lane);
         const float o = decode_step<NR, TPC>(S, wq, wk, wv[CPW], wv[CPW + 1], col ? wv[jw] : 0.0f, a, r, lane);
         if (r == 0 && col) *(float *)tg_cuda_ptr(a.o, j, h, 0, b) = a.scale * o;
-        if (has_state && col) write_state<NR, TPC, ST>(S, tg_cuda_ptr(a.state, 0, j, h, b), a.Dk, r);
+        if (has_state && col && clear) write_state<NR, TPC, ST>(S, tg_cuda_ptr(a.state, 0, j, h, b), a.Dk, r);
         __syncwarp();  // every lane is done with buf before the next iteration refills it
     }
 }
@@ -452,6 +457,39 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     const tg_delta_params dp = tg_get_params<tg_delta_params>(dst);
     const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
     if (T == 0 || B == 0) return TG_OK;
+
+    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO where
+    // it measured faster than the scan (bench/NOTES.md): T >= 64, Dk >= 64 and more than half an SM's
+    // worth of (sequence, value head) pairs per SM, so that each block takes a whole 128-column head
+    // (B1 H16 T16384, split into 16-column slices, was slower than the scan); never with SCAN or a
+    // forced scan kernel
+    const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
+    const int sm_n = cu->sm_count > 0 ? cu->sm_count : 132;
+    const bool auto_chunked = T >= min_t && Dk >= 64 && 2 * B * Hv > sm_n;
+    if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
+        (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
+        return tg_cuda_delta_rule_chunked(be, dst);
+
+    // the scan reads F32 q/k/v: 16-bit ones are converted into the backend's scratch first
+    tg_tensor qkv32[3];
+    if (q->type != TG_TYPE_F32 || k->type != TG_TYPE_F32 || v->type != TG_TYPE_F32) {
+        const tg_tensor *in[3] = {q, k, v};
+        size_t off[3], total = 0;
+        for (int i = 0; i < 3; i++) off[i] = total, total += ((size_t)tg_nelements(in[i]) * 4 + 255) / 256 * 256;
+        void *scr = nullptr;
+        tg_status s = tg_cuda_scratch(be, total, &scr, call);
+        if (s != TG_OK) return s;
+        for (int i = 0; i < 3; i++) {
+            qkv32[i] = *in[i];
+            qkv32[i].type = TG_TYPE_F32;
+            qkv32[i].data = (char *)scr + off[i];
+            qkv32[i].nb[0] = 4;
+            for (int d = 1; d < 4; d++) qkv32[i].nb[d] = qkv32[i].nb[d - 1] * (size_t)qkv32[i].ne[d - 1];
+            if ((s = tg_cuda_copy(be, tg_cuda_desc_of(in[i]), tg_cuda_desc_of(&qkv32[i]), false, call)) != TG_OK)
+                return s;
+        }
+        q = &qkv32[0], k = &qkv32[1], v = &qkv32[2];
+    }
     if (Dk < 1 || Dk > 256 || Dv < 1 || Dv > 256 || Hk < 1 || Hv % Hk != 0)
         return tg_err(TG_ERR_ARG, "[%s] CUDA: Dk %lld, Dv %lld must be in [1, 256] and Hv %lld a multiple of Hk %lld",
                       call, (long long)Dk, (long long)Dv, (long long)Hv, (long long)Hk);
@@ -500,6 +538,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     a.scale = dp.scale;
     a.DKP = NR * tpc;
     a.qk16 = qk_vec;
+    a.err = cu->d_err;
     int threads;
     size_t smem = 0;
     if (dec) {

@@ -20,6 +20,7 @@ struct delta_args {
     int CB, nslices, TC;  // columns per block, blocks per head, steps per chunk
     int DKP;              // padded Dk = NR * TPC
     int qk16;             // q/k rows are 16-byte vectors (Dk % 4 == 0, unit stride, aligned)
+    const tg_cuda_err *err;  // the graph's device error record: no state store once it is set
 };
 
 // --- state storage: 4 consecutive elements, 4-element aligned -------------

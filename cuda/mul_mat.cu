@@ -7,12 +7,13 @@
 // batches sharing strides. Everything runs in full FP32 (TF32 only when the
 // backend asks for it): F16/BF16 or strided operands are first converted to
 // dense F32 in the backend's scratch (exact), weights in row chunks of at most
-// mm_budget bytes. Products with few columns (N <= 4, decode) and F16/BF16
-// weights skip the conversion: a warp-per-row kernel reads the weights once.
+// mm_budget bytes. That is the generic path; two fast paths come first
+// (cuda/mul_mat_fast.cu): a GEMV kernel for N <= 8 columns that reads the
+// weights once, and 16-bit tensor-core GEMM for F16/BF16 weights.
 #include <climits>
 #include <cstdlib>
 
-#include "common.cuh"
+#include "mul_mat.cuh"
 #include "ops.h"
 
 namespace {
@@ -56,122 +57,22 @@ tg_status gemm(tg_backend *be, long long M, long long N, long long K, const floa
     return TG_OK;
 }
 
-// ---------------------------------------------------------------------------
-// Few columns, F16/BF16 weights: one warp per output row m, lanes along k,
-// 16-byte weight loads when rows allow it; F32 accumulation.
-
-__device__ inline void load8(const __half *p, float *f) {
-    const uint4 u = *(const uint4 *)p;
-    const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __half22float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-__device__ inline void load8(const __nv_bfloat16 *p, float *f) {
-    const uint4 u = *(const uint4 *)p;
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x;
-        f[2 * j + 1] = v.y;
-    }
-}
-__device__ inline float to_f32(__half x) { return __half2float(x); }
-__device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-constexpr int kVecWarps = 4;
-
-// grid: x over rows m (kVecWarps per block), y over output batches i2 + B2*i3.
-// b is F32 with unit stride along k; N <= NMAX.
-template <typename TA, int NMAX, bool VEC>
-__global__ void mul_mat_vec_kernel(tg_cuda_desc a, tg_cuda_desc b, tg_cuda_desc d, long long N) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long m = (long long)blockIdx.x * kVecWarps + warp;
-    const long long M = a.ne[1], K = a.ne[0];
-    if (m >= M) return;  // whole warps leave together: no shuffle misses a lane
-    const long long i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
-    const long long a2 = i2 / (d.ne[2] / a.ne[2]), a3 = i3 / (d.ne[3] / a.ne[3]);
-    const TA *arow = (const TA *)tg_cuda_ptr(a, 0, m, a2, a3);
-    const float *bcol[NMAX];
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(b, 0, n < N ? n : 0, i2, i3);
-    float acc[NMAX];
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
-    if (VEC) {
-        for (long long k = (long long)lane * 8; k < K; k += 32 * 8) {
-            float w[8];
-            load8(arow + k, w);
-#pragma unroll
-            for (int n = 0; n < NMAX; n++)
-                if (n < N)
-#pragma unroll
-                    for (int j = 0; j < 8; j++) acc[n] += w[j] * bcol[n][k + j];
-        }
-    } else {
-        for (long long k = lane; k < K; k += 32) {
-            const float w = to_f32(arow[k]);
-#pragma unroll
-            for (int n = 0; n < NMAX; n++)
-                if (n < N) acc[n] += w * bcol[n][k];
-        }
-    }
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) {
-        const float s = tg_warp_sum(acc[n]);
-        if (lane == 0 && n < N) *(float *)tg_cuda_ptr(d, m, n, i2, i3) = s;
-    }
-}
-
-template <typename TA> void launch_vec(cudaStream_t stream, const tg_tensor *a, const tg_tensor *b, const tg_tensor *d,
-                                       bool vec) {
-    const tg_cuda_desc da = tg_cuda_desc_of(a), db = tg_cuda_desc_of(b), dd = tg_cuda_desc_of(d);
-    const dim3 grid((unsigned)((a->ne[1] + kVecWarps - 1) / kVecWarps), (unsigned)(d->ne[2] * d->ne[3]));
-    const long long N = d->ne[1];
-    if (vec)
-        mul_mat_vec_kernel<TA, 4, true><<<grid, 32 * kVecWarps, 0, stream>>>(da, db, dd, N);
-    else
-        mul_mat_vec_kernel<TA, 4, false><<<grid, 32 * kVecWarps, 0, stream>>>(da, db, dd, N);
-}
-
-// The fast path applies: F16/BF16 weights with unit stride along k, F32 b
-// with unit stride along k, at most 4 columns.
-bool vec_path_ok(const tg_tensor *a, const tg_tensor *b, const tg_tensor *d) {
-    if (a->type != TG_TYPE_F16 && a->type != TG_TYPE_BF16) return false;
-    if (b->type != TG_TYPE_F32 || (b->ne[0] > 1 && b->nb[0] != 4) || (a->ne[0] > 1 && a->nb[0] != 2)) return false;
-    return d->ne[1] <= 4 && d->ne[2] * d->ne[3] <= 65535 && (a->ne[1] + kVecWarps - 1) / kVecWarps <= INT_MAX;
-}
-
-// 16-byte weight loads: every row start 16-byte aligned and K a multiple of 8.
-bool vec_loads_ok(const tg_tensor *a) {
-    if (a->ne[0] % 8 != 0 || (uintptr_t)a->data % 16 != 0) return false;
-    for (int i = 1; i < 4; i++)
-        if (a->ne[i] > 1 && a->nb[i] % 16 != 0) return false;
-    return true;
-}
-
 }  // namespace
 
 tg_status tg_cuda_mul_mat(tg_backend *be, const tg_tensor *dst) {
+    tg_status st;
+    if (tg_cuda_mm_vec(be, dst, &st)) return st;
+    if (tg_cuda_mm_tc(be, dst, &st)) return st;
+    return tg_cuda_mul_mat_generic(be, dst);
+}
+
+tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
     const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     const long long r2 = B2 / A2, r3 = B3 / A3;
-
-    if (vec_path_ok(a, b, dst)) {
-        if (a->type == TG_TYPE_F16)
-            launch_vec<__half>(impl->stream, a, b, dst, vec_loads_ok(a));
-        else
-            launch_vec<__nv_bfloat16>(impl->stream, a, b, dst, vec_loads_ok(a));
-        TG_CUDA_LAUNCHED(be, call);
-        return TG_OK;
-    }
 
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || B2 > INT_MAX)
         return tg_err(TG_ERR_UNSUPPORTED, "[mul_mat] dims of a %s, b %s exceed cuBLAS's int range",

@@ -33,6 +33,12 @@ struct tg_cuda_sig_knobs {
     int delta_kernel = 0;
     // decode kernels: threads per block (0 auto: 128; rounded to whole warps).
     int delta_dec_threads = 0;
+    // chunked tensor-core path (algo AUTO): smallest T that takes it (0: the
+    // default, 64; AUTO also needs Dk >= 64 and 2 B Hv > SMs; algo CHUNKED
+    // takes it at any T, SCAN never).
+    int delta_chunk_min_t = 0;
+    // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
+    int delta_chunk_bv = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -45,10 +51,11 @@ enum tg_cuda_sig_op { TG_CUDA_SIG_ROPE = 0, TG_CUDA_SIG_KV = 1, TG_CUDA_SIG_DELT
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,
-// repeats), for the backend's pass over persistent inputs before any node
-// runs (cuda/backend.cu device_check_of): with it, one bad position stops
-// every cache update of the graph, as the CPU backend's host checks do.
-// Without it each update still validates itself before it writes.
+// repeats): the op table's cuda_check, launched by the backend before any
+// node runs where an earlier node writes persistent tensors
+// (cuda/backend.cu enqueue_prechecks): with it, one bad position stops every
+// writer of the graph, as the CPU backend's host checks do. Without it the
+// update validates itself before it writes.
 tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst);
 
 // CUDA graphs of a backend (cuda/graph_exec.cu): captures it holds now and

@@ -7,6 +7,17 @@ tg_tensor *tg_cont(tg_context *ctx, tg_tensor *a) {
     return tg_new_op(ctx, "cont", TG_OP_CONT, a->type, 4, a->ne, srcs, 1);
 }
 
+// a and b address the same elements in the same order with the same type.
+static bool same_view(tg_tensor *a, tg_tensor *b) {
+    if (a->type != b->type || !tg_same_shape(a, b) || tg_view_root(a) != tg_view_root(b)) return false;
+    for (int i = 0; i < TG_MAX_DIMS; i++)
+        if (a->ne[i] > 1 && a->nb[i] != b->nb[i]) return false;
+    size_t oa = 0, ob = 0;
+    for (const tg_tensor *x = a; x->view_src; x = x->view_src) oa += x->view_offs;
+    for (const tg_tensor *x = b; x->view_src; x = x->view_src) ob += x->view_offs;
+    return oa == ob;
+}
+
 tg_tensor *tg_cpy(tg_context *ctx, tg_tensor *a, tg_tensor *b) {
     if (!tg_check_not_null("cpy", "a", a) || !tg_check_not_null("cpy", "b", b)) return nullptr;
     if (tg_nelements(a) != tg_nelements(b))
@@ -14,6 +25,12 @@ tg_tensor *tg_cpy(tg_context *ctx, tg_tensor *a, tg_tensor *b) {
                      tg_shape_str(b).c_str());
     if ((a->type == TG_TYPE_I32) != (b->type == TG_TYPE_I32))
         TG_FAIL_NULL(TG_ERR_ARG, "[cpy] cannot copy %s into %s", tg_type_name(a->type), tg_type_name(b->type));
+    // An element copy between overlapping views would read bytes it already
+    // wrote (cpy(transpose(m), m)): refused, unless a and b are the same view.
+    if (tg_storage_overlaps(a, b) && !same_view(a, b))
+        TG_FAIL_NULL(TG_ERR_ARG,
+                     "[cpy] a %s and b %s share storage (overlapping views of '%s'): copy through tg_cont(a) first",
+                     tg_shape_str(a).c_str(), tg_shape_str(b).c_str(), tg_view_root(b)->name);
     tg_tensor *t = tg_new_view_of(ctx, "cpy", TG_OP_CPY, b, 4, b->ne, b->nb, 0);
     if (!t) return nullptr;
     t->src[0] = a;

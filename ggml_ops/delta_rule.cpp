@@ -4,27 +4,31 @@
 static constexpr int64_t k_max_head_dim = 256;  // Dk and Dv, on every backend
 static constexpr float k_l2norm_eps = 1e-6f;    // l2norm_qk: x / sqrt(sum x^2 + 1e-6)
 
-// q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}; g, beta {Hv, T, B}; all F32;
+// q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B} F32/F16/BF16; g, beta {Hv, T, B} F32;
 // state {Dk, Dv, Hv, B} F32/F16/BF16 or NULL -> o {Dv, Hv, T, B} F32
 tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *g, tg_tensor *beta,
                          tg_tensor *state, const tg_delta_params *params) {
     const char *call = "delta_rule";
-    if (!tg_check_type(call, "q", q, TG_TYPE_F32) || !tg_check_type(call, "k", k, TG_TYPE_F32) ||
-        !tg_check_type(call, "v", v, TG_TYPE_F32) || !tg_check_type(call, "g", g, TG_TYPE_F32) ||
+    if (!tg_check_float_type(call, "q", q) || !tg_check_float_type(call, "k", k) ||
+        !tg_check_float_type(call, "v", v) || !tg_check_type(call, "g", g, TG_TYPE_F32) ||
         !tg_check_type(call, "beta", beta, TG_TYPE_F32))
         return nullptr;
     if (state && !tg_check_float_type(call, "state", state)) return nullptr;
     if (!params) TG_FAIL_NULL(TG_ERR_ARG, "[%s] params is NULL", call);
     // read field by field: a C caller may have stored any int or byte there
     const int mode = tg_enum_value(params->mode), gate = tg_enum_value(params->gate);
+    const int algo = tg_enum_value(params->algo);
     unsigned char l2norm;
     memcpy(&l2norm, &params->l2norm_qk, 1);
     if (mode != TG_DELTA_GATED_LINEAR && mode != TG_DELTA_GATED_DELTA)
         TG_FAIL_NULL(TG_ERR_ARG, "[%s] unknown mode %d", call, mode);
     if (gate != TG_GATE_LINEAR && gate != TG_GATE_LOG)
         TG_FAIL_NULL(TG_ERR_ARG, "[%s] unknown gate kind %d", call, gate);
+    if (algo != TG_DELTA_ALGO_AUTO && algo != TG_DELTA_ALGO_SCAN && algo != TG_DELTA_ALGO_CHUNKED)
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] unknown algo %d", call, algo);
     if (!std::isfinite(params->scale)) TG_FAIL_NULL(TG_ERR_ARG, "[%s] scale %g is not finite", call, params->scale);
-    const tg_delta_params dp = {(tg_delta_mode)mode, (tg_gate_kind)gate, params->scale, l2norm != 0};
+    const tg_delta_params dp = {(tg_delta_mode)mode, (tg_gate_kind)gate, params->scale, l2norm != 0,
+                                (tg_delta_algo)algo};
 
     const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2], B = q->ne[3];
     const int64_t Dv = v->ne[0], Hv = v->ne[1];
@@ -87,6 +91,10 @@ static void l2norm(float *x, int64_t n) {
 //   S += k u^T;  o = scale * S^T q
 // Sums run in F32, in index order.
 void tg_cpu_delta_rule(const tg_tensor *dst, int ith, int nth) {
+    if (tg_get_params<tg_delta_params>(dst).algo == TG_DELTA_ALGO_CHUNKED) {
+        tg_cpu_delta_rule_chunked(dst, ith, nth);  // delta_rule_chunked.cpp
+        return;
+    }
     const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *g = dst->src[3], *beta = dst->src[4];
     const tg_tensor *state = dst->src[5];
     const tg_delta_params dp = tg_get_params<tg_delta_params>(dst);

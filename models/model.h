@@ -103,8 +103,12 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
 std::vector<int32_t> tokenize(const std::string &text, bool add_bos);
 std::string detokenize(int32_t token);  // "" for BOS/EOS
 
+// Greedy below kMinTemp (logits / temp would overflow as it nears 0), else
+// top-k, then top-p, then a draw at temperature temp. NaN and inf logits are
+// never chosen; -1 when no logit is finite.
 struct sampler {
-    float temp = 0.0f;  // 0: greedy
+    static constexpr float kMinTemp = 1e-4f;
+    float temp = 0.0f;  // below kMinTemp: greedy
     int top_k = 40;
     float top_p = 0.95f;
     std::mt19937_64 rng{1234};

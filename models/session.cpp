@@ -141,7 +141,8 @@ struct builder {
         tg_tensor *beta = tg_sigmoid(ctx, tg_mul_mat(ctx, l.ssm_beta, xn));  // {Hv, T, n}
         tg_tensor *g = tg_mul(ctx, tg_softplus(ctx, tg_add(ctx, tg_mul_mat(ctx, l.ssm_alpha, xn), l.ssm_dt_bias)),
                               l.ssm_neg_exp_a);  // log gate, {Hv, T, n}
-        tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true};
+        tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true,
+                              TG_DELTA_ALGO_AUTO};
         tg_tensor *st = seq_slice(ctx, s.state[il], seq0, n);
         tg_tensor *o = tg_delta_rule(ctx, q, k, v, g, beta, st, &dp);  // {Dv, Hv, T, n}
         o = tg_reshape_3d(ctx, o, (int64_t)hp.ssm_dv * hp.ssm_hv, T, n);
@@ -277,18 +278,23 @@ std::vector<int32_t> tokenize(const std::string &text, bool add_bos) {
 std::string detokenize(int32_t token) { return token >= 0 && token < 256 ? std::string(1, (char)token) : ""; }
 
 int32_t sampler::sample(const float *logits, int n_vocab) {
-    int best = 0;
-    for (int i = 1; i < n_vocab; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temp <= 0.0f) return best;
-    std::vector<std::pair<float, int>> c((size_t)n_vocab);
-    for (int i = 0; i < n_vocab; i++) c[i] = {logits[i] / temp, i};
+    // only finite logits are candidates: a NaN or inf is never drawn
+    int best = -1;
+    for (int i = 0; i < n_vocab; i++)
+        if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+    if (best < 0) return -1;
+    if (!(temp >= kMinTemp)) return best;  // greedy (also for a NaN temp)
+    std::vector<std::pair<double, int>> c;
+    c.reserve((size_t)n_vocab);
+    for (int i = 0; i < n_vocab; i++)
+        if (std::isfinite(logits[i])) c.push_back({(double)logits[i] / temp, i});  // finite in double
     std::sort(c.begin(), c.end(), [](auto &a, auto &b) { return a.first > b.first; });
-    int k = top_k > 0 ? std::min(top_k, n_vocab) : n_vocab;
+    const int n = (int)c.size();
+    int k = top_k > 0 ? std::min(top_k, n) : n;
     c.resize((size_t)k);
     double sum = 0.0;
     std::vector<double> p((size_t)k);
-    for (int i = 0; i < k; i++) sum += (p[i] = std::exp((double)c[i].first - c[0].first));
+    for (int i = 0; i < k; i++) sum += (p[i] = std::exp(c[i].first - c[0].first));
     double cum = 0.0;
     int keep = k;
     for (int i = 0; i < k; i++) {

@@ -1,5 +1,7 @@
-// tinygml-run - generate text with a toy model, llama.cpp style:
-//   tinygml-run -m models/hybrid-recall.gguf -p "a3:x7 k1:q2 ?k1=" -n 16
+// tinygml-run - generate text with a toy model, llama.cpp style. The shipped
+// models answer the recall task of models/README.md (key=value pairs, then
+// ?key=; this prints the prompt, then "q2"):
+//   tinygml-run -m models/hybrid-recall.gguf -p "a3=p7 b1=q2 c5=w4 d8=s1 ?b1=" -n 4
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -21,15 +23,28 @@ struct options {
     bool quiet = false, ignore_eos = false, warmup = false;
 };
 
-void usage(const char *argv0) {
-    fprintf(stderr,
-            "usage: %s -m MODEL.gguf [-p PROMPT] [-n N] [--device cpu|cuda|auto] [--temp T] [--top-k K]\n"
-            "          [--top-p P] [--seed S] [-t THREADS] [-b BATCH] [-q]\n"
-            "  -b BATCH  run BATCH copies of the prompt as one batch (throughput)\n"
-            "  -q        print only the timing lines\n"
-            "  --ignore-eos  keep generating past EOS (for timing)\n"
-            "  --warmup  run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n",
-            argv0);
+void usage(FILE *f, const char *argv0) {
+    const options d;
+    fprintf(f,
+            "usage: %s -m MODEL.gguf [-p PROMPT] [options]\n"
+            "  -m FILE          model file (GGUF: llama or tghybrid)\n"
+            "  -p PROMPT        prompt text (default: empty, only BOS)\n"
+            "  -n N             tokens to generate (default %d)\n"
+            "  --device D       cpu, cuda or auto (default %s: cuda when a GPU is present)\n"
+            "  --temp T         temperature (default %g; below %g: greedy)\n"
+            "  --top-k K        keep the K most likely tokens (default %d; 0: all)\n"
+            "  --top-p P        then the smallest set with probability >= P (default %g)\n"
+            "  --seed S         sampling seed (default %llu)\n"
+            "  -t N             CPU threads (default %d: all hardware threads)\n"
+            "  -b N             run N copies of the prompt as one batch, for throughput (default %d)\n"
+            "  -q               print only the timing lines\n"
+            "  --ignore-eos     keep generating past EOS (for timing)\n"
+            "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
+            "  -h, --help       this help\n"
+            "example (the recall task of models/README.md: key=value pairs, then ?key=):\n"
+            "  %s -m models/hybrid-recall.gguf -p \"a3=p7 b1=q2 c5=w4 d8=s1 ?b1=\" -n 4\n",
+            argv0, d.n_predict, d.device.c_str(), d.temp, tgm::sampler::kMinTemp, d.top_k, d.top_p, d.seed,
+            d.threads, d.batch, argv0);
 }
 
 // Parse a number strictly: the whole string, in range.
@@ -49,23 +64,37 @@ bool parse_float(const char *s, float lo, float hi, float *out) {
     return true;
 }
 
-bool parse(int argc, char **argv, options &o) {
+enum class parsed { ok, help, error };
+
+parsed parse(int argc, char **argv, options &o) {
+    static const char *const flags[] = {"-q", "--ignore-eos", "--warmup"};
+    static const char *const valued[] = {"-m",      "-p",     "-n", "--device", "--temp", "--top-k",
+                                         "--top-p", "--seed", "-t", "-b"};
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        auto next = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
-        long long v;
-        const char *val = nullptr;
-        bool ok = true;
-        if (a == "-q" || a == "--ignore-eos" || a == "--warmup") {
+        if (a == "-h" || a == "--help") return parsed::help;
+        if (a.size() < 2 || a[0] != '-') {
+            fprintf(stderr, "error: unexpected argument '%s' (the prompt goes after -p: -p \"%s\")\n", a.c_str(),
+                    a.c_str());
+            return parsed::error;
+        }
+        if (std::find_if(std::begin(flags), std::end(flags), [&](const char *f) { return a == f; }) !=
+            std::end(flags)) {
             (a == "-q" ? o.quiet : a == "--warmup" ? o.warmup : o.ignore_eos) = true;
             continue;
         }
-        if (a == "-h" || a == "--help") return false;
-        val = next();
-        if (!val) {
-            fprintf(stderr, "error: %s needs a value\n", a.c_str());
-            return false;
+        if (std::find_if(std::begin(valued), std::end(valued), [&](const char *f) { return a == f; }) ==
+            std::end(valued)) {
+            fprintf(stderr, "error: unknown option %s\n", a.c_str());
+            return parsed::error;
         }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "error: %s needs a value\n", a.c_str());
+            return parsed::error;
+        }
+        const char *val = argv[++i];
+        long long v;
+        bool ok = true;
         if (a == "-m") o.model = val;
         else if (a == "-p") o.prompt = val;
         else if (a == "--device") o.device = val;
@@ -76,24 +105,20 @@ bool parse(int argc, char **argv, options &o) {
         else if (a == "--seed") ok = parse_int(val, 0, (1LL << 62), &v) && ((o.seed = (unsigned long long)v), true);
         else if (a == "--temp") ok = parse_float(val, 0.0f, 100.0f, &o.temp);
         else if (a == "--top-p") ok = parse_float(val, 0.0f, 1.0f, &o.top_p);
-        else {
-            fprintf(stderr, "error: unknown option %s\n", a.c_str());
-            return false;
-        }
         if (!ok) {
             fprintf(stderr, "error: bad value '%s' for %s\n", val, a.c_str());
-            return false;
+            return parsed::error;
         }
     }
     if (o.model.empty()) {
         fprintf(stderr, "error: -m MODEL.gguf is required\n");
-        return false;
+        return parsed::error;
     }
     if (o.device != "cpu" && o.device != "cuda" && o.device != "auto") {
         fprintf(stderr, "error: --device must be cpu, cuda or auto\n");
-        return false;
+        return parsed::error;
     }
-    return true;
+    return parsed::ok;
 }
 
 double now_ms() {
@@ -104,9 +129,15 @@ double now_ms() {
 
 int main(int argc, char **argv) {
     options o;
-    if (!parse(argc, argv, o)) {
-        usage(argv[0]);
-        return 2;
+    switch (parse(argc, argv, o)) {
+        case parsed::help:
+            usage(stdout, argv[0]);
+            return 0;
+        case parsed::error:
+            fprintf(stderr, "run '%s --help' for the options\n", argv[0]);
+            return 2;
+        case parsed::ok:
+            break;
     }
     tg_backend *be = nullptr;
     if (o.device == "cuda" || (o.device == "auto" && tg_cuda_available())) be = tg_backend_cuda(0);
@@ -122,13 +153,26 @@ int main(int argc, char **argv) {
         return 1;
     }
     std::vector<int32_t> prompt = tgm::tokenize(o.prompt, true);
-    const int n_ctx = std::min<int>(m->hp.n_ctx, (int)prompt.size() + o.n_predict);
+    // The prompt fills positions [0, P); the n-th generated token is sampled
+    // from the logits of position P + n - 2 and never fed back.
+    const long long need = (long long)prompt.size() + std::max(o.n_predict - 1, 0);
+    if (need > m->hp.n_ctx) {
+        fprintf(stderr,
+                "error: the prompt (%zu tokens with BOS) and -n %d need %lld positions, but the model's context "
+                "is %d\n",
+                prompt.size(), o.n_predict, need, m->hp.n_ctx);
+        tgm::model_free(m);
+        tg_backend_free(be);
+        return 1;
+    }
+    const int n_ctx = (int)need;
     tgm::session *s = tgm::session_new(m, o.batch, n_ctx);
     int rc = 0;
-    if (!s || (int)prompt.size() + o.n_predict > m->hp.n_ctx) {
-        fprintf(stderr, "error: %s\n",
-                s ? "prompt + n_predict exceed the model's context length" : tg_last_error());
-        rc = 1;
+    if (!s) {
+        fprintf(stderr, "error: %s\n", tg_last_error());
+        tgm::model_free(m);
+        tg_backend_free(be);
+        return 1;
     }
     tgm::sampler smp;
     smp.temp = o.temp;
@@ -163,7 +207,11 @@ int main(int argc, char **argv) {
         std::vector<int32_t> cur(B);
         std::vector<bool> done(B, false);
         while (st == TG_OK && n_gen < o.n_predict) {
-            for (int b = 0; b < B; b++) cur[b] = smp.sample(&logits[(size_t)b * V], V);
+            for (int b = 0; b < B && st == TG_OK; b++)
+                if ((cur[b] = smp.sample(&logits[(size_t)b * V], V)) < 0)
+                    st = tg_set_error(TG_ERR_BACKEND, "token %d of sequence %d: every logit is NaN or inf", n_gen + 1,
+                                      b);
+            if (st != TG_OK) break;
             n_gen++;
             if (cur[0] == m->hp.eos && !o.ignore_eos) done[0] = true;
             if (!o.quiet && !done[0]) {

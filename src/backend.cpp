@@ -1,8 +1,10 @@
 // backend.cpp - buffer registry, backend buffers, tensor set/get, backend
 // selection.
+#include <algorithm>
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "graph.h"
 
@@ -47,6 +49,8 @@ tg_status tg_check_storage(const char *call, const tg_tensor *t, tg_backend **ow
 // ---------------------------------------------------------------------------
 // buffers
 
+// backend == NULL: the backend was freed first and released the storage;
+// the handle stays until tg_buffer_free, refusing use.
 struct tg_buffer {
     tg_backend *backend;
     void *base;
@@ -54,11 +58,45 @@ struct tg_buffer {
     uint64_t id;
 };
 
+static std::mutex g_handles_mu;
+static std::unordered_set<const tg_backend *> g_backends;
+static std::unordered_set<const tg_buffer *> g_buffers;
+
+void tg_backend_register(tg_backend *b, bool live) {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    if (live)
+        g_backends.insert(b);
+    else
+        g_backends.erase(b);
+}
+bool tg_backend_live(const tg_backend *b) {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    return b && g_backends.count(b);
+}
+tg_status tg_check_backend(const char *call, const tg_backend *b) {
+    if (!b) return tg_err(TG_ERR_ARG, "[%s] backend is NULL", call);
+    if (!tg_backend_live(b)) return tg_err(TG_ERR_ARG, "[%s] backend %p was freed", call, (const void *)b);
+    return TG_OK;
+}
+static bool buffer_live(const tg_buffer *buf) {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    return buf && g_buffers.count(buf);
+}
+// Release buf's storage (registry entry first, so no tensor reaches it).
+static void buffer_release(tg_buffer *buf) {
+    tg_registry_remove(buf->id);
+    buf->backend->iface->dealloc(buf->backend, buf->base);
+    buf->backend = nullptr;
+    buf->base = nullptr;
+    buf->size = 0;
+}
+
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
-    if (!b) TG_FAIL_NULL(TG_ERR_ARG, "[backend_alloc] backend is NULL");
+    if (tg_check_backend("backend_alloc", b) != TG_OK) return nullptr;
     if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[backend_alloc] context is NULL");
+    if (!tg_context_live(ctx)) TG_FAIL_NULL(TG_ERR_ARG, "[backend_alloc] context %p was freed", (void *)ctx);
     // leaves with no live storage get a slot
     std::vector<tg_tensor *> todo;
     size_t total = 0;
@@ -84,6 +122,16 @@ tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
     buf->base = base;
     buf->size = total;
     buf->id = tg_registry_add(b, base, total);
+    try {
+        b->buffers.push_back(buf);
+        std::lock_guard<std::mutex> lock(g_handles_mu);
+        g_buffers.insert(buf);
+    } catch (...) {
+        b->buffers.erase(std::remove(b->buffers.begin(), b->buffers.end(), buf), b->buffers.end());
+        buffer_release(buf);
+        delete buf;
+        TG_FAIL_NULL(TG_ERR_OOM, "[backend_alloc] out of host memory");
+    }
     size_t off = 0;
     for (tg_tensor *t : todo) {
         t->data = (char *)base + off;
@@ -98,17 +146,27 @@ tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
     return buf;
 }
 
+// Either order of tg_buffer_free and tg_backend_free is fine: the backend
+// frees its buffers' storage when it goes first, and the handles stay (empty)
+// until tg_buffer_free. A handle freed twice is ignored.
 void tg_buffer_free(tg_buffer *buf) {
-    if (!buf) return;
-    tg_registry_remove(buf->id);
-    buf->backend->iface->dealloc(buf->backend, buf->base);
+    {
+        std::lock_guard<std::mutex> lock(g_handles_mu);
+        if (!buf || !g_buffers.erase(buf)) return;
+    }
+    if (tg_backend *b = buf->backend) {
+        b->buffers.erase(std::remove(b->buffers.begin(), b->buffers.end(), buf), b->buffers.end());
+        buffer_release(buf);
+    }
     delete buf;
 }
 
-size_t tg_buffer_size(const tg_buffer *buf) { return buf ? buf->size : 0; }
+size_t tg_buffer_size(const tg_buffer *buf) { return buffer_live(buf) ? buf->size : 0; }
 
 tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value) {
     if (!buf) return tg_err(TG_ERR_ARG, "[buffer_clear] buffer is NULL");
+    if (!buffer_live(buf)) return tg_err(TG_ERR_ARG, "[buffer_clear] buffer %p was freed", (void *)buf);
+    if (!buf->backend) return tg_err(TG_ERR_ARG, "[buffer_clear] the buffer's backend was freed (its storage with it)");
     return buf->backend->iface->memset(buf->backend, buf->base, value, buf->size);
 }
 
@@ -117,6 +175,8 @@ tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value) {
 
 static tg_status check_range(const char *call, const tg_tensor *t, size_t offset, size_t size, const void *data) {
     if (!t) return tg_err(TG_ERR_ARG, "[%s] tensor is NULL", call);
+    if (!tg_tensor_live(t))
+        return tg_err(TG_ERR_ARG, "[%s] tensor %p is not live: its context was freed", call, (const void *)t);
     if (!data && size) return tg_err(TG_ERR_ARG, "[%s] data pointer is NULL", call);
     if (!tg_is_contiguous(t)) return tg_err(TG_ERR_ARG, "[%s] tensor '%s' is not contiguous", call, t->name);
     size_t end;
@@ -156,7 +216,10 @@ tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, size_t si
 // backends
 
 void tg_backend_free(tg_backend *b) {
-    if (!b) return;
+    if (!tg_backend_live(b)) return;  // NULL, or freed already
+    tg_backend_register(b, false);
+    for (tg_buffer *buf : b->buffers) buffer_release(buf);
+    b->buffers.clear();
     if (b->compute_buf) {
         tg_registry_remove(b->compute_id);
         b->iface->dealloc(b, b->compute_buf);
@@ -164,11 +227,11 @@ void tg_backend_free(tg_backend *b) {
     b->iface->free(b);
 }
 
-const char *tg_backend_name(const tg_backend *b) { return b ? b->name.c_str() : ""; }
-size_t tg_backend_compute_buffer_size(const tg_backend *b) { return b ? b->compute_size : 0; }
+const char *tg_backend_name(const tg_backend *b) { return tg_backend_live(b) ? b->name.c_str() : ""; }
+size_t tg_backend_compute_buffer_size(const tg_backend *b) { return tg_backend_live(b) ? b->compute_size : 0; }
 
 tg_status tg_backend_set_tf32(tg_backend *b, bool enabled) {
-    if (!b) return tg_err(TG_ERR_ARG, "[backend_set_tf32] backend is NULL");
+    if (tg_status s = tg_check_backend("backend_set_tf32", b)) return s;
     b->tf32 = enabled;
     return TG_OK;
 }

@@ -71,13 +71,6 @@ struct cpu_impl {
     explicit cpu_impl(int n) : pool(n) {}
 };
 
-// The data an op's check reads is known before the graph runs when it is
-// persistent (a leaf), not computed by the graph.
-bool check_input_is_persistent(const tg_tensor *t) {
-    int i = tg_op_get(t->op).check_src;
-    return i < 0 || !t->src[i] || tg_is_leaf(tg_view_root(t->src[i]));
-}
-
 void cpu_free(tg_backend *b) {
     delete (cpu_impl *)b->impl;
     delete b;
@@ -100,17 +93,18 @@ tg_status cpu_copy(tg_backend *b, void *dst, const void *src, size_t size) {
 
 tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
     auto *impl = (cpu_impl *)b->impl;
-    // checks whose inputs are persistent run before anything is written, so a
-    // bad position or id leaves every cache and output as it was
+    // checks whose inputs are persistent (t->precheck) run before anything is
+    // written, so a bad position or id leaves every cache and output as it
+    // was; the others run right before their op, on the values it will read
     for (const tg_tensor *t : nodes)
-        if (check_input_is_persistent(t)) {
+        if (t->precheck) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;
         }
     for (const tg_tensor *t : nodes) {
         const tg_op_info &op = tg_op_get(t->op);
         if (t->op == TG_OP_VIEW) continue;
-        if (!check_input_is_persistent(t)) {
+        if (!t->precheck) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;
         }
@@ -139,5 +133,6 @@ tg_backend *tg_backend_cpu(int n_threads) {
     b->mem = TG_MEM_HOST;
     b->device = -1;
     b->name = "cpu";
+    tg_backend_register(b, true);
     return b;
 }

@@ -1,7 +1,11 @@
 // context.cpp - the context arena, tensors, views.
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "graph.h"
 #include "internal.h"
@@ -13,11 +17,77 @@ static constexpr size_t k_data_align = 64;
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// ---------------------------------------------------------------------------
+// liveness registry: live arenas by address, live contexts and graphs
+
+namespace {
+struct arena_entry {
+    size_t size;
+    const tg_context *ctx;
+};
+std::mutex g_live_mu;
+std::multimap<uintptr_t, arena_entry> g_arenas;            // arena base -> entry
+std::unordered_map<const tg_context *, uint64_t> g_live;   // context -> generation
+std::unordered_set<const tg_graph *> g_graphs;
+uint64_t g_next_gen = 1;
+}  // namespace
+
+bool tg_context_live(const tg_context *ctx) {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    return ctx && g_live.count(ctx);
+}
+
+// t must lie inside a live arena before any of its bytes are read; then its
+// context and generation must match a live context (catches a freed arena
+// whose address a new context reuses).
+bool tg_tensor_live(const tg_tensor *t) {
+    if (!t) return false;
+    const uintptr_t p = (uintptr_t)t;
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    auto it = g_arenas.upper_bound(p);
+    for (int n = 0; n < 8 && it != g_arenas.begin(); n++) {
+        --it;
+        const uintptr_t base = it->first;
+        if (p - base > it->second.size || it->second.size - (p - base) < sizeof(tg_tensor)) continue;
+        const tg_context *ctx = it->second.ctx;
+        auto live = g_live.find(ctx);
+        return t->ctx == ctx && live != g_live.end() && live->second == t->ctx_gen;
+    }
+    return false;
+}
+
+bool tg_graph_live(const tg_graph *g) {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    return g && g_graphs.count(g);
+}
+void tg_graph_register(tg_graph *g, bool live) {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    if (live)
+        g_graphs.insert(g);
+    else
+        g_graphs.erase(g);
+}
+
+tg_status tg_graph_check_live(const char *call, const tg_graph *g) {
+    if (!tg_graph_live(g)) return tg_err(TG_ERR_ARG, "[%s] graph %p is not live (its context was freed)", call, (const void *)g);
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    for (const auto &c : g->ctxs) {
+        auto live = g_live.find(c.first);
+        if (live == g_live.end() || live->second != c.second)
+            return tg_err(TG_ERR_ARG, "[%s] the graph holds tensors of a context that was freed", call);
+    }
+    return TG_OK;
+}
+
 size_t tg_tensor_overhead(void) { return align_up(sizeof(tg_tensor), k_meta_align); }
 size_t tg_graph_overhead(void) { return align_up(sizeof(tg_graph), k_meta_align); }
 
 tg_context *tg_init(tg_init_params p) {
     if (p.mem_size == 0) TG_FAIL_NULL(TG_ERR_ARG, "[init] mem_size is 0");
+    // the arena is rounded up to k_data_align: refuse sizes where that wraps
+    if (p.mem_size > SIZE_MAX - k_data_align)
+        TG_FAIL_NULL(TG_ERR_ARG, "[init] mem_size %zu is too large (at most %zu)", p.mem_size,
+                     (size_t)(SIZE_MAX - k_data_align));
     tg_context *ctx = new (std::nothrow) tg_context();
     if (!ctx) TG_FAIL_NULL(TG_ERR_OOM, "[init] out of host memory");
     ctx->mem_size = p.mem_size;
@@ -33,17 +103,32 @@ tg_context *tg_init(tg_init_params p) {
         }
         ctx->owns_mem = true;
     }
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    ctx->gen = g_next_gen++;
+    g_live[ctx] = ctx->gen;
+    g_arenas.insert({(uintptr_t)ctx->mem, arena_entry{ctx->mem_size, ctx}});
     return ctx;
 }
 
 void tg_free(tg_context *ctx) {
     if (!ctx) return;
+    {
+        std::lock_guard<std::mutex> lock(g_live_mu);
+        if (!g_live.erase(ctx)) return;  // freed already (or never a context): nothing to do
+        auto range = g_arenas.equal_range((uintptr_t)ctx->mem);
+        for (auto it = range.first; it != range.second; ++it)
+            if (it->second.ctx == ctx) {
+                g_arenas.erase(it);
+                break;
+            }
+        for (tg_graph *g : ctx->graphs) g_graphs.erase(g);
+    }
     for (tg_graph *g : ctx->graphs) delete g;
     if (ctx->owns_mem) std::free(ctx->mem);
     delete ctx;
 }
 
-size_t tg_used_mem(const tg_context *ctx) { return ctx ? ctx->used : 0; }
+size_t tg_used_mem(const tg_context *ctx) { return tg_context_live(ctx) ? ctx->used : 0; }
 
 // Reserve n bytes of the arena at alignment a; NULL when it does not fit.
 static void *arena_take(tg_context *ctx, size_t n, size_t a) {
@@ -63,6 +148,7 @@ tg_context *tg_tensor_context(const tg_tensor *t) { return t->ctx; }
 static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type type, int n_dims, const int64_t *ne,
                                   bool with_data) {
     if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[%s] context is NULL", call);
+    if (!tg_context_live(ctx)) TG_FAIL_NULL(TG_ERR_ARG, "[%s] context %p was freed", call, (void *)ctx);
     if (tg_type_size(type) == 0) TG_FAIL_NULL(TG_ERR_ARG, "[%s] invalid type %d", call, (int)type);
     if (n_dims < 1 || n_dims > TG_MAX_DIMS) TG_FAIL_NULL(TG_ERR_ARG, "[%s] n_dims %d not in [1, 4]", call, n_dims);
     if (!ne) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne is NULL", call);
@@ -96,6 +182,7 @@ static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type typ
     t->op = TG_OP_NONE;
     t->id = g_next_tensor_id++;
     t->ctx = ctx;
+    t->ctx_gen = ctx->gen;
     if (data) {
         t->data = data;
         t->mem = TG_MEM_HOST;
@@ -105,6 +192,7 @@ static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type typ
 }
 
 tg_tensor *tg_new_tensor(tg_context *ctx, tg_type type, int n_dims, const int64_t *ne) {
+    if (ctx && !tg_context_live(ctx)) TG_FAIL_NULL(TG_ERR_ARG, "[new_tensor] context %p was freed", (void *)ctx);
     return new_tensor_impl(ctx, "new_tensor", type, n_dims, ne, ctx && !ctx->no_alloc);
 }
 tg_tensor *tg_new_tensor_1d(tg_context *ctx, tg_type type, int64_t ne0) { return tg_new_tensor(ctx, type, 1, &ne0); }
@@ -183,7 +271,7 @@ tg_tensor *tg_set_name(tg_tensor *t, const char *name) {
 }
 const char *tg_get_name(const tg_tensor *t) { return t ? t->name : ""; }
 tg_tensor *tg_get_tensor(tg_context *ctx, const char *name) {
-    if (!ctx || !name) return nullptr;
+    if (!ctx || !name || !tg_context_live(ctx)) return nullptr;
     for (tg_tensor *t : ctx->tensors)
         if (strcmp(t->name, name) == 0) return t;
     return nullptr;
@@ -233,9 +321,15 @@ tg_tensor *tg_view_root(tg_tensor *t) {
 bool tg_is_leaf(const tg_tensor *t) { return t->op == TG_OP_NONE && !t->view_src; }
 
 bool tg_check_not_null(const char *call, const char *what, const tg_tensor *t) {
-    if (t) return true;
-    tg_err(TG_ERR_ARG, "[%s] %s is NULL", call, what);
-    return false;
+    if (!t) {
+        tg_err(TG_ERR_ARG, "[%s] %s is NULL", call, what);
+        return false;
+    }
+    if (!tg_tensor_live(t)) {
+        tg_err(TG_ERR_ARG, "[%s] %s (%p) is not a live tensor: its context was freed", call, what, (const void *)t);
+        return false;
+    }
+    return true;
 }
 bool tg_check_type(const char *call, const char *what, const tg_tensor *t, tg_type type) {
     if (!tg_check_not_null(call, what, t)) return false;

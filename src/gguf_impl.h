@@ -19,6 +19,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tinygml's GGUF code ne
 #define TG_GGUF_MAX_KEY 65535u     // the spec: keys are at most 2^16 - 1 bytes
 #define TG_GGUF_KEY_ALIGNMENT "general.alignment"
 #define TG_GGUF_BUF_ALIGN 64       // the reader's file buffer alignment
+#define TG_GGUF_HEADER_BYTES 24u   // magic, version, tensor count, kv count
 
 // One key/value pair. Scalars (numeric, bool) keep their little-endian bytes
 // in `scalar`; STRING keeps its one string in strs[0]; ARRAY keeps elem_type,

@@ -426,7 +426,10 @@ bool check_layout(Parser &ps, tg_gguf *g) {
     return true;
 }
 
-bool parse(Parser &ps, tg_gguf *g) {
+// The fixed header: magic, version, and the two counts against the bytes the
+// file has after it (ps.size is the file's size; only the first
+// TG_GGUF_HEADER_BYTES of ps.p are read).
+bool parse_header(Parser &ps, tg_gguf *g, uint64_t *n_tensors_out, uint64_t *n_kv_out) {
     if (ps.size < 4)
         return ps.fail(TG_ERR_FORMAT, "file is %zu bytes, too short for GGUF (the header alone is 24 bytes)",
                        ps.size);
@@ -471,7 +474,14 @@ bool parse(Parser &ps, tg_gguf *g) {
                        "tensor count %" PRIu64 " cannot fit in the %zu bytes after the header (with %" PRIu64
                        " kvs; a tensor info takes %" PRIu64 " or more)",
                        n_tensors, ps.left(), n_kv, min_tensor);
+    *n_tensors_out = n_tensors;
+    *n_kv_out = n_kv;
+    return true;
+}
 
+bool parse(Parser &ps, tg_gguf *g) {
+    uint64_t n_tensors, n_kv;
+    if (!parse_header(ps, g, &n_tensors, &n_kv)) return false;
     if (!parse_kvs(ps, g, n_kv) || !read_alignment(ps, g)) return false;
     for (uint64_t i = 0; i < n_tensors; i++)
         if (!parse_tensor_info(ps, g, i)) return false;
@@ -508,6 +518,9 @@ struct file_closer {
 
 // ---------------------------------------------------------------------------
 // Opening
+//
+// tg_gguf_open checks the header (magic, version, counts) from its first 24
+// bytes before it allocates and reads the whole file.
 
 tg_gguf *tg_gguf_open(const char *path) {
     const char *call = "gguf_open";
@@ -524,6 +537,21 @@ tg_gguf *tg_gguf_open(const char *path) {
         if ((uint64_t)st.st_size != (uint64_t)(size_t)st.st_size)
             TG_FAIL_NULL(TG_ERR_OOM, "[%s] %sfile too large for this address space", call, ps.where.c_str());
         std::unique_ptr<tg_gguf> g(new tg_gguf);
+        if ((uint64_t)st.st_size >= TG_GGUF_HEADER_BYTES) {
+            // the header first, from a small read: a file that is not GGUF (or
+            // whose counts cannot fit) fails before the whole file is read
+            unsigned char hdr[TG_GGUF_HEADER_BYTES];
+            size_t got = fread(hdr, 1, sizeof hdr, f.get());
+            if (got != sizeof hdr)
+                TG_FAIL_NULL(TG_ERR_IO, "[%s] %sread %zu of the header's %zu bytes (%s)", call, ps.where.c_str(), got,
+                             sizeof hdr, ferror(f.get()) ? strerror(errno) : "the file shrank while being read");
+            Parser hp(call, ps.where);
+            hp.p = hdr;
+            hp.size = (size_t)st.st_size;
+            uint64_t n_tensors, n_kv;
+            if (!parse_header(hp, g.get(), &n_tensors, &n_kv)) return nullptr;
+            rewind(f.get());
+        }
         if (!alloc_buffer(call, ps.where, g.get(), (size_t)st.st_size)) return nullptr;
         size_t got = fread(g->buf, 1, g->size, f.get());
         if (got != g->size)

@@ -10,6 +10,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <functional>
 
 #include "gguf_impl.h"
 
@@ -18,7 +20,10 @@ struct tg_gguf_writer_tensor {
     tg_type type;
     int n_dims;
     int64_t ne[TG_MAX_DIMS];
-    std::vector<unsigned char> data;
+    uint64_t nbytes = 0;
+    std::vector<unsigned char> data;    // copied bytes, or empty when fill is set
+    tg_gguf_fill_fn fill = nullptr;     // streamed: called at write time
+    void *user = nullptr;
 };
 
 struct tg_gguf_writer {
@@ -193,9 +198,10 @@ tg_status tg_gguf_set_arr_str(tg_gguf_writer *w, const char *key, uint64_t n, co
 // ---------------------------------------------------------------------------
 // Tensors
 
-tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims, const int64_t *ne,
-                             const void *data) {
-    const char *call = "gguf_add_tensor";
+// Validate and append one tensor entry; its bytes come from data (copied) or,
+// when fill is set, from fill at write time. Nothing changes on failure.
+static tg_status add_tensor(const char *call, tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
+                            const int64_t *ne, const void *data, tg_gguf_fill_fn fill, void *user) {
     if (!w) return tg_err(TG_ERR_ARG, "[%s] the writer is NULL", call);
     if (!name) return tg_err(TG_ERR_ARG, "[%s] name is NULL", call);
     size_t len = strlen(name);
@@ -209,7 +215,7 @@ tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, 
     if (n_dims < 1 || n_dims > TG_MAX_DIMS)
         return tg_err(TG_ERR_ARG, "[%s] tensor '%s': n_dims %d is not in [1, %d]", call, name, n_dims, TG_MAX_DIMS);
     if (!ne) return tg_err(TG_ERR_ARG, "[%s] tensor '%s': ne is NULL", call, name);
-    if (!data) return tg_err(TG_ERR_ARG, "[%s] tensor '%s': data is NULL", call, name);
+    if (!data && !fill) return tg_err(TG_ERR_ARG, "[%s] tensor '%s': data is NULL", call, name);
     int64_t nelem = 1;
     for (int d = 0; d < n_dims; d++) {
         if (ne[d] < 1)
@@ -227,14 +233,32 @@ tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, 
         t.type = type;
         t.n_dims = n_dims;
         for (int d = 0; d < TG_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
-        const unsigned char *b = (const unsigned char *)data;
-        t.data.assign(b, b + nbytes);
+        t.nbytes = nbytes;
+        if (fill) {
+            t.fill = fill;
+            t.user = user;
+        } else {
+            const unsigned char *b = (const unsigned char *)data;
+            t.data.assign(b, b + nbytes);
+        }
         w->tensors.push_back(std::move(t));
     } catch (const std::exception &e) {
         return tg_err(TG_ERR_OOM, "[%s] tensor '%s': out of memory for %" PRIu64 " bytes (%s)", call, name, nbytes,
                       e.what());
     }
     return TG_OK;
+}
+
+tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims, const int64_t *ne,
+                             const void *data) {
+    return add_tensor("gguf_add_tensor", w, name, type, n_dims, ne, data, nullptr, nullptr);
+}
+
+tg_status tg_gguf_add_tensor_fill(tg_gguf_writer *w, const char *name, tg_type type, int n_dims, const int64_t *ne,
+                                  tg_gguf_fill_fn fill, void *user) {
+    const char *call = "gguf_add_tensor_fill";
+    if (!fill) return tg_err(TG_ERR_ARG, "[%s] tensor '%s': fill is NULL", call, name ? name : "(null)");
+    return add_tensor(call, w, name, type, n_dims, ne, nullptr, fill, user);
 }
 
 // ---------------------------------------------------------------------------
@@ -291,7 +315,7 @@ tg_status build_header(const char *call, const tg_gguf_writer *w, Out *o, std::v
         o->u64(off);
         offsets->push_back(off);
         uint64_t end;
-        if (__builtin_add_overflow(off, (uint64_t)t.data.size(), &end) || end > UINT64_MAX - a)
+        if (__builtin_add_overflow(off, t.nbytes, &end) || end > UINT64_MAX - a)
             return tg_err(TG_ERR_ARG, "[%s] the data section size overflows", call);
         off = (end + a - 1) / a * a;
     }
@@ -310,6 +334,25 @@ tg_status build(const char *call, const tg_gguf_writer *w, Out *o, std::vector<u
 }
 
 bool write_all(FILE *f, const void *p, size_t n) { return n == 0 || fwrite(p, 1, n, f) == n; }
+
+// Streamed tensors are produced in pieces of at most this many bytes.
+const size_t kFillChunk = (size_t)4 << 20;
+
+// Let tensor t's fill write bytes [0, nbytes) into dst, in order, in pieces.
+// put(piece, n) takes each piece (NULL: fill writes straight into dst + off).
+tg_status run_fill(const char *call, const tg_gguf_writer_tensor &t, unsigned char *dst,
+                   const std::function<bool(const unsigned char *, size_t)> &put) {
+    for (uint64_t off = 0; off < t.nbytes; off += kFillChunk) {
+        size_t n = (size_t)std::min<uint64_t>(kFillChunk, t.nbytes - off);
+        unsigned char *p = put ? dst : dst + off;
+        tg_status st = t.fill(t.user, p, (size_t)off, n);
+        if (st != TG_OK)
+            return tg_err(st, "[%s] tensor '%s': fill failed at byte %" PRIu64 ": %s", call, t.name.c_str(), off,
+                          tg_last_error());
+        if (put && !put(p, n)) return TG_ERR_IO;
+    }
+    return TG_OK;
+}
 
 bool write_zeros(FILE *f, uint64_t n) {
     static const unsigned char zeros[4096] = {0};
@@ -335,20 +378,48 @@ tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path) {
     FILE *f = fopen(path, "wb");
     if (!f) return tg_err(TG_ERR_IO, "[%s] '%s': cannot open for writing: %s", call, path, strerror(errno));
     bool ok = write_all(f, o.b.data(), o.b.size());
+    int err = ok ? 0 : errno;
+    tg_status fill_st = TG_OK;
     const uint64_t a = w->alignment;
+    std::vector<unsigned char> chunk;
     for (size_t i = 0; ok && i < w->tensors.size(); i++) {
-        const std::vector<unsigned char> &d = w->tensors[i].data;
-        ok = write_all(f, d.data(), d.size()) && write_zeros(f, (a - d.size() % a) % a);
+        const tg_gguf_writer_tensor &t = w->tensors[i];
+        if (t.fill) {
+            try {
+                chunk.resize((size_t)std::min<uint64_t>(kFillChunk, t.nbytes));
+            } catch (const std::exception &e) {
+                fill_st = tg_err(TG_ERR_OOM, "[%s] out of memory for a fill buffer (%s)", call, e.what());
+                ok = false;
+                break;
+            }
+            bool write_failed = false;
+            fill_st = run_fill(call, t, chunk.data(), [&](const unsigned char *p, size_t n) {
+                write_failed = !write_all(f, p, n);
+                return !write_failed;
+            });
+            ok = fill_st == TG_OK;
+            if (write_failed) {  // the write itself failed: reported below with errno
+                err = errno;
+                fill_st = TG_OK;
+            }
+        } else {
+            ok = write_all(f, t.data.data(), t.data.size());
+        }
+        if (ok && !write_zeros(f, (a - t.nbytes % a) % a)) ok = false;
+        if (!ok && fill_st == TG_OK && err == 0) err = errno;
     }
-    ok = ok && fflush(f) == 0;
-    int err = errno;
+    if (ok && fflush(f) != 0) {
+        ok = false;
+        err = errno;
+    }
     if (fclose(f) != 0 && ok) {
         ok = false;
         err = errno;
     }
     if (!ok) {
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);  // never a device or fifo
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) remove(path);  // never a device or fifo
+        if (fill_st != TG_OK) return fill_st;  // the fill's own message
         return tg_err(TG_ERR_IO, "[%s] '%s': write failed: %s", call, path, strerror(err));
     }
     return TG_OK;
@@ -370,8 +441,17 @@ tg_status tg_gguf_write_memory(const tg_gguf_writer *w, void **data, size_t *siz
     if (!p) return tg_err(TG_ERR_OOM, "[%s] cannot allocate %" PRIu64 " bytes", call, total);
     memcpy(p, o.b.data(), o.b.size());
     for (size_t i = 0; i < w->tensors.size(); i++) {
-        const std::vector<unsigned char> &d = w->tensors[i].data;
-        if (!d.empty()) memcpy(p + o.b.size() + offsets[i], d.data(), d.size());
+        const tg_gguf_writer_tensor &t = w->tensors[i];
+        unsigned char *dst = p + o.b.size() + offsets[i];
+        if (t.fill) {
+            tg_status fs = run_fill(call, t, dst, nullptr);
+            if (fs != TG_OK) {
+                free(p);
+                return fs;
+            }
+        } else if (!t.data.empty()) {
+            memcpy(dst, t.data.data(), t.data.size());
+        }
     }
     *data = p;
     *size = (size_t)total;

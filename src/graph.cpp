@@ -7,19 +7,26 @@
 
 tg_graph *tg_graph_new(tg_context *ctx) {
     if (!ctx) TG_FAIL_NULL(TG_ERR_ARG, "[graph_new] context is NULL");
+    if (!tg_context_live(ctx)) TG_FAIL_NULL(TG_ERR_ARG, "[graph_new] context %p was freed", (void *)ctx);
     if (!tg_arena_take(ctx, tg_graph_overhead()))
         TG_FAIL_NULL(TG_ERR_OOM, "[graph_new] context arena exhausted (%zu of %zu bytes used)", ctx->used,
                      ctx->mem_size);
     tg_graph *g = new (std::nothrow) tg_graph();
     if (!g) TG_FAIL_NULL(TG_ERR_OOM, "[graph_new] out of host memory");
     g->ctx = ctx;
+    g->ctxs.push_back({ctx, ctx->gen});
     ctx->graphs.push_back(g);
+    tg_graph_register(g, true);
     return g;
 }
 
 tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
     if (!g) return tg_err(TG_ERR_ARG, "[graph_expand] graph is NULL");
     if (!t) return tg_err(TG_ERR_ARG, "[graph_expand] tensor is NULL (did an op constructor fail? %s)", tg_last_error());
+    tg_status st = tg_graph_check_live("graph_expand", g);
+    if (st != TG_OK) return st;
+    if (!tg_tensor_live(t))
+        return tg_err(TG_ERR_ARG, "[graph_expand] tensor %p is not live: its context was freed", (void *)t);
     std::unordered_set<tg_tensor *> seen(g->nodes.begin(), g->nodes.end());
     seen.insert(g->leafs.begin(), g->leafs.end());
     std::vector<tg_tensor *> stack{t}, found;
@@ -32,7 +39,11 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
             if (s) stack.push_back(s);
         if (x->view_src) stack.push_back(x->view_src);
     }
-    for (tg_tensor *x : found) (x->op == TG_OP_NONE ? g->leafs : g->nodes).push_back(x);
+    for (tg_tensor *x : found) {
+        (x->op == TG_OP_NONE ? g->leafs : g->nodes).push_back(x);
+        const std::pair<const tg_context *, uint64_t> c{x->ctx, x->ctx_gen};
+        if (std::find(g->ctxs.begin(), g->ctxs.end(), c) == g->ctxs.end()) g->ctxs.push_back(c);
+    }
     auto by_id = [](const tg_tensor *a, const tg_tensor *b) { return a->id < b->id; };
     std::sort(g->nodes.begin(), g->nodes.end(), by_id);
     std::sort(g->leafs.begin(), g->leafs.end(), by_id);
@@ -49,6 +60,8 @@ tg_tensor *tg_graph_node(const tg_graph *g, int i) {
 
 tg_status tg_graph_plan(tg_graph *g, tg_graph_stats *stats) {
     if (!g) return tg_err(TG_ERR_ARG, "[graph_plan] graph is NULL");
+    tg_status st = tg_graph_check_live("graph_plan", g);
+    if (st != TG_OK) return st;
     if (!g->plan.valid) {
         tg_status s = tg_plan_graph(g);
         if (s != TG_OK) return s;
@@ -59,6 +72,7 @@ tg_status tg_graph_plan(tg_graph *g, tg_graph_stats *stats) {
 
 tg_status tg_graph_set_planner(tg_graph *g, bool enabled) {
     if (!g) return tg_err(TG_ERR_ARG, "[graph_set_planner] graph is NULL");
+    if (!tg_graph_live(g)) return tg_err(TG_ERR_ARG, "[graph_set_planner] graph is not live (its context was freed)");
     g->plan.planner = enabled;
     g->plan.valid = false;
     return TG_OK;
@@ -78,31 +92,66 @@ static tg_status check_leaf(tg_backend *b, const tg_tensor *t) {
     return TG_OK;
 }
 
-tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
-    if (!b) return tg_err(TG_ERR_ARG, "[graph_compute] backend is NULL");
-    if (!g) return tg_err(TG_ERR_ARG, "[graph_compute] graph is NULL");
-    for (const tg_tensor *t : g->leafs) {
-        tg_status s = check_leaf(b, t);
-        if (s != TG_OK) return s;
+// Leaves of persistent storage that node t writes in place.
+static int written_roots(tg_tensor *t, tg_tensor **out) {
+    int n = 0;
+    switch (t->op) {
+        case TG_OP_CPY: out[n++] = tg_view_root(t); break;  // b
+        case TG_OP_ROPE_KV_UPDATE:
+            out[n++] = tg_view_root(t->src[0]);  // k_cache
+            out[n++] = tg_view_root(t->src[1]);  // v_cache
+            break;
+        case TG_OP_DELTA_RULE:
+            if (t->src[5]) out[n++] = tg_view_root(t->src[5]);  // state
+            break;
+        default: break;
     }
+    return n;
+}
+
+void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes) {
+    std::vector<tg_tensor *> written;  // few: the caches, states and cpy targets
+    for (tg_tensor *t : nodes) {
+        const int i = tg_op_get(t->op).check_src;
+        t->precheck = false;
+        if (i >= 0 && t->src[i]) {
+            tg_tensor *root = tg_view_root(t->src[i]);
+            t->precheck = tg_is_leaf(root) && std::find(written.begin(), written.end(), root) == written.end();
+        }
+        tg_tensor *w[2];
+        for (int k = 0, n = written_roots(t, w); k < n; k++)
+            if (std::find(written.begin(), written.end(), w[k]) == written.end()) written.push_back(w[k]);
+    }
+}
+
+tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
+    tg_status s = tg_check_backend("graph_compute", b);
+    if (s != TG_OK) return s;
+    if (!g) return tg_err(TG_ERR_ARG, "[graph_compute] graph is NULL");
+    s = tg_graph_check_live("graph_compute", g);
+    if (s != TG_OK) return s;
+    for (const tg_tensor *t : g->leafs)
+        if ((s = check_leaf(b, t)) != TG_OK) return s;
     for (const tg_tensor *t : g->nodes)
         if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
             return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
-    if (!g->plan.valid) {
-        tg_status s = tg_plan_graph(g);
-        if (s != TG_OK) return s;
-    }
-    // grow the backend's pool for intermediates when the plan needs more
-    if (g->plan.size > b->compute_size) {
+    if (!g->plan.valid && (s = tg_plan_graph(g)) != TG_OK) return s;
+    tg_graph_mark_prechecks(g->nodes);
+
+    // Grow the backend's pool for intermediates when the plan needs more. The
+    // old pool stays until the compute succeeds: a failed compute keeps it, so
+    // the previous graph's results stay readable (their values too when the
+    // failure is found before any node runs, as a bad position or id is).
+    void *old_buf = b->compute_buf;
+    const size_t old_size = b->compute_size;
+    const uint64_t old_id = b->compute_id;
+    const bool grow = g->plan.size > b->compute_size;
+    if (grow) {
         void *ptr = nullptr;
-        tg_status s = b->iface->alloc(b, g->plan.size, &ptr);
+        s = b->iface->alloc(b, g->plan.size, &ptr);
         if (s != TG_OK)
             return tg_err(s, "[graph_compute] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
                           b->name.c_str(), tg_last_error());
-        if (b->compute_buf) {
-            tg_registry_remove(b->compute_id);
-            b->iface->dealloc(b, b->compute_buf);
-        }
         b->compute_buf = ptr;
         b->compute_size = g->plan.size;
         b->compute_id = tg_registry_add(b, ptr, g->plan.size);
@@ -117,16 +166,30 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         t->device = b->device;
         t->buffer_id = b->compute_id;
     }
-    return b->iface->compute(b, g->nodes);
+    s = b->iface->compute(b, g->nodes);
+    if (grow) {
+        // free whichever pool lost: the old one on success, the new one on failure
+        void *drop = s == TG_OK ? old_buf : b->compute_buf;
+        const uint64_t drop_id = s == TG_OK ? old_id : b->compute_id;
+        if (s != TG_OK) {
+            b->compute_buf = old_buf;
+            b->compute_size = old_size;
+            b->compute_id = old_id;
+        }
+        if (drop) {
+            tg_registry_remove(drop_id);
+            b->iface->dealloc(b, drop);
+        }
+    }
+    return s;
 }
 
 tg_status tg_backend_reserve(tg_backend *b, tg_graph *g) {
-    if (!b) return tg_err(TG_ERR_ARG, "[backend_reserve] backend is NULL");
+    tg_status st = tg_check_backend("backend_reserve", b);
+    if (st != TG_OK) return st;
     if (!g) return tg_err(TG_ERR_ARG, "[backend_reserve] graph is NULL");
-    if (!g->plan.valid) {
-        tg_status s = tg_plan_graph(g);
-        if (s != TG_OK) return s;
-    }
+    if ((st = tg_graph_check_live("backend_reserve", g)) != TG_OK) return st;
+    if (!g->plan.valid && (st = tg_plan_graph(g)) != TG_OK) return st;
     if (g->plan.size <= b->compute_size) return TG_OK;
     // allocate the new buffer before releasing the old one: on failure the
     // old buffer (and every output in it) stays as it was

@@ -13,7 +13,19 @@ struct tg_context {
     bool no_alloc = false;
     std::vector<tg_tensor *> tensors;  // creation order
     std::vector<tg_graph *> graphs;
+    uint64_t gen = 0;  // unique per tg_init: tensors carry it (tg_tensor::ctx_gen)
 };
+
+// Liveness of contexts, their tensors and graphs (src/context.cpp): a cheap
+// registry so that a handle of a freed context is refused, not dereferenced.
+// It cannot tell a tensor apart from bytes a caller wrote into a live arena
+// that mimic one; it catches the ordinary use after tg_free.
+bool tg_context_live(const tg_context *ctx);
+bool tg_tensor_live(const tg_tensor *t);
+bool tg_graph_live(const tg_graph *g);
+void tg_graph_register(tg_graph *g, bool live);
+// "[call] ..." error when g, or a context one of its tensors came from, was freed.
+tg_status tg_graph_check_live(const char *call, const tg_graph *g);
 
 void *tg_arena_take(tg_context *ctx, size_t n);
 void tg_resolve_view(tg_tensor *t);
@@ -34,8 +46,14 @@ struct tg_graph {
     std::vector<tg_tensor *> outputs;
     std::vector<tg_tensor *> nodes;  // op != NONE (views included), creation order
     std::vector<tg_tensor *> leafs;  // op NONE
+    std::vector<std::pair<const tg_context *, uint64_t>> ctxs;  // contexts (and generations) of its tensors
     tg_plan plan;
 };
+
+// Set each node's precheck flag (see tg_tensor::precheck): a check input is
+// persistent when its view root is a leaf that no earlier node writes in place
+// (a cpy target, a rope_kv_update cache, a delta_rule state).
+void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes);
 
 // Plan g's intermediates (src/planner.cpp). Fills g->plan.
 tg_status tg_plan_graph(tg_graph *g);

@@ -86,6 +86,11 @@ struct tg_tensor {
 
     uint64_t id;  // global creation order: graphs run nodes by it
     tg_context *ctx;
+    uint64_t ctx_gen;  // generation of ctx when made: a freed context's tensors are refused
+    // Set by tg_graph_compute: the op's check (op table check_src) reads
+    // persistent data that no earlier node of the graph writes, so the backend
+    // runs it before any node writes; otherwise it runs right before the op.
+    bool precheck;
     char name[TG_MAX_NAME];
 };
 
@@ -274,11 +279,20 @@ struct tg_backend {
     int device;
     std::string name;
     bool tf32;
+    // buffers from tg_backend_alloc still live: tg_backend_free releases them
+    // and leaves their handles empty (see tg_buffer_free)
+    std::vector<tg_buffer *> buffers;
     // the planner's buffer for intermediates, grown on demand
     void *compute_buf;
     size_t compute_size;
     uint64_t compute_id;
 };
+
+// Live-handle registry of backends (src/backend.cpp): a freed backend passed
+// to a call is refused, not dereferenced. The constructors register theirs.
+void tg_backend_register(tg_backend *b, bool live);
+bool tg_backend_live(const tg_backend *b);
+tg_status tg_check_backend(const char *call, const tg_backend *b);
 
 tg_backend *tg_backend_cuda_create(int device);  // cuda/backend.cu; NULL + error
 bool tg_cuda_device_present(void);

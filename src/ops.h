@@ -31,6 +31,9 @@ TG_DECL_OP(delta_rule)
 
 #undef TG_DECL_OP
 
+// delta_rule's chunked form on the CPU (ggml_ops/delta_rule_chunked.cpp; algo CHUNKED).
+void tg_cpu_delta_rule_chunked(const tg_tensor *dst, int ith, int nth);
+
 tg_status tg_check_get_rows(const tg_tensor *dst);
 tg_status tg_check_rope_kv_update(const tg_tensor *dst);
 // their device-side forms (cuda/copy.cu, cuda/rope.cu): fill the error record

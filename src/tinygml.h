@@ -92,7 +92,10 @@ typedef struct tg_init_params {
 } tg_init_params;
 
 TG_API tg_context *tg_init(tg_init_params params);  // NULL + error on failure
-TG_API void tg_free(tg_context *ctx);               // frees graphs made in ctx too
+// tg_free frees the graphs made in ctx too. Its tensors and graphs are then
+// refused by every call ("... its context was freed"), not dereferenced;
+// freeing a context twice is ignored.
+TG_API void tg_free(tg_context *ctx);
 TG_API size_t tg_used_mem(const tg_context *ctx);
 // Bytes of arena one tensor's metadata takes (to size no_alloc contexts).
 TG_API size_t tg_tensor_overhead(void);
@@ -154,7 +157,9 @@ TG_API tg_tensor *tg_permute(tg_context *ctx, tg_tensor *a, int axis0, int axis1
 TG_API tg_tensor *tg_transpose(tg_context *ctx, tg_tensor *a);  // swap dims 0 and 1
 // cont: contiguous copy of a (same type).
 TG_API tg_tensor *tg_cont(tg_context *ctx, tg_tensor *a);
-// cpy: copy a into b (same element count, any types; F32 compute). The
+// cpy: copy a into b (same element count, any types; F32 compute). a and b
+// may not share bytes (cpy(transpose(m), m) is refused: copy tg_cont(a)),
+// unless a is the very same view as b. The
 // result is a view of b that runs the copy; b is written in place.
 TG_API tg_tensor *tg_cpy(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 
@@ -225,7 +230,9 @@ TG_API tg_tensor *tg_rope(tg_context *ctx, tg_tensor *a, tg_tensor *positions, c
 // Values are rounded to the cache type (nearest even); every other cache row
 // keeps its bytes. Strided views work anywhere; the caches may share no bytes
 // with each other or with an input. Positions are checked before the op writes
-// (before any op of the graph writes when positions is a persistent tensor):
+// (before any op of the graph writes when positions is a persistent tensor
+// that no earlier node of the graph writes; otherwise right before this op,
+// on the values it reads):
 // p outside [0, L), p >= L_tab with tables, or p repeated within a sequence
 // makes tg_graph_compute return TG_ERR_ARG ("[rope_kv_update] position 130 out
 // of range [0, 128) in sequence 1 ...") with both caches untouched. Cost grows
@@ -245,15 +252,28 @@ typedef enum tg_gate_kind {
     TG_GATE_LOG = 1,     // a = exp(g) (fla's and ggml's)
 } tg_gate_kind;
 
+// Which algorithm computes the recurrence (the precision switch, as ggml's
+// mul_mat_set_prec): a zero-initialized field (C aggregate init) is AUTO.
+typedef enum tg_delta_algo {
+    TG_DELTA_ALGO_AUTO = 0,     // CPU: the scan; CUDA: the chunked tensor-core form where it measured
+                                // faster (T >= 64, Dk >= 64, more (sequence, value head) pairs than
+                                // half the SMs; docs/ops.md), else the scan
+    TG_DELTA_ALGO_SCAN = 1,     // the exact F32 sequential scan on every backend
+    TG_DELTA_ALGO_CHUNKED = 2,  // the chunked form at any T (CPU: the chunked F32 reference; CUDA: tensor
+                                // cores, or the scan where the head dims are not covered)
+} tg_delta_algo;
+
 typedef struct tg_delta_params {
     tg_delta_mode mode;
     tg_gate_kind gate;
     float scale;     // output scale: o_t = scale * S^T q_t
     bool l2norm_qk;  // normalize q and k as x / sqrt(sum x^2 + 1e-6) first
+    tg_delta_algo algo;  // AUTO (0), SCAN or CHUNKED
 } tg_delta_params;
 
 // delta_rule: gated linear / gated delta-rule recurrence.
-//   q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}; g, beta {Hv, T, B}; all F32;
+//   q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B}: F32, F16 or BF16 (converted to F32 on load);
+//   g, beta {Hv, T, B} F32;
 //   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256];
 //   state {Dk, Dv, Hv, B} F32/F16/BF16 (S[i][j] at i + j*Dk) or NULL.
 //   -> o {Dv, Hv, T, B} F32.
@@ -274,6 +294,12 @@ typedef struct tg_delta_params {
 // sequence only. A NaN input reaches the outputs and state entries that
 // depend on it, in its own sequence and value heads only (a NaN g or beta:
 // the whole S of that head from that token on); reset the state to recover.
+// The chunked form (algo, above; docs/ops.md) computes the same recurrence per
+// chunk of 64 tokens with matrix products: CUDA rounds the products' inputs to
+// TF32 (relative error ~1e-3 vs float64 with l2-normalized q, k), and T tokens
+// at once then equal T single steps only to that tolerance (bit for bit with
+// SCAN). It handles zero gates (LINEAR g = 0, LOG g = -inf) exactly; the
+// infinite-gate-on-zero-state rule above holds for the scan only.
 TG_API tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *g,
                                 tg_tensor *beta, tg_tensor *state, const tg_delta_params *params);
 
@@ -306,6 +332,9 @@ TG_API tg_status tg_graph_set_planner(tg_graph *g, bool enabled);
 TG_API tg_backend *tg_backend_cpu(int n_threads);  // n_threads <= 0: hardware threads
 // NULL + error when CUDA is not built in, no driver, or no such device.
 TG_API tg_backend *tg_backend_cuda(int device);
+// Frees the backend, its compute buffer and the storage of every buffer it
+// allocated: their handles stay valid but empty (tensors in them are refused)
+// until tg_buffer_free. Freeing twice is ignored.
 TG_API void tg_backend_free(tg_backend *b);
 TG_API const char *tg_backend_name(const tg_backend *b);  // "cpu" or "cuda:N"
 TG_API bool tg_cuda_available(void);  // built with CUDA and at least one device present
@@ -316,6 +345,7 @@ TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
 // not a view or an op result (weights, caches, states, inputs). The buffer
 // holds that storage until tg_buffer_free; using a tensor afterwards is an error.
 TG_API tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx);
+// Either before or after the buffer's backend is freed; twice is ignored.
 TG_API void tg_buffer_free(tg_buffer *buf);
 TG_API size_t tg_buffer_size(const tg_buffer *buf);
 // Fill the whole buffer with one byte value (e.g. 0 to clear caches).
@@ -323,13 +353,18 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 
 // Plan (if needed) and compute the graph on backend b. Persistent tensors
 // (leaves) must have storage on b. Intermediates live in b's compute buffer
-// until the next compute on b. On error, ops that write persistent tensors
-// (caches, states, cpy targets) have written nothing if their input check
-// failed; see the op's comment. On CUDA, computing the same graph again (same
-// tensors, same buffers) replays its launches as one CUDA graph, captured on
-// its second consecutive (or third) compute; values in tensors may change
-// freely between computes. Environment TG_CUDA_GRAPHS=0, read when the
-// backend is created, turns this off (docs/ops.md).
+// until the next successful compute on b. On error, ops that write persistent
+// tensors (caches, states, cpy targets) have written nothing if their input
+// check failed; see the op's comment. A failed compute never replaces the
+// compute buffer, so the previous graph's results stay readable; when the
+// failure is a bad position or id in a persistent input (found before any
+// node runs), their values are unchanged too on the CPU backend, and on CUDA
+// when the failed graph needed a larger buffer than the previous one.
+// On CUDA, computing the same graph again (same tensors, same buffers)
+// replays its launches as one CUDA graph, captured on its second consecutive
+// (or third) compute; values in tensors may change freely between computes.
+// Environment TG_CUDA_GRAPHS=0, read when the backend is created, turns this
+// off (docs/ops.md).
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
@@ -346,8 +381,9 @@ TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 // ---------------------------------------------------------------------------
 // GGUF files (version 3, little-endian): a strict reader and a writer.
 //
-// The reader loads the whole file into host memory and validates it before
-// it returns: every count and length against the bytes left, every size with
+// The reader checks the header (magic, version, counts against the file's
+// size) from the first 24 bytes, then loads the whole file into host memory
+// and validates it before it returns: every count and length against the bytes left, every size with
 // overflow checks, value and tensor types, names (unique, 1..63 bytes, no
 // NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
 // power of two, a multiple of 8; default 32), shapes (1..4 dims, each >= 1),
@@ -446,6 +482,15 @@ TG_API tg_status tg_gguf_set_arr_str(tg_gguf_writer *w, const char *key, uint64_
 // Tensor of n_dims (1..4) dims ne (each >= 1); prod(ne) * tg_type_size(type) bytes copied from data.
 TG_API tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
                                     const int64_t *ne, const void *data);
+// Streamed tensor: the same checks, but no bytes are held. At write time the
+// writer calls fill(user, dst, offset, n) for consecutive pieces [offset,
+// offset + n) of the tensor's bytes, in increasing order, each at most 4 MiB;
+// fill writes n bytes to dst and returns TG_OK, or an error (+ message) that
+// fails the write. user (and what fill reads) must stay valid until the last
+// write. Lets a multi-GB file be written with a few MiB of memory.
+typedef tg_status (*tg_gguf_fill_fn)(void *user, void *dst, size_t offset, size_t n);
+TG_API tg_status tg_gguf_add_tensor_fill(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
+                                         const int64_t *ne, tg_gguf_fill_fn fill, void *user);
 // Write the file (IO error: the partial file is removed).
 TG_API tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path);
 // Write into a malloc'ed buffer; the caller frees *data with tg_gguf_free_memory.

@@ -9,6 +9,8 @@
 // The cases
 
 const double kElem = 1e-5, kMat = 1e-4, kExact = 0.0;
+// mul_mat's 16-bit tensor-core tier (b rounded to the weights' type; docs/ops.md)
+const double kTcF16 = 1e-3, kTcBF16 = 4e-3;
 const tg_type F32 = TG_TYPE_F32, F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16;
 
 std::vector<op_case> unary_cases() {
@@ -193,16 +195,18 @@ std::vector<op_case> mul_mat_cases() {
     v.push_back({"mul_mat_b_f16", [=](builder &b) { return mm(b, b.rnd(F32, {K, M}), b.rnd(F16, {K, N})); }, kMat});
     for (tg_type t : {F16, BF16}) {
         const std::string tn = tg_type_name(t);
-        v.push_back({"mul_mat_" + tn, [=](builder &b) { return mm(b, b.rnd(t, {K, M}), b.rnd(F32, {K, N})); }, kMat});
+        const double tc = t == F16 ? kTcF16 : kTcBF16;
+        v.push_back({"mul_mat_" + tn, [=](builder &b) { return mm(b, b.rnd(t, {K, M}), b.rnd(F32, {K, N})); }, tc});
         v.push_back({"mul_mat_" + tn + "_vec_n1", [=](builder &b) { return mm(b, b.rnd(t, {K, M}), b.rnd(F32, {K, 1})); }, kMat});
         v.push_back({"mul_mat_" + tn + "_vec_n3_odd_k",
                      [=](builder &b) { return mm(b, b.rnd(t, {K + 3, M}), b.rnd(F32, {K + 3, 3})); }, kMat});
         v.push_back({"mul_mat_" + tn + "_vec_n4_bcast",
                      [=](builder &b) { return mm(b, b.rnd(t, {128, 40, 2}), b.rnd(F32, {128, 4, 6})); }, kMat});
         v.push_back({"mul_mat_" + tn + "_both", [=](builder &b) { return mm(b, b.rnd(t, {K, M}), b.rnd(t, {K, N})); }, kMat});
-        // weights converted in chunks of 64 rows (forced by a small budget)
+        // transposed weights (no fast path) converted in chunks of 64 rows (forced by a small budget)
         op_case c{"mul_mat_" + tn + "_chunked",
-                  [=](builder &b) { return mm(b, b.rnd(t, {256, S(1000, 200), 2}), b.rnd(F32, {256, 16, 4})); }, kMat};
+                  [=](builder &b) { return mm(b, b.swap01(b.rnd(t, {S(1000, 200), 256, 2})), b.rnd(F32, {256, 16, 4})); },
+                  kMat};
         c.mm_budget = "65536";
         v.push_back(c);
     }

@@ -18,6 +18,8 @@ struct dr_case {
                  // fused qkv tensor; LAY_SCALAR: forced scalar state path
     int tpc;     // tg_cuda_sig.delta_tpc
     int kern;    // tg_cuda_sig.delta_kernel: 0 auto, 1 chunk, 2 decode, 3 decode-reg
+    // the scan kernels are what this file tests (the chunked tensor path: test_cuda_delta_chunked.cpp)
+    tg_delta_algo algo = TG_DELTA_ALGO_SCAN;
 };
 void PrintTo(const dr_case &c, std::ostream *os) { *os << c.name; }
 
@@ -75,7 +77,7 @@ void run_dr(tg_backend *be, const dr_data &d, std::vector<float> &o, store &st) 
     tg_tensor *g = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
     tg_tensor *beta = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
     tg_tensor *sb = c.state >= 0 ? tg_new_tensor_1d(x.ctx, d.ps.type, d.ps.total) : nullptr;
-    const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm};
+    const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm, c.algo};
     tg_tensor *out = tg_delta_rule(x.ctx, q, k, v, g, beta, sb ? view_of(x.ctx, sb, d.ps) : nullptr, &dp);
     ASSERT_NE(out, nullptr) << tg_last_error();
     x.g = tg_graph_new(x.ctx);

@@ -124,7 +124,7 @@ struct delta_run {
         sig::set_values(g, d.g);
         sig::set_values(beta, d.beta);
         if (state) sig::set_values(state, d.s0);
-        dp = {c.mode, c.gate, d.scale, c.l2norm};
+        dp = {c.mode, c.gate, d.scale, c.l2norm, TG_DELTA_ALGO_AUTO};
         o = tg_delta_rule(e.ctx, q, k, v, g, beta, state, &dp);
         EXPECT_NE(o, nullptr) << tg_last_error();
     }
@@ -557,9 +557,9 @@ TEST(DeltaRuleBadInput, ConstructorRejectsBadArguments) {
     tg_tensor *g = t3(TG_TYPE_F32, 4, 3, 2), *beta = t3(TG_TYPE_F32, 4, 3, 2);
     tg_tensor *state = t4(TG_TYPE_BF16, 8, 4, 4, 2), *state_f32 = t4(TG_TYPE_F32, 8, 4, 4, 2);
     tg_tensor *state_all = t4(TG_TYPE_F16, 8, 4, 4, 4);
-    tg_tensor *q_f16 = t4(TG_TYPE_F16, 8, 2, 3, 2), *g_i32 = t3(TG_TYPE_I32, 4, 3, 2),
+    tg_tensor *q_i32 = t4(TG_TYPE_I32, 8, 2, 3, 2), *g_i32 = t3(TG_TYPE_I32, 4, 3, 2),
               *beta_f16 = t3(TG_TYPE_F16, 4, 3, 2);
-    tg_tensor *v_bf16 = t4(TG_TYPE_BF16, 4, 4, 3, 2), *state_i32 = t4(TG_TYPE_I32, 8, 4, 4, 2);
+    tg_tensor *v_i32 = t4(TG_TYPE_I32, 4, 4, 3, 2), *state_i32 = t4(TG_TYPE_I32, 8, 4, 4, 2);
     tg_tensor *q_h3 = t4(TG_TYPE_F32, 8, 3, 3, 2), *k_h3 = t4(TG_TYPE_F32, 8, 3, 3, 2);
     tg_tensor *q_257 = t4(TG_TYPE_F32, 257, 2, 3, 2), *k_257 = t4(TG_TYPE_F32, 257, 2, 3, 2);
     tg_tensor *v_257 = t4(TG_TYPE_F32, 257, 4, 3, 2), *k_T = t4(TG_TYPE_F32, 8, 2, 4, 2);
@@ -577,7 +577,7 @@ TEST(DeltaRuleBadInput, ConstructorRejectsBadArguments) {
     ASSERT_TRUE(q_in_state && state_cont && state_view) << tg_last_error();
     const std::vector<uint8_t> before = sig::get_bytes(state), before_f32 = sig::get_bytes(state_f32);
 
-    const tg_delta_params ok = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 0.5f, true};
+    const tg_delta_params ok = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 0.5f, true, TG_DELTA_ALGO_AUTO};
     tg_delta_params s_nan = ok, s_inf = ok, mode5 = ok, gate9 = ok;
     s_nan.scale = NAN;
     s_inf.scale = -INFINITY;
@@ -596,8 +596,8 @@ TEST(DeltaRuleBadInput, ConstructorRejectsBadArguments) {
         {"g NULL", q, k, v, nullptr, beta, state, &ok},
         {"beta NULL", q, k, v, g, nullptr, state, &ok},
         {"params NULL", q, k, v, g, beta, state, nullptr},
-        {"q f16", q_f16, k, v, g, beta, state, &ok},
-        {"v bf16", q, k, v_bf16, g, beta, state, &ok},
+        {"q i32", q_i32, k, v, g, beta, state, &ok},
+        {"v i32", q, k, v_i32, g, beta, state, &ok},
         {"g i32", q, k, v, g_i32, beta, state, &ok},
         {"beta f16", q, k, v, g, beta_f16, state, &ok},
         {"state i32", q, k, v, g, beta, state_i32, &ok},

@@ -4,6 +4,9 @@
 // (run under ASan + UBSan), and with memory bounded by the file's size.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 
 #include "gguf_builder.h"
@@ -294,4 +297,35 @@ TEST(GgufBadFile, FileErrors) {
     EXPECT_EQ(tg_gguf_open(path.c_str()), nullptr);
     EXPECT_TRUE(has(tg_last_error(), "file is empty")) << tg_last_error();
     remove(path.c_str());
+}
+
+// Issue 8 item 12: the header is checked from a small read before the file is
+// read whole, so a huge file that is not GGUF (or whose counts cannot fit)
+// fails at once with little memory. The files are sparse (2 GiB, no disk).
+TEST(GgufBadFile, HugeFileFailsFromItsHeader) {
+    const off_t huge = (off_t)2 << 30;
+    struct {
+        std::vector<uint8_t> head;
+        const char *msg;
+    } cases[] = {
+        {Bytes().raw("PK\x03\x04", 4).u32(20).u64(0).u64(0).b, "bad magic 'PK\\x03\\x04' (expected 'GGUF')"},
+        {Bytes().raw("GGUF", 4).u32(2).u64(0).u64(0).b, "GGUF version 2 is not supported"},
+        {Bytes().raw("GGUF", 4).u32(3).u64(0).u64(1ull << 40).b, "kv count 1099511627776 cannot fit in the"},
+    };
+    for (auto &c : cases) {
+        std::string path = temp_path("huge");
+        write_file(path, c.head);
+        if (truncate(path.c_str(), huge) != 0) {
+            remove(path.c_str());
+            GTEST_SKIP() << "cannot make a sparse 2 GiB file in " << ::testing::TempDir();
+        }
+        EXPECT_EQ(tg_gguf_open(path.c_str()), nullptr);
+        EXPECT_TRUE(has(tg_last_error(), "[gguf_open] '")) << tg_last_error();
+        EXPECT_TRUE(has(tg_last_error(), c.msg)) << tg_last_error();
+        remove(path.c_str());
+    }
+    // reading any of them whole would have touched 2 GiB
+    struct rusage ru;
+    ASSERT_EQ(getrusage(RUSAGE_SELF, &ru), 0);
+    EXPECT_LT(ru.ru_maxrss, 1L << 20) << "peak RSS " << ru.ru_maxrss << " KiB";
 }

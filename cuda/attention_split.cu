@@ -1,0 +1,352 @@
+// attention_split.cu - attention's fast path on the CUDA backend
+// (cuda/attention.cu dispatches; see there for the op).
+//
+// One block per (split of the KV rows, kv head hk, sequence b, chunk of QN
+// queries of that kv head): the queries are the group's Hq/Hkv heads times
+// the T tokens, so every K and V row a block reads serves all of them (GQA
+// sharing). Per tile of kRows cache rows:
+//   scores   thread per row; the row's K is read with 16-byte loads, the QN
+//            query rows come from shared memory (broadcast)
+//   softmax  per query: tile max and sum over the block (shuffles + one
+//            shared slot per warp), running max m and sum l rescaled
+//   values   threads along Dv in 16-byte chunks, row groups over the tile's
+//            rows; QN accumulators per value, summed over row groups at the
+//            end in a fixed order (deterministic)
+// Decode (few queries per kv head) splits the KV rows into nsplit ranges so
+// that the grid fills the GPU (flash-decoding); each split writes its
+// unnormalized sums with its m and l, and a combine kernel merges them:
+//   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
+// Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
+// no rows and gives zeros, as the reference.
+#include <climits>
+
+#include "attention.cuh"
+#include "ops.h"
+
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kRows = kThreads;  // cache rows per tile: one per thread when scoring
+constexpr int kU = 8;            // 16-byte loads each thread has in flight
+
+__device__ inline void cvt16(const uint4 &u, float *f, float) {
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+}
+__device__ inline void cvt16(const uint4 &u, float *f, __half) {
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 v = __half22float2(h[j]);
+        f[2 * j] = v.x, f[2 * j + 1] = v.y;
+    }
+}
+__device__ inline void cvt16(const uint4 &u, float *f, __nv_bfloat16) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 v = __bfloat1622float2(h[j]);
+        f[2 * j] = v.x, f[2 * j + 1] = v.y;
+    }
+}
+
+struct split_args {
+    tg_cuda_desc q, k, v, pos, out;
+    float scale;
+    int group;   // Hq / Hkv
+    int nqc;     // query chunks per kv head: ceil(group * T / QN)
+    int nsplit;  // ranges of KV rows
+    int chunk;   // rows per range
+    float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
+};
+
+// Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
+// ml[2][QN], nrow[QN] (int), racc[RG][QN][Dv].
+inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
+    const long long rg = kThreads / (Dv / vev);
+    return (size_t)(QN * D + QN * kRows + 2 * QN * kWarps + 3 * QN + rg * QN * Dv) * 4;
+}
+
+template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_kernel(split_args A) {
+    constexpr int VE = 16 / sizeof(T);
+    extern __shared__ float smem[];
+    const long long D = A.q.ne[0], Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2], Dv = A.v.ne[0];
+    const int TPR = (int)(Dv / VE), RG = kThreads / TPR;
+    float *qs = smem, *ps = qs + QN * D, *red = ps + QN * kRows, *ml = red + 2 * QN * kWarps;
+    int *nrow = (int *)(ml + 2 * QN);
+    float *racc = (float *)(nrow + QN);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int s = blockIdx.x, qc = blockIdx.y % A.nqc;
+    const long long hk = blockIdx.y / A.nqc, b = blockIdx.z;
+    const long long nflat = (long long)A.group * T_;
+
+    // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
+#pragma unroll 4
+    for (int i = tid; i < QN * D; i += kThreads) {  // independent loads: several in flight
+        const int qq = i / (int)D;
+        const long long f = (long long)qc * QN + qq, d = i % D;
+        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
+    }
+    if (tid < QN) {
+        const long long f = (long long)qc * QN + tid;
+        int n = 0;
+        if (f < nflat) {
+            const int p = *(const int *)tg_cuda_ptr(A.pos, f / A.group, b, 0, 0);
+            n = p < 0 ? 0 : ((long long)p < L ? p + 1 : (int)L);
+        }
+        nrow[tid] = n;
+    }
+    __syncthreads();
+    int nmax = 0;
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
+    const long long j_begin = (long long)s * A.chunk;
+    const long long j_end = min(j_begin + A.chunk, (long long)nmax);
+
+    const int vg = tid / TPR, vc = tid % TPR;
+    const bool v_active = vg < RG;
+    float acc[QN][VE];
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+        for (int e = 0; e < VE; e++) acc[qq][e] = 0.0f;
+    float m_run[QN], l_run[QN];
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) m_run[qq] = -INFINITY, l_run[qq] = 0.0f;
+
+    for (long long j0 = j_begin; j0 < j_end; j0 += kRows) {
+        const int tn = (int)min((long long)kRows, j_end - j0);
+        float sc[QN];
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) sc[qq] = 0.0f;
+        if (tid < tn) {
+            const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + tid, b);
+            // kU 16-byte loads in flight before their first use
+            for (long long d0 = 0; d0 < D; d0 += kU * VE) {
+                uint4 raw[kU];
+#pragma unroll
+                for (int u = 0; u < kU; u++)
+                    if (d0 + u * VE < D) raw[u] = __ldg((const uint4 *)(kr + d0 + u * VE));
+#pragma unroll
+                for (int u = 0; u < kU; u++) {
+                    if (d0 + u * VE >= D) break;
+                    float kf[VE];
+                    cvt16(raw[u], kf, T());
+#pragma unroll
+                    for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+                        for (int e = 0; e < VE; e += 4) {
+                            const float4 qv = *(const float4 *)(qs + qq * D + d0 + u * VE + e);
+                            sc[qq] = fmaf(qv.x, kf[e], sc[qq]);
+                            sc[qq] = fmaf(qv.y, kf[e + 1], sc[qq]);
+                            sc[qq] = fmaf(qv.z, kf[e + 2], sc[qq]);
+                            sc[qq] = fmaf(qv.w, kf[e + 3], sc[qq]);
+                        }
+                }
+            }
+        }
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            sc[qq] = tid < tn && j0 + tid < nrow[qq] ? sc[qq] * A.scale : -INFINITY;
+            const float mx = tg_warp_max(sc[qq]);
+            if (lane == 0) red[qq * kWarps + warp] = mx;
+        }
+        __syncthreads();
+        float corr[QN];
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            float mx = red[qq * kWarps];
+#pragma unroll
+            for (int w = 1; w < kWarps; w++) mx = fmaxf(mx, red[qq * kWarps + w]);
+            const float m_new = fmaxf(m_run[qq], mx);
+            // nothing was summed while m_run is -inf
+            corr[qq] = m_run[qq] == -INFINITY ? 0.0f : expf(m_run[qq] - m_new);
+            const float p = sc[qq] == -INFINITY ? 0.0f : expf(sc[qq] - m_new);
+            ps[qq * kRows + tid] = p;
+            const float ls = tg_warp_sum(p);
+            if (lane == 0) red[(QN + qq) * kWarps + warp] = ls;
+            m_run[qq] = m_new;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            float ls = red[(QN + qq) * kWarps];
+#pragma unroll
+            for (int w = 1; w < kWarps; w++) ls += red[(QN + qq) * kWarps + w];
+            l_run[qq] = l_run[qq] * corr[qq] + ls;
+        }
+        if (v_active) {
+#pragma unroll
+            for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+                for (int e = 0; e < VE; e++) acc[qq][e] *= corr[qq];
+            const T *vb = (const T *)tg_cuda_ptr(A.v, (long long)vc * VE, hk, j0, b);
+            for (int j1 = vg; j1 < tn; j1 += kU * RG) {
+                uint4 raw[kU];
+#pragma unroll
+                for (int u = 0; u < kU; u++)
+                    if (j1 + u * RG < tn) raw[u] = __ldg((const uint4 *)((const char *)vb + (j1 + u * RG) * A.v.nb[2]));
+#pragma unroll
+                for (int u = 0; u < kU; u++) {
+                    const int jj = j1 + u * RG;
+                    if (jj >= tn) break;
+                    float vf[VE];
+                    cvt16(raw[u], vf, T());
+#pragma unroll
+                    for (int qq = 0; qq < QN; qq++) {
+                        const float p = ps[qq * kRows + jj];
+#pragma unroll
+                        for (int e = 0; e < VE; e++) acc[qq][e] = fmaf(p, vf[e], acc[qq][e]);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // ps and red are overwritten by the next tile
+    }
+
+    // sum the row groups' accumulators in a fixed order
+    if (v_active)
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+            for (int e = 0; e < VE; e++) racc[((long long)vg * QN + qq) * Dv + vc * VE + e] = acc[qq][e];
+    if (tid == 0)
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) ml[qq] = m_run[qq], ml[QN + qq] = l_run[qq];
+    __syncthreads();
+    for (long long i = tid; i < QN * Dv; i += kThreads) {
+        const int qq = (int)(i / Dv);
+        const long long f = (long long)qc * QN + qq, dv = i % Dv;
+        if (f >= nflat) continue;
+        float o = 0.0f;
+        for (int g = 0; g < RG; g++) o += racc[((long long)g * QN + qq) * Dv + dv];
+        const long long h = hk * A.group + f % A.group, t = f / A.group;
+        const float l = ml[QN + qq];
+        if (A.nsplit == 1) {
+            *(float *)tg_cuda_ptr(A.out, dv, h, t, b) = l > 0.0f ? o / l : 0.0f;
+        } else {
+            const long long qg = h + Hq * (t + T_ * b);
+            float *pp = A.part + (qg * A.nsplit + s) * (Dv + 2);
+            pp[dv] = o;
+            if (dv == 0) pp[Dv] = ml[qq], pp[Dv + 1] = l;
+        }
+    }
+}
+
+// One block per query (grid-stride). The splits' weights w_s = e^(m_s - M)
+// go to shared memory (threads over splits, block max and sum), then threads
+// along Dv sum w_s o_s with several loads in flight (a thread walking the
+// splits one dependent load at a time was latency-bound: tens of us).
+__global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
+                                                           long long nq) {
+    extern __shared__ float w[];  // [nsplit]
+    __shared__ float red[kWarps];
+    const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
+        const float *pq = part + qg * nsplit * (Dv + 2);
+        float M = -INFINITY;
+        for (int s = tid; s < nsplit; s += kThreads) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
+        M = tg_warp_max(M);
+        if (lane == 0) red[warp] = M;
+        __syncthreads();
+        M = red[0];
+#pragma unroll
+        for (int i = 1; i < kWarps; i++) M = fmaxf(M, red[i]);
+        __syncthreads();  // red is reused for the sum
+        float l = 0.0f;
+        for (int s = tid; s < nsplit; s += kThreads) {
+            const float m = pq[s * (Dv + 2) + Dv];
+            const float ws = m == -INFINITY ? 0.0f : expf(m - M);  // empty split (or no rows at all): 0
+            w[s] = ws;
+            l += ws * pq[s * (Dv + 2) + Dv + 1];
+        }
+        l = tg_warp_sum(l);
+        if (lane == 0) red[warp] = l;
+        __syncthreads();  // publishes w and red
+        l = red[0];
+#pragma unroll
+        for (int i = 1; i < kWarps; i++) l += red[i];
+        const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
+        for (long long i = tid; i < Dv; i += kThreads) {
+            float o = 0.0f;
+#pragma unroll 8
+            for (int s = 0; s < nsplit; s++) o = fmaf(w[s], pq[s * (Dv + 2) + i], o);
+            *(float *)tg_cuda_ptr(out, i, h, t, b) = l > 0.0f ? o / l : 0.0f;
+        }
+        __syncthreads();  // w and red are reused by the next query
+    }
+}
+
+bool rows16(const tg_tensor *t) {
+    if (t->nb[0] != tg_type_size(t->type) || (uintptr_t)t->data % 16 != 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 16 != 0) return false;
+    return true;
+}
+
+template <typename T, int QN> tg_status launch(tg_backend *be, split_args A, dim3 grid, size_t smem) {
+    split_kernel<T, QN><<<grid, kThreads, smem, tg_cuda(be)->stream>>>(A);
+    TG_CUDA_LAUNCHED(be, "attention");
+    return TG_OK;
+}
+
+template <typename T> tg_status launch_qn(tg_backend *be, int QN, split_args A, dim3 grid, size_t smem) {
+    switch (QN) {
+        case 1: return launch<T, 1>(be, A, grid, smem);
+        case 2: return launch<T, 2>(be, A, grid, smem);
+        case 4: return launch<T, 4>(be, A, grid, smem);
+        default: return launch<T, 8>(be, A, grid, smem);
+    }
+}
+
+}  // namespace
+
+bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st) {
+    const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
+    if (tk->type != tv->type || !rows16(tk) || !rows16(tv)) return false;
+    const int ve = 16 / (int)tg_type_size(tk->type);
+    const long long D = tq->ne[0], Hq = tq->ne[1], T = tq->ne[2], B = tq->ne[3];
+    const long long Hkv = tk->ne[1], L = tk->ne[2], Dv = tv->ne[0];
+    if (D % ve != 0 || Dv % ve != 0 || D > 256 || Dv > 256 || L > INT_MAX) return false;
+    const long long group = Hq / Hkv, nflat = group * T;
+    const int QN = nflat >= 8 ? 8 : nflat >= 4 ? 4 : nflat >= 2 ? 2 : 1;
+    const long long nqc = (nflat + QN - 1) / QN;
+    if (nqc * Hkv > 65535 || B > 65535 || nqc > INT_MAX || group > INT_MAX) return false;
+    const size_t smem = split_smem(QN, D, Dv, ve);
+    if (smem > 48 * 1024) return false;
+
+    tg_cuda_impl *impl = tg_cuda(be);
+    const long long base = nqc * Hkv * B, target = 3LL * (impl->sm_count > 0 ? impl->sm_count : 132);
+    long long nsplit = 1, chunk = L;
+    if (base < target && L > min_split_rows) {
+        nsplit = (target + base - 1) / base;
+        if (nsplit > 1024) nsplit = 1024;  // the combine kernel keeps one weight per split in shared memory
+        chunk = (L + nsplit - 1) / nsplit;
+        chunk = (chunk + 31) / 32 * 32;
+        if (chunk < min_split_rows) chunk = min_split_rows;
+        nsplit = (L + chunk - 1) / chunk;
+    }
+    if (chunk < 1) chunk = 1;
+    split_args A;
+    A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
+    A.out = tg_cuda_desc_of(dst);
+    A.scale = tg_get_params<float>(dst);
+    A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
+    const long long nq = Hq * T * B;
+    if (nsplit > 1) {
+        *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
+        if (*st != TG_OK) return true;
+    }
+    const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
+    switch (tk->type) {
+        case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, smem); break;
+        case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;
+        default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
+    }
+    if (*st != TG_OK || nsplit == 1) return true;
+    combine_kernel<<<tg_cuda_blocks(nq, 1), kThreads, (size_t)nsplit * 4, impl->stream>>>(A.part, (int)nsplit, A.out,
+                                                                                         nq);
+    cudaError_t e = cudaGetLastError();
+    *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
+    return true;
+}

@@ -1,0 +1,327 @@
+// test_cuda_delta_chunked.cpp - delta_rule's chunked tensor-core path on CUDA
+// (cuda/delta_rule_chunked.cu) against a float64 oracle of the scan's
+// definition: chunk edges and long T (1 .. 8193), head dims 16/24/64/128/256
+// and one the tensor path leaves to the scan, grouped heads, Dk != Dv, log
+// gates to -30, zero LINEAR and -inf LOG gates, beta 0 and 1, F32/F16/BF16
+// q/k/v, F32/BF16 states, the SCAN switch, state chaining; and the device
+// error record: a graph that found a bad id leaves every delta-rule state as
+// it was (each kernel). TG_TEST_SMALL=1 shrinks the long shapes (sanitizers).
+#include "cuda_sig_util.h"
+
+namespace {
+
+struct ck_case {
+    const char *name;
+    int B, T, Hk, Hv, Dk, Dv;
+    tg_delta_mode mode;
+    tg_gate_kind gate;
+    bool l2norm;
+    int state;  // -1: none, else a tg_type
+    tg_type io;
+    tg_delta_algo algo;
+    float g_lo = -0.2f, g_hi = 0.0f, b_lo = 0.0f, b_hi = 1.0f;
+    int zero_gates = 0;
+    int bv = 0;  // knob delta_chunk_bv (0 auto)
+};
+void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
+
+struct ck_data {
+    ck_case c;
+    float scale;
+    std::vector<float> q, k, v, g, beta;  // contiguous, representable in c.io
+    placed ps;
+    store st0;
+    std::vector<double> s0;  // logical {Dk, Dv, Hv, B}
+};
+
+std::vector<float> rounded(std::mt19937 &rng, tg_type t, size_t n, float lo, float hi) {
+    std::vector<float> x = tgt::random_floats(rng, n, lo, hi);
+    for (float &e : x) {
+        if (t == TG_TYPE_F16) e = tg_fp16_to_fp32(tg_fp32_to_fp16(e));
+        if (t == TG_TYPE_BF16) e = tg_bf16_to_fp32(tg_fp32_to_bf16(e));
+    }
+    return x;
+}
+
+ck_data make_ck(const ck_case &c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    ck_data d;
+    d.c = c;
+    d.scale = 1.0f / std::sqrt((float)c.Dk);
+    const float qk = c.l2norm ? 1.0f : 1.0f / std::sqrt((float)c.Dk);
+    const size_t nq = (size_t)c.Dk * c.Hk * c.T * c.B, nv = (size_t)c.Dv * c.Hv * c.T * c.B, ng = (size_t)c.Hv * c.T * c.B;
+    d.q = rounded(rng, c.io, nq, -qk, qk), d.k = rounded(rng, c.io, nq, -qk, qk), d.v = rounded(rng, c.io, nv, -1, 1);
+    d.g = tgt::random_floats(rng, ng, c.g_lo, c.g_hi), d.beta = tgt::random_floats(rng, ng, c.b_lo, c.b_hi);
+    for (int z = 0; z < c.zero_gates; z++) d.g[rng() % ng] = c.gate == TG_GATE_LOG ? -INFINITY : 0.0f;
+    d.ps = place(c.state < 0 ? TG_TYPE_F32 : (tg_type)c.state, c.Dk, c.Dv, c.Hv, c.B, 0, 0);
+    d.st0 = store(d.ps.type, d.ps.total);
+    const auto r = tgt::random_floats(rng, d.ps.total, -0.5f, 0.5f);
+    for (size_t i = 0; i < r.size(); i++) d.st0.set(i, r[i]);
+    d.s0.resize((size_t)c.Dk * c.Dv * c.Hv * c.B);
+    for (size_t i = 0; i < d.s0.size(); i++) d.s0[i] = c.state < 0 ? 0.0 : d.st0.get(i);
+    return d;
+}
+
+// float64 oracle of the scan's definition (src/tinygml.h); S per head as the state: [i + j*Dk]
+void oracle(const ck_data &d, std::vector<double> &o, std::vector<double> &S) {
+    const ck_case &c = d.c;
+    o.assign((size_t)c.Dv * c.Hv * c.T * c.B, 0.0);
+    S = d.s0;
+    std::vector<double> q(c.Dk), k(c.Dk), u(c.Dv);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.Hv; h++) {
+            double *Sh = &S[((size_t)b * c.Hv + h) * c.Dk * c.Dv];
+            const int hk = h / (c.Hv / c.Hk);
+            for (int t = 0; t < c.T; t++) {
+                const size_t tok = (size_t)b * c.T + t, gi = tok * c.Hv + h;
+                double nq = 0, nk = 0;
+                for (int i = 0; i < c.Dk; i++) {
+                    q[i] = d.q[(tok * c.Hk + hk) * c.Dk + i], k[i] = d.k[(tok * c.Hk + hk) * c.Dk + i];
+                    nq += q[i] * q[i], nk += k[i] * k[i];
+                }
+                for (int i = 0; c.l2norm && i < c.Dk; i++) q[i] /= std::sqrt(nq + 1e-6), k[i] /= std::sqrt(nk + 1e-6);
+                const double a = c.gate == TG_GATE_LOG ? std::exp((double)d.g[gi]) : d.g[gi], be = d.beta[gi];
+                const float *vt = &d.v[(tok * c.Hv + h) * c.Dv];
+                for (int j = 0; j < c.Dv; j++) {
+                    double *col = Sh + (size_t)j * c.Dk, dot = 0;
+                    for (int i = 0; i < c.Dk; i++) col[i] = col[i] == 0.0 ? 0.0 : a * col[i], dot += col[i] * k[i];
+                    u[j] = c.mode == TG_DELTA_GATED_DELTA ? be * (vt[j] - dot) : be * vt[j];
+                    double y = 0;
+                    for (int i = 0; i < c.Dk; i++) col[i] += k[i] * u[j], y += col[i] * q[i];
+                    o[(tok * c.Hv + h) * c.Dv + j] = d.scale * y;
+                }
+            }
+        }
+}
+
+void set_io(built &x, tg_tensor *t, const std::vector<float> &v) {
+    const tg_type ty = tg_tensor_type(t);
+    if (ty == TG_TYPE_F32) return x.set(t, v.data());
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); i++) h[i] = ty == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
+    x.set(t, h.data());
+}
+
+// The op on the GPU: o, the state's backing store after it, and the variant used. bad_id >= 0: the
+// graph also holds a get_rows with that id (vocab 4); returns the compute status.
+tg_status run_gpu(const ck_data &d, std::vector<float> &o, store &st, std::string *variant = nullptr, int bad_id = -1) {
+    const ck_case &c = d.c;
+    built x;
+    tg_tensor *q = tg_new_tensor_4d(x.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
+    tg_tensor *k = tg_new_tensor_4d(x.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
+    tg_tensor *v = tg_new_tensor_4d(x.ctx, c.io, c.Dv, c.Hv, c.T, c.B);
+    tg_tensor *g = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
+    tg_tensor *beta = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
+    tg_tensor *sb = c.state >= 0 ? tg_new_tensor_1d(x.ctx, d.ps.type, d.ps.total) : nullptr;
+    const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm, c.algo};
+    tg_tensor *out = tg_delta_rule(x.ctx, q, k, v, g, beta, sb ? view_of(x.ctx, sb, d.ps) : nullptr, &dp);
+    EXPECT_NE(out, nullptr) << tg_last_error();
+    if (!out) return TG_ERR_ARG;
+    tg_tensor *emb = nullptr, *ids = nullptr, *rows = nullptr;
+    if (bad_id >= 0) {
+        emb = tg_new_tensor_2d(x.ctx, TG_TYPE_F32, 8, 4);
+        ids = tg_new_tensor_1d(x.ctx, TG_TYPE_I32, 2);
+        rows = tg_get_rows(x.ctx, emb, ids);
+    }
+    x.g = tg_graph_new(x.ctx);
+    if (rows) tg_graph_expand(x.g, rows);  // first: its id check runs before the delta rule
+    tg_graph_expand(x.g, out);
+    x.buf = tg_backend_alloc(CudaSig::gpu, x.ctx);
+    EXPECT_NE(x.buf, nullptr) << tg_last_error();
+    if (!x.buf) return TG_ERR_OOM;
+    set_io(x, q, d.q), set_io(x, k, d.k), set_io(x, v, d.v);
+    x.set(g, d.g.data()), x.set(beta, d.beta.data());
+    if (emb) {
+        std::vector<float> e(32, 0.5f);
+        const int32_t id[2] = {1, bad_id};
+        x.set(emb, e.data()), x.set(ids, id);
+    }
+    if (sb) x.set(sb, d.st0.b.data());
+    tg_status s = tg_graph_compute(CudaSig::gpu, x.g);
+    if (bad_id < 0) {
+        // again on a poisoned compute buffer, from the same state
+        EXPECT_EQ(s, TG_OK) << tg_last_error();
+        poison_compute_buffer(CudaSig::gpu);
+        if (sb) x.set(sb, d.st0.b.data());
+        s = tg_graph_compute(CudaSig::gpu, x.g);
+        EXPECT_EQ(s, TG_OK) << tg_last_error();
+    }
+#ifdef TG_HAVE_CUDA
+    if (variant) *variant = tg_cuda_sig_last(CudaSig::gpu, TG_CUDA_SIG_DELTA);
+#endif
+    o.resize((size_t)c.Dv * c.Hv * c.T * c.B);
+    if (s == TG_OK) x.get(out, o.data());
+    st = store(d.ps.type, d.ps.total);
+    if (sb) x.get(sb, st.b.data());
+    return s;
+}
+
+struct CudaDeltaChunked : CudaSig, ::testing::WithParamInterface<ck_case> {};
+
+TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
+    const ck_case &c = GetParam();
+    const ck_data d = make_ck(c, 900 + c.T + c.Dk);
+    std::vector<float> o;
+    store st;
+    std::string variant;
+    {
+#ifdef TG_HAVE_CUDA
+        const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
+#endif
+        run_gpu(d, o, st, &variant);
+#ifdef TG_HAVE_CUDA
+        *tg_cuda_knobs(CudaSig::gpu) = saved;
+#endif
+    }
+    // CHUNKED takes the tensor path wherever it covers the dims, SCAN never; AUTO decides by T,
+    // Dk and the grid against the device's SM count (docs/ops.md): either is right, each is held to
+    // its own tolerance
+    const bool tensor = variant.rfind("chunked", 0) == 0, covered = c.Dk % 8 == 0;
+    if (c.algo == TG_DELTA_ALGO_CHUNKED) EXPECT_EQ(tensor, covered) << "variant " << variant;
+    if (c.algo == TG_DELTA_ALGO_SCAN || !covered || (c.algo == TG_DELTA_ALGO_AUTO && (c.T < 64 || c.Dk < 64)))
+        EXPECT_FALSE(tensor) << "variant " << variant;
+    const double tol = tensor ? 2e-3 : 1e-4;
+    std::vector<double> oref, sref;
+    oracle(d, oref, sref);
+    EXPECT_LT(tgt::rel_error(o, oref), tol) << "o vs float64 oracle (" << variant << ")";
+    if (c.state < 0) return;
+    std::vector<float> s(sref.size());
+    for (size_t i = 0; i < s.size(); i++) s[i] = st.get(i);
+    const double st_tol = tol + (d.ps.type == TG_TYPE_BF16 ? 4e-3 : d.ps.type == TG_TYPE_F16 ? 5e-4 : 0.0);
+    EXPECT_LT(tgt::rel_error(s, sref), st_tol) << "final state vs float64 oracle (" << variant << ")";
+    const size_t es = tg_type_size(d.ps.type);
+    EXPECT_EQ(0, memcmp(&st.b[sref.size() * es], &d.st0.b[sref.size() * es], (d.ps.total - sref.size()) * es))
+        << "bytes past the state (sentinel) changed";
+}
+
+const tg_delta_mode GL = TG_DELTA_GATED_LINEAR, GD = TG_DELTA_GATED_DELTA;
+const tg_gate_kind LIN = TG_GATE_LINEAR, LOG = TG_GATE_LOG;
+const tg_delta_algo AUTO = TG_DELTA_ALGO_AUTO, CHUNKED = TG_DELTA_ALGO_CHUNKED, SCAN = TG_DELTA_ALGO_SCAN;
+
+std::vector<ck_case> ck_cases() {
+    const int Tl = S(2048, 130), Tx = S(8193, 193), Bl = S(2, 1);
+    std::vector<ck_case> v = {
+        {"gdn_D128_T1_chunked", 2, 1, 2, 4, 128, 128, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D128_T63_chunked", 2, 63, 2, 4, 128, 128, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D128_T64_auto", 2, 64, 2, 4, 128, 128, GD, LOG, true, F32, F32, AUTO},
+        {"gdn_D128_T65_auto", 2, 65, 2, 4, 128, 128, GD, LOG, true, F32, F32, AUTO},
+        {"gdn_D128_T130_auto", 2, 130, 2, 4, 128, 128, GD, LOG, true, F32, F32, AUTO},
+        {"gdn_D128_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED},
+        {"gdn_D128_T8193_bf16", 1, Tx, 1, 1, 128, 128, GD, LOG, true, F32, BF16, CHUNKED},
+        {"gla_D128_T2048_f16", 1, Tl, 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED},
+        {"gla_D128_T8193_f32", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D16", 2, 130, 1, 2, 16, 16, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D24_seed_dims", 4, 130, 8, 8, 24, 24, GD, LOG, true, F32, F32, CHUNKED},
+        {"gla_D24_linear_gates", 4, 130, 8, 8, 24, 24, GL, LIN, false, -1, F32, CHUNKED, 0.85f, 1.0f},
+        {"gdn_D64", 2, 200, 2, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D256", 1, 130, 1, 2, 256, 256, GD, LOG, true, F32, BF16, CHUNKED},
+        {"gdn_Dk128_Dv64_Hv4Hk1", 2, 100, 1, 4, 128, 64, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_Dk64_Dv200", 1, 100, 1, 2, 64, 200, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_Dk32_Dv20_no_state", 2, 100, 1, 2, 32, 20, GD, LOG, true, -1, F32, CHUNKED},
+        {"gdn_log_gates_to_-30", 1, 200, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f},
+        {"gla_log_gates_to_-30", 1, 200, 1, 2, 64, 64, GL, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f},
+        {"gdn_beta_0", 1, 100, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 0.0f},
+        {"gdn_beta_1", 1, 100, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f},
+        {"gdn_linear_zero_gates", 2, 200, 1, 2, 64, 64, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11},
+        {"gla_linear_negative_gates", 2, 200, 1, 2, 64, 64, GL, LIN, true, F32, F32, CHUNKED, -1.0f, 1.0f},
+        {"gdn_log_-inf_gates", 2, 200, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9},
+        {"gdn_bf16_state_f16_io", 2, 130, 2, 2, 128, 128, GD, LOG, true, BF16, F16, CHUNKED},
+        {"gla_no_l2norm", 2, 130, 2, 2, 64, 64, GL, LOG, false, F32, F32, CHUNKED},
+        // column slices forced: 128 (one slice per head), 64, 32, 8 (Dv 20: three slices, one partial); Dv 13:
+        // element-wise v loads (rows of 52 bytes)
+        {"gdn_D128_bv128_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128},
+        {"gla_D128_bv128_no_state", 1, 200, 1, 2, 128, 128, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128},
+        {"gdn_Dk32_Dv13_element_loads", 2, 100, 1, 2, 32, 13, GD, LOG, true, F32, F32, CHUNKED},
+        {"gdn_D128_bv64", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
+        {"gla_D128_bv32_bf16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
+        {"gdn_D256_bv32", 1, 70, 1, 1, 256, 256, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
+        {"gdn_Dk64_Dv20_bv8", 2, 70, 1, 2, 64, 20, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8},
+        // the tensor path leaves Dk % 8 != 0 to the scan, also when CHUNKED is asked (16-bit q/k/v converted first)
+        {"scan_fallback_Dk100_bf16", 2, 130, 1, 2, 100, 40, GD, LOG, true, F32, BF16, CHUNKED},
+        // AUTO with many heads (the tensor path on an H200: 2 B Hv > SMs) and with few (the scan)
+        {"gdn_D64_auto_many_heads", 4, 64, 1, 17, 64, 64, GD, LOG, true, F32, F32, AUTO},
+        // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
+        {"scan_switch_D128_T2048", 1, Tl, 1, 2, 128, 128, GD, LOG, true, F32, F32, SCAN},
+        {"scan_switch_f16_io", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, F16, SCAN},
+    };
+    return v;
+}
+INSTANTIATE_TEST_SUITE_P(Cuda, CudaDeltaChunked, ::testing::ValuesIn(ck_cases()),
+                         [](const ::testing::TestParamInfo<ck_case> &i) {
+                             std::string s = i.param.name;
+                             for (char &ch : s)
+                                 if (!isalnum((unsigned char)ch)) ch = '_';
+                             return s;
+                         });
+
+struct CudaDeltaChunkedState : CudaSig {};
+
+// T split anywhere (inside a chunk, on a chunk edge) equals one call, output and final state.
+TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
+    const ck_case c = {"split", 2, 200, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED};
+    const ck_data d = make_ck(c, 31);
+    std::vector<float> o_all;
+    store s_all;
+    run_gpu(d, o_all, s_all);
+    for (int cut : {37, 64, 150}) {
+        SCOPED_TRACE("cut at " + std::to_string(cut));
+        ck_data a = d, b = d;
+        a.c.T = cut, b.c.T = c.T - cut;
+        auto part = [&](const std::vector<float> &x, size_t per, int t0, int n) {
+            std::vector<float> y;
+            for (int bb = 0; bb < c.B; bb++) {
+                const float *p = &x[((size_t)bb * c.T + t0) * per];
+                y.insert(y.end(), p, p + (size_t)n * per);
+            }
+            return y;
+        };
+        const size_t nqk = (size_t)c.Dk * c.Hk, nv = (size_t)c.Dv * c.Hv;
+        a.q = part(d.q, nqk, 0, cut), a.k = part(d.k, nqk, 0, cut), a.v = part(d.v, nv, 0, cut);
+        a.g = part(d.g, c.Hv, 0, cut), a.beta = part(d.beta, c.Hv, 0, cut);
+        b.q = part(d.q, nqk, cut, b.c.T), b.k = part(d.k, nqk, cut, b.c.T), b.v = part(d.v, nv, cut, b.c.T);
+        b.g = part(d.g, c.Hv, cut, b.c.T), b.beta = part(d.beta, c.Hv, cut, b.c.T);
+        std::vector<float> oa, ob;
+        store sa, sb;
+        run_gpu(a, oa, sa);
+        b.st0 = sa;
+        run_gpu(b, ob, sb);
+        std::vector<float> o_split;
+        for (int bb = 0; bb < c.B; bb++) {
+            o_split.insert(o_split.end(), oa.begin() + (size_t)bb * cut * nv, oa.begin() + (size_t)(bb + 1) * cut * nv);
+            o_split.insert(o_split.end(), ob.begin() + (size_t)bb * b.c.T * nv, ob.begin() + (size_t)(bb + 1) * b.c.T * nv);
+        }
+        EXPECT_LT(tgt::rel_error(o_split, std::vector<double>(o_all.begin(), o_all.end())), 2e-3) << "outputs";
+        std::vector<float> x(d.s0.size());
+        std::vector<double> y(d.s0.size());
+        for (size_t i = 0; i < x.size(); i++) x[i] = sb.get(i), y[i] = s_all.get(i);
+        EXPECT_LT(tgt::rel_error(x, y), 2e-3) << "final state";
+    }
+}
+
+// Issue 9 item 4: a graph whose get_rows found a bad id fails, and no delta-rule kernel writes the
+// state (chunked, chunk, decode, decode-reg, persistent); with a good id the same graph writes it.
+TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
+    struct variant {
+        const char *name;
+        int T, kern;
+        tg_delta_algo algo;
+    };
+    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED}, variant{"chunk_scan", 70, 0, SCAN},
+                             variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
+                             variant{"persistent", 1, 4, AUTO}}) {
+        SCOPED_TRACE(w.name);
+        const ck_case c = {"err", 2, w.T, 2, 4, 64, 64, GD, LOG, true, F32, F32, w.algo};
+        const ck_data d = make_ck(c, 3);
+        knobs kn(0, 0, 0, 0, w.kern);
+        std::vector<float> o;
+        store st;
+        EXPECT_NE(run_gpu(d, o, st, nullptr, 7), TG_OK);
+        EXPECT_NE(std::string(tg_last_error()).find("get_rows"), std::string::npos) << tg_last_error();
+        EXPECT_EQ(st.b, d.st0.b) << "state changed by a failed graph";
+        EXPECT_EQ(run_gpu(d, o, st, nullptr, 2), TG_OK) << tg_last_error();
+        EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";
+    }
+}
+
+}  // namespace

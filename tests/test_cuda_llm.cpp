@@ -1,0 +1,351 @@
+// test_cuda_llm.cpp - mul_mat and attention on the CUDA backend at LLM sizes
+// (and odd sizes around them) against a float64 oracle.
+//
+// The oracle multiplies the values actually stored (F16/BF16 weights and
+// caches decoded exactly) in double. Large shapes check a random sample of
+// output rows against the oracle and every output for NaN/inf. Each result is
+// copied into the head of a persistent sink poisoned with NaN whose random
+// tail must come back bit-identical; the compute buffer is poisoned with NaN
+// first. Bounds (docs/ops.md): F32 products 1e-5 relative L2; the 16-bit
+// tensor-core tier (F16/BF16 weights times more than 8 columns, b rounded to
+// the weight's type) 1e-3 for F16 and 4e-3 for BF16; attention 1e-4.
+// TG_TEST_SMALL=1 shrinks the shapes (for compute-sanitizer runs).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "test_util.h"
+
+namespace {
+
+bool small() {
+    const char *e = getenv("TG_TEST_SMALL");
+    return e && *e && strcmp(e, "0") != 0;
+}
+int64_t S(int64_t big, int64_t little) { return small() ? little : big; }
+
+using backend_ptr = std::unique_ptr<tg_backend, void (*)(tg_backend *)>;
+
+// Host values of a leaf, stored in its type; vals holds the stored values.
+struct leaf {
+    tg_tensor *t;
+    std::vector<double> vals;
+};
+
+leaf make_leaf(tg_context *ctx, tg_type type, std::vector<int64_t> ne, std::mt19937 &rng, double lo = -1.0,
+               double hi = 1.0) {
+    leaf l{tg_new_tensor(ctx, type, (int)ne.size(), ne.data()), {}};
+    const int64_t n = tg_nelements(l.t);
+    l.vals.resize((size_t)n);
+    std::uniform_real_distribution<float> u((float)lo, (float)hi);
+    for (auto &v : l.vals) {
+        const float f = u(rng);
+        v = type == TG_TYPE_F16 ? tg_fp16_to_fp32(tg_fp32_to_fp16(f))
+            : type == TG_TYPE_BF16 ? tg_bf16_to_fp32(tg_fp32_to_bf16(f))
+                                   : (double)f;
+    }
+    return l;
+}
+
+tg_status upload(const leaf &l) {
+    const size_t n = l.vals.size();
+    const tg_type type = tg_tensor_type(l.t);
+    if (type == TG_TYPE_F32) {
+        std::vector<float> h(l.vals.begin(), l.vals.end());
+        return tg_tensor_set(l.t, h.data(), 0, n * 4);
+    }
+    if (type == TG_TYPE_I32) {
+        std::vector<int32_t> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = (int32_t)l.vals[i];
+        return tg_tensor_set(l.t, h.data(), 0, n * 4);
+    }
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = type == TG_TYPE_F16 ? tg_fp32_to_fp16((float)l.vals[i]) : tg_fp32_to_bf16((float)l.vals[i]);
+    return tg_tensor_set(l.t, h.data(), 0, n * 2);
+}
+
+// Fill the first `bytes` of be's compute buffer with NaN: a graph whose only
+// intermediate has exactly that size runs first.
+void poison_compute_buffer(tg_backend *be, size_t bytes) {
+    if (bytes < 4) return;
+    tg_init_params ip = {1 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    tg_tensor *y = tg_scale(ctx, tg_new_tensor_1d(ctx, TG_TYPE_F32, (int64_t)(bytes / 4)), 1.0f);
+    tg_graph *g = tg_graph_new(ctx);
+    tg_graph_expand(g, y);
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    ASSERT_NE(buf, nullptr) << tg_last_error();
+    ASSERT_EQ(tg_buffer_clear(buf, 0xFF), TG_OK) << tg_last_error();
+    ASSERT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
+    tg_buffer_free(buf);
+    tg_free(ctx);
+}
+
+// Run y (built by `build` from leaves it creates) on the GPU; out gets y's
+// values (read back through the sink), tail_ok whether the sink's tail is intact.
+struct gpu_result {
+    std::vector<float> out;
+    bool tail_ok = false;
+};
+void run_gpu(tg_backend *gpu, const std::function<tg_tensor *(tg_context *, std::vector<leaf> &)> &build,
+             std::vector<leaf> &leaves, gpu_result *r) {
+    tg_init_params ip = {16 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    ASSERT_NE(ctx, nullptr);
+    std::unique_ptr<tg_context, void (*)(tg_context *)> ctx_guard(ctx, tg_free);
+    tg_tensor *y = build(ctx, leaves);
+    ASSERT_NE(y, nullptr) << tg_last_error();
+    const int64_t n = tg_nelements(y), tail = 61;
+    tg_tensor *sink = tg_new_tensor_1d(ctx, TG_TYPE_F32, n + tail);
+    tg_tensor *out = tg_cpy(ctx, y, tg_view_1d(ctx, sink, n, 0));
+    tg_graph *g = tg_graph_new(ctx);
+    ASSERT_EQ(tg_graph_expand(g, out), TG_OK) << tg_last_error();
+    tg_buffer *buf = tg_backend_alloc(gpu, ctx);
+    ASSERT_NE(buf, nullptr) << tg_last_error();
+    std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> buf_guard(buf, tg_buffer_free);
+    for (const leaf &l : leaves) ASSERT_EQ(upload(l), TG_OK) << tg_last_error();
+    std::vector<uint32_t> bits((size_t)(n + tail), 0x7fc00000u);
+    std::mt19937 trng(99);
+    for (int64_t i = n; i < n + tail; i++) bits[i] = (uint32_t)trng();
+    ASSERT_EQ(tg_tensor_set(sink, bits.data(), 0, bits.size() * 4), TG_OK);
+    tg_graph_stats st{};
+    ASSERT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
+    poison_compute_buffer(gpu, st.planned_bytes);
+    ASSERT_EQ(tg_graph_compute(gpu, g), TG_OK) << tg_last_error();
+    std::vector<uint32_t> back(bits.size());
+    ASSERT_EQ(tg_tensor_get(sink, back.data(), 0, back.size() * 4), TG_OK);
+    r->out.resize((size_t)n);
+    memcpy(r->out.data(), back.data(), (size_t)n * 4);
+    r->tail_ok = memcmp(back.data() + n, bits.data() + n, (size_t)tail * 4) == 0;
+}
+
+backend_ptr cuda_or_null() { return backend_ptr(tg_cuda_available() ? tg_backend_cuda(0) : nullptr, tg_backend_free); }
+
+#define SKIP_WITHOUT_CUDA() \
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device"
+
+// ---------------------------------------------------------------------------
+// mul_mat
+
+enum class alay { plain, a_transposed, b_transposed, bcast };
+
+struct mm_case {
+    const char *name;
+    tg_type wt;
+    int64_t K, M, N;
+    alay lay;
+    double tol;
+};
+void PrintTo(const mm_case &c, std::ostream *os) { *os << c.name; }
+
+class CudaLlmMulMat : public ::testing::TestWithParam<mm_case> {};
+
+TEST_P(CudaLlmMulMat, MatchesFloat64) {
+    SKIP_WITHOUT_CUDA();
+    const mm_case &c = GetParam();
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    const int64_t A2 = c.lay == alay::bcast ? 2 : 1, B2 = c.lay == alay::bcast ? 6 : 1;
+    std::mt19937 rng(7 + (uint32_t)c.N);
+    std::vector<leaf> leaves;
+    gpu_result r;
+    // a[k, m, i2] and b[k, n, i2] as the oracle sees them (logical indices)
+    std::function<double(int64_t, int64_t, int64_t)> av, bv;
+    run_gpu(
+        gpu.get(),
+        [&](tg_context *ctx, std::vector<leaf> &L) {
+            if (c.lay == alay::a_transposed) {  // stored {M, K}, used as {K, M}
+                L.push_back(make_leaf(ctx, c.wt, {c.M, c.K}, rng));
+                L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.K, c.N}, rng));
+            } else if (c.lay == alay::b_transposed) {  // b stored {N, K}
+                L.push_back(make_leaf(ctx, c.wt, {c.K, c.M}, rng));
+                L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.N, c.K}, rng));
+            } else {
+                L.push_back(make_leaf(ctx, c.wt, {c.K, c.M, A2}, rng));
+                L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.K, c.N, B2}, rng));
+            }
+            const std::vector<double> &a = L[0].vals, &b = L[1].vals;
+            const int64_t K = c.K, M = c.M, N = c.N, r2 = B2 / A2;
+            if (c.lay == alay::a_transposed) av = [&a, M](int64_t k, int64_t m, int64_t) { return a[(size_t)(m + M * k)]; };
+            else av = [&a, K, M, r2](int64_t k, int64_t m, int64_t i2) { return a[(size_t)(k + K * (m + M * (i2 / r2)))]; };
+            if (c.lay == alay::b_transposed) bv = [&b, N](int64_t k, int64_t n, int64_t) { return b[(size_t)(n + N * k)]; };
+            else bv = [&b, K, N](int64_t k, int64_t n, int64_t i2) { return b[(size_t)(k + K * (n + N * i2))]; };
+            tg_tensor *ta = L[0].t, *tb = L[1].t;
+            if (c.lay == alay::a_transposed) ta = tg_permute(ctx, ta, 1, 0, 2, 3);
+            if (c.lay == alay::b_transposed) tb = tg_permute(ctx, tb, 1, 0, 2, 3);
+            return tg_mul_mat(ctx, ta, tb);
+        },
+        leaves, &r);
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
+    for (size_t i = 0; i < r.out.size(); i++) ASSERT_TRUE(std::isfinite(r.out[i])) << "output " << i << " = " << r.out[i];
+    // oracle over sampled rows m (all columns, all batches)
+    std::mt19937 srng(3);
+    std::vector<int64_t> rows = {0, c.M - 1};
+    for (int i = 0; i < 62 && (int64_t)rows.size() < c.M; i++) rows.push_back(std::uniform_int_distribution<int64_t>(0, c.M - 1)(srng));
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (int64_t i2 = 0; i2 < B2; i2++)
+        for (int64_t n = 0; n < c.N; n++)
+            for (int64_t m : rows) {
+                double s = 0.0;
+                for (int64_t k = 0; k < c.K; k++) s += av(k, m, i2) * bv(k, n, i2);
+                ref.push_back(s);
+                got.push_back(r.out[(size_t)(m + c.M * (n + c.N * i2))]);
+            }
+    const double e = tgt::rel_error(got, ref);
+    printf("[ mul_mat  ] %-28s K%lld M%lld N%lld: relative L2 error %.3g (bound %.0e)\n", c.name, (long long)c.K,
+           (long long)c.M, (long long)c.N, e, c.tol);
+    EXPECT_LE(e, c.tol) << c.name;
+}
+
+std::vector<mm_case> mm_cases() {
+    const tg_type F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16, F32 = TG_TYPE_F32;
+    const int64_t K = S(2048, 256), M = S(8192, 320);
+    const double f32 = 1e-5, tc16 = 1e-3, tcbf = 4e-3;
+    return {
+        {"f16_n1", F16, K, M, 1, alay::plain, f32},
+        {"f16_n7", F16, K, M, 7, alay::plain, f32},
+        {"f16_n64", F16, K, M, 64, alay::plain, tc16},
+        {"f16_n512", F16, K, M, S(512, 40), alay::plain, tc16},
+        {"bf16_n1", BF16, K, M, 1, alay::plain, f32},
+        {"bf16_n7", BF16, K, M, 7, alay::plain, f32},
+        {"bf16_n64", BF16, K, M, 64, alay::plain, tcbf},
+        {"bf16_n512", BF16, K, M, S(512, 40), alay::plain, tcbf},
+        {"f32_n2", F32, K, S(1024, 96), 2, alay::plain, f32},
+        {"f16_vocab_n1", F16, K, S(32000, 500), 1, alay::plain, f32},
+        {"f16_vocab_n16", F16, K, S(32000, 500), 16, alay::plain, tc16},
+        {"f16_odd_n3", F16, 1001, 777, 3, alay::plain, f32},
+        {"bf16_odd_n9", BF16, 1001, 777, 9, alay::plain, tcbf},
+        {"f32_odd_n5", F32, 1001, 333, 5, alay::plain, f32},
+        {"f16_odd_n33", F16, 999, 77, 33, alay::plain, tc16},
+        {"f16_a_transposed_n33", F16, 256, 200, 33, alay::a_transposed, f32},
+        {"f16_a_transposed_n2", F16, 256, 200, 2, alay::a_transposed, f32},
+        {"f16_b_transposed_n5", F16, 256, 200, 5, alay::b_transposed, tc16},
+        {"f32_b_transposed_n5", F32, 256, 200, 5, alay::b_transposed, f32},
+        {"f16_bcast_n3", F16, 256, 130, 3, alay::bcast, f32},
+        {"bf16_bcast_n20", BF16, 256, 130, 20, alay::bcast, tcbf},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaLlmMulMat, ::testing::ValuesIn(mm_cases()),
+                         [](const ::testing::TestParamInfo<mm_case> &i) { return std::string(i.param.name); });
+
+// ---------------------------------------------------------------------------
+// attention
+
+struct attn_case {
+    const char *name;
+    int64_t D, Dv, Hq, Hkv, T, B, L;
+    tg_type ct;
+    std::vector<int> pos;  // T*B positions; empty: the last T rows of the cache
+    int sample;            // queries checked against the oracle (0: all)
+    double tol = 1e-4;     // the tensor-core prefill tier: 1e-3 (F16), 8e-3 (BF16)
+};
+void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
+
+class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
+
+TEST_P(CudaLlmAttention, MatchesFloat64) {
+    SKIP_WITHOUT_CUDA();
+    const attn_case &c = GetParam();
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    std::mt19937 rng(11);
+    std::vector<leaf> leaves;
+    gpu_result r;
+    std::vector<int> pos = c.pos;
+    if (pos.empty())
+        for (int64_t b = 0; b < c.B; b++)
+            for (int64_t t = 0; t < c.T; t++) pos.push_back((int)(c.L - c.T + t - 3 * b));
+    ASSERT_EQ((int64_t)pos.size(), c.T * c.B);
+    const float scale = 1.0f / std::sqrt((float)c.D);
+    run_gpu(
+        gpu.get(),
+        [&](tg_context *ctx, std::vector<leaf> &L) {
+            L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.D, c.Hq, c.T, c.B}, rng));
+            L.push_back(make_leaf(ctx, c.ct, {c.D, c.Hkv, c.L, c.B}, rng));
+            L.push_back(make_leaf(ctx, c.ct, {c.Dv, c.Hkv, c.L, c.B}, rng));
+            leaf p{tg_new_tensor_2d(ctx, TG_TYPE_I32, c.T, c.B), std::vector<double>(pos.begin(), pos.end())};
+            L.push_back(p);
+            return tg_attention(ctx, L[0].t, L[1].t, L[2].t, L[3].t, scale);
+        },
+        leaves, &r);
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
+    for (size_t i = 0; i < r.out.size(); i++) ASSERT_TRUE(std::isfinite(r.out[i])) << "output " << i << " = " << r.out[i];
+    const std::vector<double> &q = leaves[0].vals, &kc = leaves[1].vals, &vc = leaves[2].vals;
+    const int64_t nq = c.Hq * c.T * c.B, group = c.Hq / c.Hkv;
+    std::vector<int64_t> qs;
+    std::mt19937 srng(5);
+    if (c.sample == 0 || c.sample >= nq)
+        for (int64_t i = 0; i < nq; i++) qs.push_back(i);
+    else
+        for (int i = 0; i < c.sample; i++) qs.push_back(std::uniform_int_distribution<int64_t>(0, nq - 1)(srng));
+    std::vector<float> got;
+    std::vector<double> ref;
+    int zero_rows = 0;
+    for (int64_t qi : qs) {
+        const int64_t h = qi % c.Hq, t = (qi / c.Hq) % c.T, b = qi / (c.Hq * c.T), hk = h / group;
+        const int p = pos[(size_t)(t + c.T * b)];
+        const int64_t n = p < 0 ? 0 : std::min<int64_t>(p + 1, c.L);
+        std::vector<double> s((size_t)n), acc((size_t)c.Dv, 0.0);
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double dot = 0.0;
+            for (int64_t d = 0; d < c.D; d++)
+                dot += q[(size_t)(d + c.D * (h + c.Hq * (t + c.T * b)))] * kc[(size_t)(d + c.D * (hk + c.Hkv * (j + c.L * b)))];
+            s[j] = (double)scale * dot;
+            mx = std::max(mx, s[j]);
+        }
+        for (int64_t j = 0; j < n; j++) sum += (s[j] = std::exp(s[j] - mx));
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = 0; d < c.Dv; d++) acc[d] += s[j] * vc[(size_t)(d + c.Dv * (hk + c.Hkv * (j + c.L * b)))];
+        zero_rows += n == 0;
+        for (int64_t d = 0; d < c.Dv; d++) {
+            const float o = r.out[(size_t)(d + c.Dv * qi)];
+            if (n == 0) {
+                EXPECT_EQ(o, 0.0f) << "query " << qi << " has no rows";
+                continue;
+            }
+            ref.push_back(acc[d] / sum);
+            got.push_back(o);
+        }
+    }
+    const double e = tgt::rel_error(got, ref);
+    printf("[ attention] %-24s %zu queries (%d without rows): relative L2 error %.3g (bound %.0e)\n", c.name, qs.size(),
+           zero_rows, e, c.tol);
+    EXPECT_LE(e, c.tol) << c.name;
+}
+
+std::vector<attn_case> attn_cases() {
+    const tg_type F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16, F32 = TG_TYPE_F32;
+    const int64_t L = S(4096, 512), T = S(512, 64);
+    // 40 tokens at scattered positions, some before the cache (no rows) or past it (clamped)
+    std::vector<int> scattered;
+    for (int t = 0; t < 40; t++) scattered.push_back(t % 9 == 4 ? -1 - t : (t * 37) % 350 - 10);
+    const double tc16 = 1e-3, tcbf = 8e-3;
+    return {
+        {"decode_f16", 128, 128, 32, 8, 1, 1, L, F16, {}, 0},
+        {"decode_f32", 128, 128, 32, 8, 1, 1, L, F32, {}, 0},
+        {"decode_bf16_b3", 128, 128, 32, 8, 1, 3, L, BF16, {}, 0},
+        {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16},
+        {"prefill_bf16_b2", 128, 128, 32, 8, S(128, 64), 2, L, BF16, {}, 48, tcbf},
+        {"prefill_d64_scattered_bf16", 64, 64, 8, 2, 40, 1, 300, BF16, scattered, 0, tcbf},
+        {"prefill_d64_f16_mha", 64, 64, 2, 2, 100, 1, 128, F16, {}, 0, tc16},
+        {"prefill_f32", 128, 128, 32, 8, T, 1, L, F32, {}, 48},
+        {"mixed_positions_f16", 128, 128, 32, 8, 3, 1, L, F16, {-2, 5, (int)L + 7}, 0},
+        {"odd_dims_bf16", 72, 40, 6, 2, 5, 2, 300, BF16, {0, 299, 17, -1, 150, 3, 64, 65, 128, 400}, 0},
+        {"tiny_f32", 4, 8, 3, 3, 2, 1, 5, F32, {0, 4}, 0},
+        {"mha_f16_t9", 64, 64, 4, 4, 9, 1, 700, F16, {}, 0},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaLlmAttention, ::testing::ValuesIn(attn_cases()),
+                         [](const ::testing::TestParamInfo<attn_case> &i) { return std::string(i.param.name); });
+
+}  // namespace
