@@ -13,7 +13,9 @@
 //          (error-record reset, launches, sync, record read-back)
 // Inputs are random (never zeros); when one call's data fits twice in L2,
 // calls rotate over several input sets. Useful bytes as BENCHMARKS.md counts
-// them. Usage: tinygml-bench [results.json] [--quick] [--only ID_PREFIX]
+// them. Decode steps of the shipped models: wall (and with --host-time, host
+// CPU) time per session_eval step. Usage: tinygml-bench [results.json]
+// [--quick] [--only ID_PREFIX] [--host-time]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,10 +26,13 @@
 #include <string>
 #include <vector>
 
+#include <time.h>
+
 #include "attention.cuh"
 #include "common.cuh"
 #include "mul_mat.cuh"
 #include "internal.h"
+#include "model.h"
 #include "signature.cuh"
 #include "tinygml.h"
 
@@ -90,13 +95,15 @@ template <typename T> double median(std::vector<T> v) {
 
 struct timing {
     double us_event = -1, us_graph = -1, us_api = -1;
+    std::string variant;  // the variant the event and graph columns timed
 };
 
 // nodes: the op nodes of the input sets (computed once already); g1: a graph of nodes[0] alone.
 // fn: what to time (default: the op's CUDA entry). The graph column is skipped
 // for ops slower than max_graph_us per call (100 calls per graph, replayed).
+// which (a tg_cuda_sig_op, or -1): read the variant name after the timed calls.
 timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, double max_graph_us,
-               tg_cuda_fn fn = nullptr) {
+               tg_cuda_fn fn = nullptr, int which = -1) {
     timing tm;
     if (!fn) fn = tg_op_get(nodes[0]->op).cuda;
     auto call = [&](int i) { TG_OK_OR_DIE(fn(g_be, nodes[i % nodes.size()])); };
@@ -142,7 +149,9 @@ timing time_op(const std::vector<tg_tensor *> &nodes, tg_graph *g1, int reps, do
         if (graph) cudaGraphDestroy(graph);
     }
     for (auto &e : ev) CK(cudaEventDestroy(e));
-    // the whole public call
+    if (which >= 0) tm.variant = tg_cuda_sig_last(g_be, (tg_cuda_sig_op)which);
+    // the whole public call (its launches may differ: e.g. a rope_kv_update
+    // alone in its graph validates inside its write kernel)
     std::vector<double> api;
     for (int i = 0; i < (g_quick ? 5 : 30); i++) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -225,12 +234,12 @@ void bench_kv(const char *id, int B, int T, int H, int D, int L, double target, 
         }
         TG_OK_OR_DIE(tg_tensor_set(pos[s], p.data(), 0, p.size() * 4));
     }
-    const tg_cuda_sig_knobs saved = tg_cuda_sig;
-    tg_cuda_sig = knobs;
+    const tg_cuda_sig_knobs saved = *tg_cuda_knobs(g_be);
+    *tg_cuda_knobs(g_be) = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, entry);
-    r.variant = entry ? "validation kernel alone" : tg_cuda_sig_last_kv;
-    tg_cuda_sig = saved;
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, entry, TG_CUDA_SIG_KV);
+    r.variant = entry ? "validation kernel alone" : r.tm.variant;
+    *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
@@ -265,8 +274,8 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
         TG_OK_OR_DIE(tg_tensor_set(pos[s], p.data(), 0, p.size() * 4));
     }
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
-    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0);
-    r.variant = tg_cuda_sig_last_rope;
+    r.tm = time_op(nodes, g1, g_quick ? 20 : (r.bytes > 1e8 ? 40 : 300), 2000.0, nullptr, TG_CUDA_SIG_ROPE);
+    r.variant = r.tm.variant;
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
@@ -327,8 +336,8 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
         fill(in[i + 4], 0.0f, 1.0f);
     }
     if (S) fill(S, -0.1f, 0.1f);
-    const tg_cuda_sig_knobs saved = tg_cuda_sig;
-    tg_cuda_sig = knobs;
+    const tg_cuda_sig_knobs saved = *tg_cuda_knobs(g_be);
+    *tg_cuda_knobs(g_be) = knobs;
     TG_OK_OR_DIE(tg_graph_compute(g_be, g));
     std::vector<float> o(std::min<size_t>(tg_nelements(nodes[0]), 1 << 20));
     TG_OK_OR_DIE(tg_tensor_get(nodes[0], o.data(), 0, o.size() * 4));
@@ -337,15 +346,16 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
             fprintf(stderr, "tinygml-bench: %s produced a non-finite output\n", id);
             exit(1);
         }
-    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0);
-    r.variant = tg_cuda_sig_last_delta;
-    tg_cuda_sig = saved;
+    r.tm = time_op(nodes, g1, g_quick ? 10 : (r.bytes > 1e8 ? 30 : 300), 1000.0, nullptr, TG_CUDA_SIG_DELTA);
+    r.variant = r.tm.variant;
+    *tg_cuda_knobs(g_be) = saved;
     tg_buffer_free(buf);
     tg_free(ctx);
     g_rows.push_back(r);
 }
 
 #include "bench_llm.inc"
+#include "bench_decode.inc"
 
 // --- copy bandwidth ----------------------------------------------------------
 
@@ -391,6 +401,13 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
                r.shape.c_str(), r.variant.c_str(), r.tm.us_event, r.tm.us_graph, r.tm.us_api, gbs,
                100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "", tf);
     }
+    if (!g_steps.empty()) {
+        printf("\n%-22s %5s %6s %10s %10s %12s %8s\n", "decode step", "batch", "steps", "us(wall)", "us(host)",
+               "tokens/s", "replays");
+        for (const step_row &r : g_steps)
+            printf("%-22s %5d %6d %10.1f %10.1f %12.0f %8lld\n", r.model.c_str(), r.batch, r.steps, r.us_wall,
+                   r.us_host, r.tok_s, r.replays);
+    }
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "tinygml-bench: cannot write %s\n", path);
@@ -411,6 +428,15 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
                 r.flops > 0 ? r.flops / (us * 1e-6) / 1e12 : 0.0, r.target_us,
                 r.target_us > 0 ? (us <= r.target_us ? "true" : "false") : "null", i + 1 < g_rows.size() ? "," : "");
     }
+    fprintf(f, "  ],\n  \"decode_steps\": [\n");
+    for (size_t i = 0; i < g_steps.size(); i++) {
+        const step_row &r = g_steps[i];
+        fprintf(f,
+                "    {\"model\": \"%s\", \"batch\": %d, \"steps\": %d, \"us_wall\": %.2f, \"us_host\": %.2f, "
+                "\"tokens_per_s\": %.0f, \"graph_replays\": %lld}%s\n",
+                r.model.c_str(), r.batch, r.steps, r.us_wall, r.us_host, r.tok_s, r.replays,
+                i + 1 < g_steps.size() ? "," : "");
+    }
     fprintf(f, "  ]\n}\n");
     fclose(f);
     printf("\nwrote %s\n", path);
@@ -423,12 +449,16 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
+        else if (!strcmp(argv[i], "--host-time")) g_host_time = true;
         else out = argv[i];
     }
     if (!tg_cuda_available()) {
         printf("tinygml-bench: no CUDA device found; nothing to benchmark.\n");
         return 0;
     }
+    // --host-time: the thread sleeps while it waits for the GPU, so its CPU
+    // time is the host's own work (set before the device's context exists)
+    if (g_host_time) CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     g_be = tg_backend_cuda(0);
     if (!g_be) {
         printf("tinygml-bench: cannot open CUDA device 0: %s\n", tg_last_error());
@@ -444,8 +474,8 @@ int main(int argc, char **argv) {
 
     const tg_cuda_sig_knobs dflt;
     tg_cuda_sig_knobs separate = dflt, scalar = dflt, tpc4 = dflt, tpc8 = dflt, write_only = dflt, r1 = dflt, r2 = dflt;
-    tg_cuda_sig_knobs chunk = dflt, dreg = dflt, b64 = dflt, pers = dflt, dec = dflt, mb3 = dflt;
-    pers.delta_kernel = 4, dec.delta_kernel = 2, mb3.kv_min_blocks = 3;
+    tg_cuda_sig_knobs chunk = dflt, dreg = dflt, b64 = dflt, pers = dflt, dec = dflt;
+    pers.delta_kernel = 4, dec.delta_kernel = 2;
     separate.kv_validate = 2, scalar.rope_scalar = 1, tpc4.delta_tpc = 4, tpc8.delta_tpc = 8;
     write_only.kv_validate = 3, r1.kv_rounds = 1, r2.kv_rounds = 2;
     chunk.delta_kernel = 1, dreg.delta_kernel = 3, b64.delta_dec_threads = 64;
@@ -469,7 +499,6 @@ int main(int argc, char **argv) {
     bench_kv("kv.prefill/validate", 16, 1024, 32, 128, 4096, 0, false, dflt, "validation kernel alone",
              tg_cuda_check_rope_kv_update);
     bench_kv("kv.prefill/write", 16, 1024, 32, 128, 4096, 0, false, write_only, "write kernel alone (no check)");
-    bench_kv("kv.prefill/mb3", 16, 1024, 32, 128, 4096, 0, false, mb3, "4 chunks per thread, 3 blocks per SM (v1)");
     bench_kv("kv.prefill/r2", 16, 1024, 32, 128, 4096, 0, false, r2, "2 chunks per thread per tensor");
     bench_kv("kv.prefill/r1", 16, 1024, 32, 128, 4096, 0, false, r1, "1 chunk per thread per tensor");
     bench_delta("gdn.decode/chunk", 64, 1, 32, 128, GD, TG_GATE_LOG, true, true, 0, false, chunk);
@@ -515,6 +544,9 @@ int main(int argc, char **argv) {
     bench_rope("rope.q.decode", 64, 1, 32, 128);
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
     bench_llm_rows();  // issue 9: attention and mul_mat at LLM sizes (bench_llm.inc)
+    // decode steps of the shipped models (run from the repository root)
+    for (const char *mp : {"models/llama-recall.gguf", "models/hybrid-recall.gguf"})
+        for (int b : {1, 16}) bench_decode_step(mp, b, g_quick ? 20 : 200);
 
     print_and_save(out, prop);
     tg_backend_free(g_be);

@@ -5,8 +5,11 @@
 // Faults: a CUDA error that poisons the context (illegal address, launch
 // failure, ...) marks the backend failed; every later call on it is refused
 // with TG_ERR_BACKEND until it is freed and recreated (RELIABILITY 22).
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
@@ -49,7 +52,18 @@ static bool is_sticky(cudaError_t e) {
         case cudaErrorStubLibrary:
         case cudaErrorOperatingSystem:
         case cudaErrorInvalidKernelImage:
-        case cudaErrorUnsupportedPtxVersion: return false;
+        case cudaErrorUnsupportedPtxVersion:
+        // stream-capture misuse: nothing ran, the context is fine
+        case cudaErrorStreamCaptureUnsupported:
+        case cudaErrorStreamCaptureInvalidated:
+        case cudaErrorStreamCaptureMerge:
+        case cudaErrorStreamCaptureUnmatched:
+        case cudaErrorStreamCaptureUnjoined:
+        case cudaErrorStreamCaptureIsolation:
+        case cudaErrorStreamCaptureImplicit:
+        case cudaErrorCapturedEvent:
+        case cudaErrorStreamCaptureWrongThread:
+        case cudaErrorGraphExecUpdateFailure: return false;
         default: return true;
     }
 }
@@ -103,8 +117,13 @@ tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *c
     const size_t mib = (size_t)1 << 20;
     if (size > SIZE_MAX - mib) return tg_err(TG_ERR_OOM, "[%s] scratch of %zu bytes is too large", call, size);
     const size_t want = (size + mib - 1) / mib * mib;
+    // a capture cannot synchronize or allocate: it gives up, and the plain run
+    // that follows grows the scratch
+    if (impl->capturing)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] scratch must grow to %zu bytes: not while capturing", call, want);
     // queued kernels may still read the old scratch
     TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    impl->resource_gen++;  // captured launches that used the old scratch are stale
     if (impl->scratch) {
         void *old = impl->scratch;
         impl->scratch = nullptr;
@@ -140,6 +159,25 @@ tg_status refuse(tg_backend *be, const char *call) {
                   tg_cuda(be)->fail_msg.c_str());
 }
 
+// Backends with staged tensor_set copies not yet known to be done, each with
+// an event recorded after its last one. A graph on another backend may read
+// those tensors (same device): its compute waits on these events first.
+std::mutex g_stage_mutex;
+std::vector<tg_cuda_impl *> g_staged;
+std::atomic<int> g_n_staged{0};
+
+void staged_forget(tg_cuda_impl *impl) {  // its stream was synchronized (or it is going away)
+    if (impl->staging_used == 0) return;
+    impl->staging_used = 0;
+    std::lock_guard<std::mutex> lock(g_stage_mutex);
+    for (size_t i = 0; i < g_staged.size(); i++)
+        if (g_staged[i] == impl) {
+            g_staged.erase(g_staged.begin() + (long)i);
+            g_n_staged--;
+            break;
+        }
+}
+
 // Every entry point: refuse after a fault, then make the backend's device current.
 tg_status enter(tg_backend *be, const char *call) {
     if (tg_cuda(be)->failed) return refuse(be, call);
@@ -151,6 +189,13 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (!impl) return;
     (void)cudaSetDevice(impl->device);
     if (impl->stream) (void)cudaStreamSynchronize(impl->stream);
+    staged_forget(impl);
+    tg_cuda_graph_cache_free(impl);
+    if (impl->stage_ev) (void)cudaEventDestroy(impl->stage_ev);
+    if (impl->staging) (void)cudaFreeHost(impl->staging);
+    if (impl->h_err) (void)cudaFreeHost(impl->h_err);
+    if (impl->rb_host) (void)cudaFreeHost(impl->rb_host);
+    if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
     if (impl->cublas) (void)cublasDestroy(impl->cublas);
@@ -191,6 +236,7 @@ tg_status cuda_alloc(tg_backend *be, size_t size, void **ptr) {
 
 void cuda_dealloc(tg_backend *be, void *ptr) {
     if (!ptr) return;
+    tg_cuda(be)->rb_valid = false;  // a read-back may point into it
     (void)cudaSetDevice(tg_cuda(be)->device);
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError();
 }
@@ -199,19 +245,47 @@ tg_status cuda_memset(tg_backend *be, void *ptr, int value, size_t size) {
     tg_status s = enter(be, "buffer_clear");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
     TG_CUDA_TRY(be, "buffer_clear", cudaMemsetAsync(ptr, value, size, impl->stream));
     TG_CUDA_TRY(be, "buffer_clear", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
-// Copies go through the backend's stream, so they are ordered after (and
-// finished before) its kernels; synchronous for the caller.
+// Copies go through the backend's stream, so they are ordered after its
+// kernels and before later ones. A small set (a step's token ids, positions)
+// is copied into pinned staging and sent asynchronously: the caller's memory
+// is free on return and the next compute sees the data by stream order
+// (another backend's compute waits on stage_ev). The staging is reused once
+// the stream has been synchronized; when full, the set synchronizes first.
+// Larger sets are synchronous.
+constexpr size_t kStageMax = (size_t)64 << 10;
+
 tg_status cuda_set(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_set");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
+    if (impl->staging && size <= kStageMax) {
+        if (impl->staging_used + size > impl->staging_size) {
+            TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
+            staged_forget(impl);
+        }
+        char *stage = impl->staging + impl->staging_used;
+        memcpy(stage, src, size);
+        TG_CUDA_TRY(be, "tensor_set", cudaMemcpyAsync(dst, stage, size, cudaMemcpyHostToDevice, impl->stream));
+        TG_CUDA_TRY(be, "tensor_set", cudaEventRecord(impl->stage_ev, impl->stream));
+        if (impl->staging_used == 0) {
+            std::lock_guard<std::mutex> lock(g_stage_mutex);
+            g_staged.push_back(impl);
+            g_n_staged++;
+        }
+        impl->staging_used += (size + 255) / 256 * 256;
+        return TG_OK;
+    }
     TG_CUDA_TRY(be, "tensor_set", cudaMemcpyAsync(dst, src, size, cudaMemcpyHostToDevice, impl->stream));
     TG_CUDA_TRY(be, "tensor_set", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
@@ -219,8 +293,15 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_get");
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    if (impl->rb_valid)  // an output of the last compute, already on the host
+        for (const tg_cuda_impl::readback &r : impl->rb)
+            if ((const char *)src >= r.dev && (const char *)src + size <= r.dev + r.size) {
+                memcpy(dst, impl->rb_host + r.off + ((const char *)src - r.dev), size);
+                return TG_OK;
+            }
     TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
     TG_CUDA_TRY(be, "tensor_get", cudaStreamSynchronize(impl->stream));
+    staged_forget(impl);
     return TG_OK;
 }
 
@@ -244,15 +325,6 @@ tg_status check_layout(const tg_tensor *node) {
     return TG_OK;
 }
 
-// Device-side pre-checks by op (ops without one validate inside their kernel).
-tg_cuda_fn device_check_of(tg_op op) {
-    switch (op) {
-        case TG_OP_GET_ROWS: return tg_cuda_check_get_rows;
-        case TG_OP_ROPE_KV_UPDATE: return tg_cuda_check_rope_kv_update;
-        default: return nullptr;
-    }
-}
-
 tg_status record_to_status(const tg_cuda_err &r) {
     const char *op = r.op > 0 && r.op < TG_OP_COUNT ? tg_op_get((tg_op)r.op).name : "graph_compute";
     switch (r.code) {
@@ -271,11 +343,148 @@ tg_status record_to_status(const tg_cuda_err &r) {
     }
 }
 
+}  // namespace
+
+tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be) { return &tg_cuda(be)->sig; }
+const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op) { return tg_cuda(be)->sig_last[op]; }
+
+bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst) {
+    for (const tg_tensor *t : tg_cuda(be)->kv_prechecked)
+        if (t == dst) return true;
+    return false;
+}
+
+namespace {
+
+// Same positions, same limits: one validation covers every rope_kv_update
+// that shares them (each layer of a model updates its caches at the same
+// positions).
+bool same_kv_check(const tg_tensor *a, const tg_tensor *b) {
+    const tg_tensor *pa = a->src[4], *pb = b->src[4];
+    if (pa->data != pb->data || a->src[0]->ne[2] != b->src[0]->ne[2]) return false;
+    if ((a->src[5] ? a->src[5]->ne[1] : -1) != (b->src[5] ? b->src[5]->ne[1] : -1)) return false;
+    for (int d = 0; d < 2; d++)
+        if (pa->ne[d] != pb->ne[d] || pa->nb[d] != pb->nb[d]) return false;
+    return true;
+}
+
+// Ops that may write persistent tensors (they skip once the record is set).
+bool writes_persistent(const tg_tensor *t) {
+    return t->op == TG_OP_CPY || t->op == TG_OP_ROPE_KV_UPDATE || (t->op == TG_OP_DELTA_RULE && t->src[5]);
+}
+
+// Clears d_err after copying it to the mapped host record: the graph's last node.
+__global__ void record_out_kernel(tg_cuda_err *d, tg_cuda_err *h) {
+    volatile tg_cuda_err *vd = d, *vh = h;
+    vh->op = vd->op;
+    for (int i = 0; i < 4; i++) vh->info[i] = vd->info[i];
+    vh->code = vd->code;
+    vd->code = 0;
+}
+
+// The device pre-checks a graph needs, launched before its first node. An
+// op's own kernel validates its input and reports it before any later node
+// runs; a pre-check is needed only where a writer of persistent tensors runs
+// earlier in the graph (it must see the report to skip). A rope_kv_update
+// whose positions an earlier check already covered (a pre-check, or an update
+// that validated itself before any writer) only reads the record.
+tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    std::vector<const tg_tensor *> covered;  // rope_kv_update checks done (or self-done) so far
+    // storage the graph writes in place: positions there may change between a
+    // check and an update, so such an update always validates itself
+    std::vector<const tg_tensor *> written;
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_CPY) written.push_back(tg_view_root(t->src[1]));
+        if (t->op == TG_OP_ROPE_KV_UPDATE)
+            written.push_back(tg_view_root(t->src[0])), written.push_back(tg_view_root(t->src[1]));
+        if (t->op == TG_OP_DELTA_RULE && t->src[5]) written.push_back(tg_view_root(t->src[5]));
+    }
+    bool writer_before = false;
+    tg_status s = TG_OK;
+    for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_VIEW) continue;
+        const tg_cuda_fn check = tg_op_get(t->op).cuda_check;
+        if (check && t->precheck) {  // persistent, written by no earlier node (tg_graph_mark_prechecks)
+            const tg_tensor *in = tg_view_root(t->src[tg_op_get(t->op).check_src]);
+            const bool rewritten = std::find(written.begin(), written.end(), in) != written.end();
+            if (t->op == TG_OP_ROPE_KV_UPDATE && rewritten) {
+                if (writer_before && (s = check(be, t)) != TG_OK) return s;  // as before: checked, then self-checked
+            } else if (t->op == TG_OP_ROPE_KV_UPDATE) {
+                bool done = false;
+                for (const tg_tensor *o : covered) done = done || same_kv_check(o, t);
+                if (!done && writer_before && (s = check(be, t)) != TG_OK) return s;
+                if (done || writer_before) impl->kv_prechecked.push_back(t);
+                if (!done) covered.push_back(t);
+            } else if (writer_before && (s = check(be, t)) != TG_OK) {
+                return s;
+            }
+        }
+        writer_before = writer_before || writes_persistent(t);
+    }
+    return TG_OK;
+}
+
+// Copies of the graph's small outputs into the pinned read-back buffer:
+// nodes nothing later reads, with their own storage in the compute buffer, of
+// at most 128 KiB (logits of a decode step; a larger copy nobody may read
+// would cost more device time than a read-back trip saves).
+constexpr size_t kReadbackMax = (size_t)128 << 10;
+tg_status enqueue_readback(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb.clear();
+    if (!impl->rb_host) return TG_OK;
+    std::vector<const tg_tensor *> read;
+    for (const tg_tensor *t : nodes) {
+        for (const tg_tensor *s : t->src)
+            if (s) read.push_back(tg_view_root(const_cast<tg_tensor *>(s)));
+        if (t->view_src) read.push_back(tg_view_root(const_cast<tg_tensor *>(t)));
+    }
+    std::sort(read.begin(), read.end());
+    size_t off = 0;
+    for (const tg_tensor *t : nodes) {
+        if (t->view_src || t->op == TG_OP_VIEW || t->buffer_id != be->compute_id || !t->data) continue;
+        if (std::binary_search(read.begin(), read.end(), t)) continue;
+        const size_t n = tg_nbytes(t);
+        if (!tg_is_contiguous(t) || n == 0 || n > kReadbackMax || off + n > impl->rb_cap) continue;
+        TG_CUDA_TRY(be, "graph_compute",
+                    cudaMemcpyAsync(impl->rb_host + off, t->data, n, cudaMemcpyDeviceToHost, impl->stream));
+        impl->rb.push_back({(const char *)t->data, n, off});
+        off += (n + 255) / 256 * 256;
+    }
+    return TG_OK;
+}
+
+// The graph's work on the stream, never synchronizing (it may be captured):
+// (plain runs: a record reset), the pre-checks, the nodes in order, the
+// read-back copies, the record out to the host (which clears it). Stops at
+// the first host-side error.
+tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    const char *call = "graph_compute";
+    tg_cuda_impl *impl = tg_cuda(be);
+    if (!impl->capturing)  // a replay relies on the last compute's clear
+        TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
+    impl->kv_prechecked.clear();
+    tg_status s = enqueue_prechecks(be, nodes);
+    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
+        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+    impl->kv_prechecked.clear();
+    if (s == TG_OK) s = enqueue_readback(be, nodes);
+    if (s == TG_OK) {
+        record_out_kernel<<<1, 1, 0, impl->stream>>>(impl->d_err, impl->h_err_dev);
+        TG_CUDA_LAUNCHED(be, call);
+    } else if (!impl->capturing) {
+        (void)cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream);  // the next compute starts clear
+    }
+    return s;
+}
+
 tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     const char *call = "graph_compute";
     tg_status s = enter(be, call);
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->rb_valid = false;
     for (const tg_tensor *t : nodes)
         if (t->op != TG_OP_VIEW && (s = check_layout(t)) != TG_OK) return s;
     for (const tg_tensor *t : nodes)
@@ -283,21 +492,19 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
             return tg_err(TG_ERR_UNSUPPORTED, "[%s] op %s has no CUDA kernel", call, tg_op_get(t->op).name);
     TG_CUBLAS_TRY(be, call,
                   cublasSetMathMode(impl->cublas, be->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
-
-    // checks of persistent inputs first, then the nodes in order; stop at the
-    // first host-side error
-    for (const tg_tensor *t : nodes) {
-        if (t->op == TG_OP_VIEW || !t->precheck) continue;  // see tg_graph_mark_prechecks
-        tg_cuda_fn check = device_check_of(t->op);
-        if (check && (s = check(be, t)) != TG_OK) break;
+    // inputs another backend staged may feed this graph: wait for their copies
+    if (g_n_staged.load() > (impl->staging_used ? 1 : 0)) {
+        std::lock_guard<std::mutex> lock(g_stage_mutex);
+        for (tg_cuda_impl *o : g_staged)
+            if (o != impl) TG_CUDA_TRY(be, call, cudaStreamWaitEvent(impl->stream, o->stage_ev, 0));
     }
-    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
-        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+    impl->h_err->code = -1;  // "not written": a graph that stopped early leaves this
+    s = tg_cuda_graph_run(be, nodes, enqueue_graph);
 
-    // drain the stream even after a host-side error: nothing may still run on
-    // our buffers when we return. A failure here came from a kernel: the
-    // context is suspect, so the backend refuses further work.
+    // one synchronization: drain the stream even after a host-side error, so
+    // that nothing still runs on our buffers when we return. A failure here
+    // came from a kernel: the context is suspect, so the backend refuses
+    // further work.
     cudaError_t e = cudaStreamSynchronize(impl->stream);
     if (e != cudaSuccess) {
         tg_status fs = tg_cuda_status(be, e, call, "cudaStreamSynchronize after the graph's kernels");
@@ -307,11 +514,13 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         }
         return fs;
     }
+    staged_forget(impl);
     if (impl->failed) return refuse(be, call);  // a sticky error seen by an op
     if (s != TG_OK) return s;
+    impl->rb_valid = true;  // the intermediates are final, whatever the record says
     tg_cuda_err rec;
-    TG_CUDA_TRY(be, call, cudaMemcpyAsync(&rec, impl->d_err, sizeof(rec), cudaMemcpyDeviceToHost, impl->stream));
-    TG_CUDA_TRY(be, call, cudaStreamSynchronize(impl->stream));
+    memcpy(&rec, (const void *)impl->h_err, sizeof rec);  // written by the device before the synchronization
+    if (rec.code < 0) return tg_err(TG_ERR_BACKEND, "[%s] the error record was not read back", call);
     if (rec.code != TG_CUDA_ERR_NONE) return record_to_status(rec);
     return TG_OK;
 }
@@ -359,6 +568,19 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));
     TG_CUBLAS_TRY(nullptr, call, cublasSetMathMode(impl->cublas, CUBLAS_DEFAULT_MATH));
+    // 32 MiB: cuBLAS's recommended workspace on Hopper (4 MiB before); set
+    // explicitly so that GEMMs captured into CUDA graphs allocate nothing
+    const size_t ws = (size_t)32 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->cublas_ws, ws));
+    TG_CUBLAS_TRY(nullptr, call, cublasSetWorkspace(impl->cublas, impl->cublas_ws, ws));
+    if (const char *env = getenv("TG_CUDA_GRAPHS")) impl->graphs = strcmp(env, "0") != 0;
+    TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
+    TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
+    impl->rb_cap = (size_t)1 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->rb_host, impl->rb_cap));
+    impl->staging_size = (size_t)1 << 20;
+    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
+    TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
     TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));

@@ -8,8 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "internal.h"
+#include "signature.cuh"
 
 // Bad input found on the device: the first report wins (atomicCAS on code).
 // The backend reads it back after the graph and turns it into an error.
@@ -49,6 +51,44 @@ struct tg_cuda_impl {
     size_t scratch_size = 0;
     // mul_mat: most bytes of F32 weights converted at once (env TG_CUDA_MM_BUDGET)
     size_t mm_budget = (size_t)256 << 20;
+    // cuBLAS workspace, set explicitly so that captured GEMMs allocate nothing
+    void *cublas_ws = nullptr;
+    // Mapped pinned host copy of the error record: the graph's last kernel
+    // writes it (through h_err_dev) and clears d_err, so every compute starts
+    // with a clear record; the one synchronization after the graph makes it
+    // readable.
+    tg_cuda_err *h_err = nullptr, *h_err_dev = nullptr;
+    // Read-back: small outputs of the last compute (graph sinks in the compute
+    // buffer), copied into pinned host memory by the graph itself, so that
+    // reading the logits needs no second trip to the device. Valid from a
+    // finished compute until the next set, memset or compute.
+    struct readback {
+        const char *dev;
+        size_t size, off;
+    };
+    char *rb_host = nullptr;
+    size_t rb_cap = 0;
+    std::vector<readback> rb;
+    bool rb_valid = false;
+    // CUDA graphs (cuda/graph_exec.cu): a graph computed again with the same
+    // nodes and buffers replays its captured launches. Env TG_CUDA_GRAPHS=0: off.
+    bool graphs = true;
+    bool capturing = false;     // a capture is being recorded: ops must not synchronize or (de)allocate
+    uint64_t resource_gen = 0;  // bumped whenever something launches point at (scratch) is replaced
+    struct tg_cuda_graph_cache *graph_cache = nullptr;
+    // Pinned staging of small tensor_set copies: copied asynchronously in
+    // stream order; reused after the next full synchronization of the stream.
+    char *staging = nullptr;
+    size_t staging_size = 0, staging_used = 0;
+    cudaEvent_t stage_ev = nullptr;  // recorded after the last staged copy
+    // rope_kv_update nodes whose positions the graph's pre-check pass has
+    // validated (only during a compute): their launches skip their own check
+    std::vector<const tg_tensor *> kv_prechecked;
+    // kernel-variant knobs and the variant names of the last launches (bench, tests)
+    tg_cuda_sig_knobs sig;
+    const char *sig_last[3] = {"", "", ""};
+    char rope_name[2][48] = {};
+    int rope_last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
 };
 
 inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; }
@@ -192,3 +232,20 @@ tg_status tg_cuda_copy(tg_backend *be, const tg_cuda_desc &src, const tg_cuda_de
 // check_src is a leaf): run before any node of the graph launches, they fill
 // the error record, so that every writer of persistent tensors skips.
 tg_status tg_cuda_check_get_rows(tg_backend *be, const tg_tensor *dst);
+
+// Whether dst (a rope_kv_update node) had its positions validated by this
+// compute's pre-check pass (then its write launch needs no check of its own).
+bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst);
+
+// cuda/graph_exec.cu: run a graph's work on the stream. enqueue puts the
+// record reset, checks, launches and the record copy on the stream (never
+// synchronizing). It runs plainly the first time a graph (its nodes, their
+// data and the backend's resources) is seen; the second time it is captured
+// into a CUDA graph and launched; after that the capture is replayed with no
+// host work. A capture that fails (an op that cannot be captured) falls back
+// to a plain run, and that graph is not captured again. Returns enqueue's
+// status (or a launch error); the caller synchronizes once and reads h_err.
+typedef tg_status (*tg_cuda_enqueue_fn)(tg_backend *be, const std::vector<tg_tensor *> &nodes);
+// (the read-back list impl->rb is the enqueued graph's; a replay restores it)
+tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue);
+void tg_cuda_graph_cache_free(tg_cuda_impl *impl);

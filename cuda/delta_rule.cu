@@ -37,8 +37,6 @@
 #include "ops.h"
 #include "signature.cuh"
 
-const char *tg_cuda_sig_last_delta = "";
-
 namespace {
 
 template <int NR, int TPC, typename ST, bool VEC>
@@ -465,10 +463,10 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     // worth of (sequence, value head) pairs per SM, so that each block takes a whole 128-column head
     // (B1 H16 T16384, split into 16-column slices, was slower than the scan); never with SCAN or a
     // forced scan kernel
-    const long long min_t = tg_cuda_sig.delta_chunk_min_t > 0 ? tg_cuda_sig.delta_chunk_min_t : 64;
+    const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
     const int sm_n = cu->sm_count > 0 ? cu->sm_count : 132;
     const bool auto_chunked = T >= min_t && Dk >= 64 && 2 * B * Hv > sm_n;
-    if (tg_cuda_delta_chunked_covers(Dk, Dv) && tg_cuda_sig.delta_kernel == KERN_AUTO &&
+    if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
         (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
         return tg_cuda_delta_rule_chunked(be, dst);
 
@@ -508,10 +506,10 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     //    keeps 4: T tokens and T single steps then agree bit for bit there by default)
     int tpc = Dk > 128 ? 8 : 4;
     const bool small_grid = T > 1 && B * Hv * Dv * 4 < 2LL * sms * 1024;
-    if (tg_cuda_sig.delta_tpc == 8 || (tg_cuda_sig.delta_tpc == 0 && small_grid && (Dk > 64 || Dk <= 32))) tpc = 8;
+    if (cu->sig.delta_tpc == 8 || (cu->sig.delta_tpc == 0 && small_grid && (Dk > 64 || Dk <= 32))) tpc = 8;
     const int rows = (int)((Dk + tpc - 1) / tpc);
     const int NR = rows <= 4 ? 4 : rows <= 8 ? 8 : rows <= 16 ? 16 : 32;
-    bool vec = st && Dk % 4 == 0 && !tg_cuda_sig.delta_scalar;
+    bool vec = st && Dk % 4 == 0 && !cu->sig.delta_scalar;
     if (vec) {
         const size_t es = tg_type_size(st->type), al = 4 * es;
         vec = st->nb[0] == es && (uintptr_t)st->data % al == 0;
@@ -522,7 +520,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     // kernels need 16-byte q/k rows (and the smem one the 4-element state path); other layouts
     // take the chunk kernel, which computes the same bits.
     const bool qk_vec = Dk % 4 == 0 && rows_vec4(q) && rows_vec4(k);
-    int kern = tg_cuda_sig.delta_kernel;
+    int kern = cu->sig.delta_kernel;
     if (kern == KERN_AUTO) kern = T == 1 ? KERN_DECODE : KERN_CHUNK;
     if (kern == KERN_PERSISTENT && T != 1) kern = KERN_DECODE;
     if ((kern == KERN_DECODE || kern == KERN_PERSISTENT) && !(qk_vec && (!st || vec))) kern = KERN_CHUNK;
@@ -545,7 +543,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     size_t smem = 0;
     if (dec) {
         // blocks of up to dec_threads (default 128) threads, whole warps of columns
-        const int want = tg_cuda_sig.delta_dec_threads > 0 ? tg_cuda_sig.delta_dec_threads : 128;
+        const int want = cu->sig.delta_dec_threads > 0 ? cu->sig.delta_dec_threads : 128;
         const int cpw = 32 / tpc, cb_max = (want < 32 ? 32 : want > kMaxThreads ? kMaxThreads : want) / 32 * cpw;
         const int cb_dv = (int)((Dv + cpw - 1) / cpw * cpw);
         a.CB = cb_dv < cb_max ? cb_dv : cb_max;
@@ -578,7 +576,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
         const int cpw = 32 / tpc;
         const long long tiles = (long long)B * Hv * ((Dv + cpw - 1) / cpw);
         if (tiles > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: %lld tiles too many", call, tiles);
-        const int want = tg_cuda_sig.delta_dec_threads > 0 ? tg_cuda_sig.delta_dec_threads : 128;
+        const int want = cu->sig.delta_dec_threads > 0 ? cu->sig.delta_dec_threads : 128;
         int wpb = (want < 32 ? 32 : want > kMaxThreads ? kMaxThreads : want) / 32;
         const size_t per_warp = 2 * (size_t)persistent_buf_bytes(a.DKP, NR, st ? (int)tg_type_size(st->type) : 4);
         while (wpb > 1 && wpb * per_warp > 48 * 1024) wpb /= 2;
@@ -603,7 +601,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
         static char pname[64];
         snprintf(pname, sizeof(pname), "pdec%dx%d/%s/%s/b%d", NR, tpc, vec ? "vec" : "scalar",
                  st ? tg_type_name(st->type) : "nostate", threads);
-        tg_cuda_sig_last_delta = pname;
+        cu->sig_last[TG_CUDA_SIG_DELTA] = pname;
         return TG_OK;
     }
     delta_kernel_fn fn = nullptr;
@@ -630,6 +628,6 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
             snprintf(name, sizeof(name), "rows%dx%d/%s/%s/tc%d", NR, tpc, vec ? "vec" : "scalar",
                      st ? tg_type_name(st->type) : "nostate", a.TC);
     }
-    tg_cuda_sig_last_delta = name;
+    cu->sig_last[TG_CUDA_SIG_DELTA] = name;
     return TG_OK;
 }

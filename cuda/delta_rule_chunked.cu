@@ -477,10 +477,10 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         return chunk_smem(a.DKP, bv) <= (size_t)optin && a.DKP * bv <= kTilesS * warps_for(bv) * 128 &&
                4 * (bv / 8) <= kTilesC * warps_for(bv);
     };
-    int BV = tg_cuda_sig.delta_chunk_bv > 0 ? tg_cuda_sig.delta_chunk_bv : 128;
+    int BV = cu->sig.delta_chunk_bv > 0 ? cu->sig.delta_chunk_bv : 128;
     while (BV > 8 && BV / 2 >= Dv) BV /= 2;
     while (BV > 8 && !fits(BV)) BV /= 2;
-    while (tg_cuda_sig.delta_chunk_bv == 0 && BV > 16 && 2LL * B * Hv * ((Dv + BV - 1) / BV) <= sms) BV /= 2;
+    while (cu->sig.delta_chunk_bv == 0 && BV > 16 && 2LL * B * Hv * ((Dv + BV - 1) / BV) <= sms) BV /= 2;
     if (!fits(BV))
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA chunked: Dk %lld needs more shared memory than the device has",
                       call, Dk);
@@ -507,6 +507,6 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     TG_CUDA_LAUNCHED(be, call);
     static char name[64];
     snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw, a.qk_vec ? "" : "/scalar");
-    tg_cuda_sig_last_delta = name;
+    cu->sig_last[TG_CUDA_SIG_DELTA] = name;
     return TG_OK;
 }

@@ -25,9 +25,6 @@
 #include "ops.h"
 #include "signature.cuh"
 
-tg_cuda_sig_knobs tg_cuda_sig;
-const char *tg_cuda_sig_last_rope = "";
-const char *tg_cuda_sig_last_kv = "";
 
 namespace {
 
@@ -298,28 +295,30 @@ void launch_r(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, co
     if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
 }
 // R (chunks per thread) and the register budget: 4 blocks of 256 per SM (R 4: 64 registers, 8 bytes
-// of spill; 128 KB of loads in flight per SM); minb 3 is the R 4 kernel of v1 (76 registers, 3 blocks
-// per SM), 4% slower on kv.prefill (bench kv.prefill/mb3, bench/NOTES.md)
+// of spill; 128 KB of loads in flight per SM). The R 4 kernel of v1 (76 registers, 3 blocks per SM)
+// was 4% slower on kv.prefill and is no longer built (bench/NOTES.md, kv.prefill/mb3).
 template <int VEC, bool NEOX>
-void launch_kind(int kind, int minb, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a,
-                 tg_cuda_err *e) {
+void launch_kind(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
     if (a.rounds == 1) launch_r<VEC, NEOX, 1, 4>(kind, grid, threads, smem, st, a, e);
     else if (NEOX || a.rounds == 2) launch_r<VEC, NEOX, 2, 4>(kind, grid, threads, smem, st, a, e);
-    else if (minb == 4) launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
-    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 3>(kind, grid, threads, smem, st, a, e);
+    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
 }
 
 // Shared host side: checks, variant choice, launch shape. ts[0, n_vec): the
 // row tensors whose layout decides the vector path; ts[n_vec, n_ts): the
 // others (positions, tables), which only need element alignment.
+// pre: (rope_kv_update) the graph's pre-check pass has validated the
+// positions already (tg_cuda_kv_prechecked): the write launch only reads the
+// error record, with no check of its own.
 tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, const tg_tensor *const *ts, int n_vec,
-                      int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp) {
+                      int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp,
+                      bool pre = false) {
     tg_cuda_impl *cu = tg_cuda(be);
     if (T * B == 0 || D * H == 0) return TG_OK;
     if (T * B > INT_MAX || D * H > INT_MAX)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T*B = %lld or D*H = %lld above 2^31-1", call,
                       (long long)(T * B), (long long)(D * H));
-    bool vec = D % 4 == 0 && !tg_cuda_sig.rope_scalar;
+    bool vec = D % 4 == 0 && !cu->sig.rope_scalar;
     for (int i = 0; i < n_ts; i++) {
         if (!elem_aligned(ts[i]))
             return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: tensor '%s' is a view at an address or stride that is not "
@@ -336,10 +335,12 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
     // fused validation when every block can afford to check all positions
     const long long tokens = T * B;
     int kind = KIND_ROPE;
-    if (kv) {
+    if (kv && pre) {
+        kind = KIND_KV;
+    } else if (kv) {
         const bool can_fuse = tokens <= kFusedMaxTokens;
-        const bool fuse = tg_cuda_sig.kv_validate == 1   ? can_fuse
-                          : tg_cuda_sig.kv_validate >= 2 ? false
+        const bool fuse = cu->sig.kv_validate == 1   ? can_fuse
+                          : cu->sig.kv_validate >= 2 ? false
                                                          : can_fuse && T <= kFusedMaxT;
         kind = fuse ? KIND_KV_FUSED : KIND_KV;
     }
@@ -357,13 +358,13 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
     a.rounds = rmax;
     auto per_token = [&](int rounds) { return (a.N + threads * rounds - 1) / (threads * rounds); };
     while (a.rounds > 1 && tokens * per_token(a.rounds) < 2LL * sms) a.rounds /= 2;
-    if (tg_cuda_sig.kv_rounds > 0) a.rounds = tg_cuda_sig.kv_rounds < rmax ? tg_cuda_sig.kv_rounds : rmax;
+    if (cu->sig.kv_rounds > 0) a.rounds = cu->sig.kv_rounds < rmax ? cu->sig.kv_rounds : rmax;
     if (a.rounds == 3) a.rounds = 2;
     a.bpt = per_token(a.rounds);
     if (tokens * a.bpt > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid too large", call);
     const dim3 grid((unsigned)(tokens * a.bpt));
 
-    if (kind == KIND_KV && tg_cuda_sig.kv_validate != 3) {
+    if (kind == KIND_KV && !pre && cu->sig.kv_validate != 3) {
         const long long nt = (T + kValTile - 1) / kValTile;
         if (nt * nt * B > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T = %lld too large", call, (long long)T);
         kv_validate_kernel<<<(unsigned)(nt * nt * B), kValTile, 0, cu->stream>>>(a.pos, a.T, a.L,
@@ -371,27 +372,23 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
                                                                                 cu->d_err);
         TG_CUDA_LAUNCHED(be, call);
     }
-    const int minb = a.rounds == 4 ? (tg_cuda_sig.kv_min_blocks == 3 ? 3 : 4) : 4;
     if (vec)
-        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, minb, grid, threads, smem, cu->stream, a,
-                                                                cu->d_err);
+        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
     else
-        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, minb, grid, threads, smem, cu->stream, a,
-                                                                cu->d_err);
+        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
     TG_CUDA_LAUNCHED(be, call);
 
     // variant name for bench/ (formatted only when it changes: keep the launch path lean)
-    static const char *kinds[3] = {"", "/validate+write", "/fused"};
-    static char name[2][48];
-    static int last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
-    const int now[4] = {a.neox, vec, kind * 8 + (kv && tg_cuda_sig.kv_validate == 3), a.rounds * 8 + minb};
+    static const char *const kinds[3] = {"", "/validate+write", "/fused"};
+    char (&name)[2][48] = cu->rope_name;
+    int (&last)[2][4] = cu->rope_last;
+    const int now[4] = {a.neox, vec, kind * 8 + (kv && cu->sig.kv_validate == 3) + 2 * pre, a.rounds};
     if (memcmp(now, last[kv], sizeof(now)) != 0) {
         memcpy(last[kv], now, sizeof(now));
-        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d%s", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
-                 kv && tg_cuda_sig.kv_validate == 3 ? "/write-only" : kinds[kind], a.rounds,
-                 a.rounds == 4 && minb == 3 ? "/mb3" : "");
+        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
+                 kv && cu->sig.kv_validate == 3 ? "/write-only" : pre ? "/prechecked" : kinds[kind], a.rounds);
     }
-    (kv ? tg_cuda_sig_last_kv : tg_cuda_sig_last_rope) = name[kv];
+    cu->sig_last[kv ? TG_CUDA_SIG_KV : TG_CUDA_SIG_ROPE] = name[kv];
     return TG_OK;
 }
 
@@ -446,5 +443,6 @@ tg_status tg_cuda_rope_kv_update(tg_backend *be, const tg_tensor *dst) {
     a.L = kc->ne[2];
     a.Ltab = cs ? cs->ne[1] : 0;
     const tg_tensor *ts[7] = {kc, vc, kn, vn, pos, cs, sn};
-    return launch_rows(be, "rope_kv_update", true, a, ts, 4, cs ? 7 : 5, kn->ne[0], kn->ne[1], kn->ne[2], kn->ne[3], rp);
+    return launch_rows(be, "rope_kv_update", true, a, ts, 4, cs ? 7 : 5, kn->ne[0], kn->ne[1], kn->ne[2], kn->ne[3], rp,
+                       tg_cuda_kv_prechecked(be, dst));
 }

@@ -2,7 +2,7 @@
 // (cuda/rope.cu, cuda/delta_rule.cu), for bench/ and tests/ only: force a
 // kernel variant so that each one stays reachable and measured by name, and
 // read back which variant the last launch used. Plain C++ (no CUDA headers),
-// so host-only test code can include it. Not thread-safe; not public API.
+// so host-only test code can include it. Per backend; not public API.
 #pragma once
 #include "tinygml.h"
 
@@ -18,9 +18,6 @@ struct tg_cuda_sig_knobs {
     // (4, fewer while the grid would not fill the GPU; NEOX at most 2), else
     // forced to 1, 2 or 4 (each a kernel of its own register budget).
     int kv_rounds = 0;
-    // 4 chunks per thread: 0 auto (the kernel built for 4 blocks of 256 per
-    // SM, 64 registers), 3: the one built for 3 blocks per SM (76 registers).
-    int kv_min_blocks = 0;
     // 1: rope / rope_kv_update always take the scalar, any-stride path.
     int rope_scalar = 0;
     // delta_rule threads per state column: 0 auto, 4 or 8 (8 is implied for
@@ -43,17 +40,24 @@ struct tg_cuda_sig_knobs {
     // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
     int delta_chunk_bv = 0;
 };
-extern tg_cuda_sig_knobs tg_cuda_sig;
+// The knobs of one CUDA backend (all 0, auto, when it is created): state of
+// the backend, not of the process, so two backends never share them. Change
+// them only while no compute runs on that backend.
+tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be);
 
-// Name of the variant the last launch of each op used, e.g.
-// "vec4/fused" or "rows32x4/vec/f32" (static strings).
-extern const char *tg_cuda_sig_last_rope;
-extern const char *tg_cuda_sig_last_kv;
-extern const char *tg_cuda_sig_last_delta;
+// Name of the variant the last launch of each op on backend be used, e.g.
+// "vec4/fused" or "rows32x4/vec/f32" ("" before any launch).
+enum tg_cuda_sig_op { TG_CUDA_SIG_ROPE = 0, TG_CUDA_SIG_KV = 1, TG_CUDA_SIG_DELTA = 2 };
+const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,
-// repeats), for the backend's pass over persistent inputs before any node
-// runs (cuda/backend.cu device_check_of): with it, one bad position stops
-// every cache update of the graph, as the CPU backend's host checks do.
-// Without it each update still validates itself before it writes.
+// repeats): the op table's cuda_check, launched by the backend before any
+// node runs where an earlier node writes persistent tensors
+// (cuda/backend.cu enqueue_prechecks): with it, one bad position stops every
+// writer of the graph, as the CPU backend's host checks do. Without it the
+// update validates itself before it writes.
 tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst);
+
+// CUDA graphs of a backend (cuda/graph_exec.cu): captures it holds now and
+// replays it has launched, for tests and bench.
+void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays);

@@ -53,24 +53,44 @@ struct model {
 model *model_load(const char *path, tg_backend *be);
 void model_free(model *m);
 
+// A forward graph built once for one batch shape and kept (session.cpp).
+struct session_graph;
+
 // KV caches (F32, {head_dim, n_head_kv, n_ctx, n_seq} per attention layer)
 // and recurrent states (F32, {dk, dv, hv, n_seq} per delta layer) for n_seq
 // sequences, persistent on the model's backend.
+//
+// Forward graphs are built once per batch shape (first sequence, sequences,
+// T, all_logits) and reused: a step only writes its token ids and positions
+// into the input slots (tg_tensor_set) and computes the kept graph, so the
+// CUDA backend can replay its captured launches. At most
+// session_max_graphs shapes are kept (least recently used dropped).
 struct session {
     const model *m = nullptr;
     int n_seq = 0, n_ctx = 0;
     tg_context *ctx = nullptr;
     tg_buffer *buf = nullptr;
     std::vector<tg_tensor *> k_cache, v_cache, state;  // per layer (NULL where not used)
-    tg_tensor *tokens = nullptr, *positions = nullptr;  // input slots {n_ctx * n_seq} I32
+    // the input slot, I32 {2 * n_ctx * n_seq}: a step of n*T tokens writes its
+    // token ids to [0, n*T) and its positions to [n*T, 2*n*T), in one upload
+    tg_tensor *inputs = nullptr;
     std::vector<int> n_past;                            // tokens seen per sequence
     size_t state_bytes = 0;
+    bool reuse_graphs = true;                           // false: build every step's graph anew (tests)
+    std::vector<session_graph *> graphs;                // kept graphs, by batch shape
+    uint64_t clock = 0;                                 // for least-recently-used eviction
 };
+constexpr int session_max_graphs = 8;
 
 session *session_new(const model *m, int n_seq, int n_ctx);
 void session_free(session *s);
 // Forget sequence seq: zero its caches' rows and its state, n_past = 0.
 tg_status session_reset(session *s, int seq);
+// Reserve the backend's compute buffer for the largest step this session
+// will run: all n_seq sequences, T_max tokens each, logits of every token
+// (tg_backend_reserve). Later steps of at most T_max tokens never grow the
+// buffer. Call it before the first session_eval (it may replace the buffer).
+tg_status session_reserve(session *s, int T_max);
 
 // Run T new tokens for each of the n sequences [seq0, seq0 + n): tokens[b*T + t].
 // Positions continue each sequence's n_past. logits receives vocab floats per

@@ -40,9 +40,8 @@ session *session_new(const model *m, int n_seq, int n_ctx) {
         }
     }
     if (ok) {
-        s->tokens = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, (int64_t)n_ctx * n_seq);
-        s->positions = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, (int64_t)n_ctx * n_seq);
-        ok = s->tokens && s->positions;
+        s->inputs = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, 2 * (int64_t)n_ctx * n_seq);
+        ok = s->inputs != nullptr;
     }
     if (ok) s->buf = tg_backend_alloc(m->backend, s->ctx);
     if (!ok || !s->buf || tg_buffer_clear(s->buf, 0) != TG_OK) {
@@ -54,8 +53,24 @@ session *session_new(const model *m, int n_seq, int n_ctx) {
     return s;
 }
 
+struct session_graph {
+    int seq0, n, T;
+    bool all_logits;
+    tg_context *ctx;  // the graph's tensors (metadata only: views of the slots, op results)
+    tg_graph *g;
+    tg_tensor *out;  // logits {V, T or 1, n}
+    uint64_t last_use;
+};
+
+static void free_graph(session_graph *sg) {
+    if (!sg) return;
+    tg_free(sg->ctx);
+    delete sg;
+}
+
 void session_free(session *s) {
     if (!s) return;
+    for (session_graph *sg : s->graphs) free_graph(sg);
     tg_buffer_free(s->buf);
     tg_free(s->ctx);
     delete s;
@@ -156,6 +171,62 @@ struct builder {
 
 }  // namespace
 
+// Build the forward graph of one batch shape. Inputs are views of the
+// session's persistent input slot (token ids, then positions): a step
+// writes them with tg_tensor_set, so the graph does not depend on the values.
+static session_graph *build_graph(session *s, int seq0, int n, int T, bool all_logits) {
+    const hparams &hp = s->m->hp;
+    const size_t n_nodes = (size_t)hp.n_layer * 40 + 64;
+    tg_init_params ip = {n_nodes * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    if (!ctx) return nullptr;
+    tg_tensor *tok = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, 0);
+    tg_tensor *pv = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, (size_t)n * T * 4);
+    builder bld{*s->m, hp, *s, ctx, seq0, n, T, pv};
+    tg_tensor *out = tok && pv ? bld.forward(tok, all_logits) : nullptr;
+    tg_graph *g = out ? tg_graph_new(ctx) : nullptr;
+    if (!g || tg_graph_expand(g, out) != TG_OK) {
+        tg_set_error(TG_ERR_ARG, "[session_eval] cannot build the graph: %s", tg_last_error());
+        tg_free(ctx);
+        return nullptr;
+    }
+    auto *sg = new session_graph{seq0, n, T, all_logits, ctx, g, out, 0};
+    return sg;
+}
+
+// The kept graph of this shape, built (and kept, dropping the least recently
+// used beyond session_max_graphs) when there is none.
+static session_graph *graph_for(session *s, int seq0, int n, int T, bool all_logits) {
+    for (session_graph *sg : s->graphs)
+        if (sg->seq0 == seq0 && sg->n == n && sg->T == T && sg->all_logits == all_logits) {
+            sg->last_use = ++s->clock;
+            return sg;
+        }
+    session_graph *sg = build_graph(s, seq0, n, T, all_logits);
+    if (!sg) return nullptr;
+    sg->last_use = ++s->clock;
+    if ((int)s->graphs.size() >= session_max_graphs) {
+        auto lru = std::min_element(s->graphs.begin(), s->graphs.end(),
+                                    [](const session_graph *a, const session_graph *b) { return a->last_use < b->last_use; });
+        free_graph(*lru);
+        s->graphs.erase(lru);
+    }
+    s->graphs.push_back(sg);
+    return sg;
+}
+
+tg_status session_reserve(session *s, int T_max) {
+    if (!s) return tg_set_error(TG_ERR_ARG, "[session_reserve] session is NULL");
+    if (T_max < 1 || T_max > s->n_ctx)
+        return tg_set_error(TG_ERR_ARG, "[session_reserve] T_max %d outside [1, %d]", T_max, s->n_ctx);
+    session_graph *sg = s->reuse_graphs ? graph_for(s, 0, s->n_seq, T_max, true) : build_graph(s, 0, s->n_seq, T_max, true);
+    if (!sg) return tg_set_error(TG_ERR_OOM, "[session_reserve] %s", tg_last_error());
+    tg_status st = tg_backend_reserve(s->m->backend, sg->g);
+    if (st != TG_OK) st = tg_set_error(st, "[session_reserve] %s", tg_last_error());
+    if (!s->reuse_graphs) free_graph(sg);
+    return st;
+}
+
 tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T, bool all_logits,
                        std::vector<float> *logits) {
     if (!s || !tokens || !logits) return tg_set_error(TG_ERR_ARG, "[session_eval] NULL argument");
@@ -171,32 +242,26 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
         if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
             return tg_set_error(TG_ERR_ARG, "[session_eval] token id %d at %d outside [0, %d)", tokens[i], i,
                                 hp.n_vocab);
-    std::vector<int32_t> pos((size_t)n * T);
+    // token ids, then positions: the graph's inputs, one upload
+    const size_t nt = (size_t)n * T;
+    std::vector<int32_t> in(2 * nt);
+    memcpy(in.data(), tokens, nt * 4);
     for (int b = 0; b < n; b++)
-        for (int t = 0; t < T; t++) pos[(size_t)b * T + t] = s->n_past[seq0 + b] + t;
+        for (int t = 0; t < T; t++) in[nt + (size_t)b * T + t] = s->n_past[seq0 + b] + t;
 
-    const size_t n_nodes = (size_t)hp.n_layer * 40 + 64;
-    tg_init_params ip = {n_nodes * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
-    tg_context *ctx = tg_init(ip);
-    if (!ctx) return tg_set_error(TG_ERR_OOM, "[session_eval] %s", tg_last_error());
-    tg_tensor *tok = tg_view_2d(ctx, s->tokens, T, n, (size_t)T * 4, 0);
-    tg_tensor *pv = tg_view_2d(ctx, s->positions, T, n, (size_t)T * 4, 0);
-    builder bld{*s->m, hp, *s, ctx, seq0, n, T, pv};
-    tg_tensor *out = tok && pv ? bld.forward(tok, all_logits) : nullptr;
-    tg_graph *g = out ? tg_graph_new(ctx) : nullptr;
-    tg_status st = g ? tg_graph_expand(g, out) : TG_ERR_ARG;
-    if (st == TG_OK) st = tg_tensor_set(tok, tokens, 0, (size_t)n * T * 4);
-    if (st == TG_OK) st = tg_tensor_set(pv, pos.data(), 0, pos.size() * 4);
-    if (st == TG_OK) st = tg_graph_compute(s->m->backend, g);
+    session_graph *sg = s->reuse_graphs ? graph_for(s, seq0, n, T, all_logits) : build_graph(s, seq0, n, T, all_logits);
+    if (!sg) return tg_set_error(TG_ERR_OOM, "[session_eval] %s", tg_last_error());
+    tg_status st = tg_tensor_set(s->inputs, in.data(), 0, in.size() * 4);
+    if (st == TG_OK) st = tg_graph_compute(s->m->backend, sg->g);
     if (st == TG_OK) {
-        logits->resize((size_t)tg_nelements(out));
-        st = tg_tensor_get(out, logits->data(), 0, logits->size() * 4);
+        logits->resize((size_t)tg_nelements(sg->out));
+        st = tg_tensor_get(sg->out, logits->data(), 0, logits->size() * 4);
     }
     if (st == TG_OK)
         for (int b = 0; b < n; b++) s->n_past[seq0 + b] += T;
     else
-        st = tg_set_error(st == TG_OK ? TG_ERR_ARG : st, "[session_eval] %s", tg_last_error());
-    tg_free(ctx);
+        st = tg_set_error(st, "[session_eval] %s", tg_last_error());
+    if (!s->reuse_graphs) free_graph(sg);
     return st;
 }
 

@@ -39,7 +39,7 @@ void usage(FILE *f, const char *argv0) {
             "  -b N             run N copies of the prompt as one batch, for throughput (default %d)\n"
             "  -q               print only the timing lines\n"
             "  --ignore-eos     keep generating past EOS (for timing)\n"
-            "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init)\n"
+            "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
             "  -h, --help       this help\n"
             "example (the recall task of models/README.md: key=value pairs, then ?key=):\n"
             "  %s -m models/hybrid-recall.gguf -p \"a3=p7 b1=q2 c5=w4 d8=s1 ?b1=\" -n 4\n",
@@ -186,13 +186,19 @@ int main(int argc, char **argv) {
     if (rc == 0) {
         std::vector<int32_t> toks;
         for (int b = 0; b < B; b++) toks.insert(toks.end(), prompt.begin(), prompt.end());
-        if (o.warmup) {  // the same shapes once, untimed, on a throwaway session
-            tgm::session *w = tgm::session_new(m, B, n_ctx);
+        // the compute buffer is sized once, for the prompt pass (the largest step)
+        if (tgm::session_reserve(s, (int)prompt.size()) != TG_OK)
+            fprintf(stderr, "warning: %s\n", tg_last_error());
+        if (o.warmup) {
+            // the same shapes, untimed, on this session (its graphs are kept and,
+            // on CUDA, captured on their second run), then every sequence reset
             std::vector<int32_t> one(B, m->hp.bos);
-            if (!w || tgm::session_eval(w, 0, B, toks.data(), (int)prompt.size(), false, &logits) != TG_OK ||
-                (n_ctx > (int)prompt.size() && tgm::session_eval(w, 0, B, one.data(), 1, false, &logits) != TG_OK))
-                fprintf(stderr, "warning: warm-up failed: %s\n", tg_last_error());
-            tgm::session_free(w);
+            tg_status ws = tgm::session_eval(s, 0, B, toks.data(), (int)prompt.size(), false, &logits);
+            for (int i = 0; i < 2 && ws == TG_OK && s->n_past[0] < n_ctx; i++)
+                ws = tgm::session_eval(s, 0, B, one.data(), 1, false, &logits);
+            if (ws != TG_OK) fprintf(stderr, "warning: warm-up failed: %s\n", tg_last_error());
+            for (int b = 0; b < B; b++)
+                if (tgm::session_reset(s, b) != TG_OK) fprintf(stderr, "warning: reset failed: %s\n", tg_last_error());
         }
         if (!o.quiet) printf("%s", o.prompt.c_str());
         double t0 = now_ms();

@@ -207,3 +207,27 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     }
     return s;
 }
+
+tg_status tg_backend_reserve(tg_backend *b, tg_graph *g) {
+    tg_status st = tg_check_backend("backend_reserve", b);
+    if (st != TG_OK) return st;
+    if (!g) return tg_err(TG_ERR_ARG, "[backend_reserve] graph is NULL");
+    if ((st = tg_graph_check_live("backend_reserve", g)) != TG_OK) return st;
+    if (!g->plan.valid && (st = tg_plan_graph(g)) != TG_OK) return st;
+    if (g->plan.size <= b->compute_size) return TG_OK;
+    // allocate the new buffer before releasing the old one: on failure the
+    // old buffer (and every output in it) stays as it was
+    void *ptr = nullptr;
+    tg_status s = b->iface->alloc(b, g->plan.size, &ptr);
+    if (s != TG_OK)
+        return tg_err(s, "[backend_reserve] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
+                      b->name.c_str(), tg_last_error());
+    if (b->compute_buf) {
+        tg_registry_remove(b->compute_id);
+        b->iface->dealloc(b, b->compute_buf);
+    }
+    b->compute_buf = ptr;
+    b->compute_size = g->plan.size;
+    b->compute_id = tg_registry_add(b, ptr, g->plan.size);
+    return TG_OK;
+}

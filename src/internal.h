@@ -146,7 +146,11 @@ struct tg_op_info {
     int check_src;  // the source whose data cpu_check reads (-1: none)
     tg_cpu_fn cpu;
     tg_cuda_fn cuda;  // NULL when built without CUDA
-    const tg_cpu_fast *cpu_fast;  // CPU fast path beside the reference (NULL: none)
+    // the device-side form of cpu_check: the CUDA backend launches it for
+    // every node whose check_src is persistent, before any node runs (NULL:
+    // the op's kernels validate themselves, or no CUDA)
+    tg_cuda_fn cuda_check = nullptr;
+    const tg_cpu_fast *cpu_fast = nullptr;  // CPU fast path beside the reference (NULL: none)
 };
 
 const tg_op_info &tg_op_get(tg_op op);  // the table in src/op_table.cpp

@@ -36,6 +36,9 @@ void tg_cpu_delta_rule_chunked(const tg_tensor *dst, int ith, int nth);
 
 tg_status tg_check_get_rows(const tg_tensor *dst);
 tg_status tg_check_rope_kv_update(const tg_tensor *dst);
+// their device-side forms (cuda/copy.cu, cuda/rope.cu): fill the error record
+tg_status tg_cuda_check_get_rows(tg_backend *be, const tg_tensor *dst);
+tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst);
 
 // Whether a and b may share bytes: same storage root and overlapping byte
 // ranges (conservative for interleaved strided views). ggml_ops/rope.cpp.

@@ -131,7 +131,9 @@ TG_API void *tg_tensor_data(const tg_tensor *t);
 // Copy bytes into / out of a tensor's storage (host or device), with bounds
 // checks: offset + size must lie within tg_nbytes(t). The tensor must be
 // contiguous and have storage (a host context, a backend buffer, or an
-// intermediate of the last graph computed).
+// intermediate of the last graph computed). tg_tensor_set has copied `data`
+// when it returns; on CUDA a small set (up to 64 KiB) may still be on its way
+// to the device, ordered before any later compute, get or set.
 TG_API tg_status tg_tensor_set(tg_tensor *t, const void *data, size_t offset, size_t size);
 TG_API tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, size_t size);
 
@@ -361,9 +363,23 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 // failure is a bad position or id in a persistent input (found before any
 // node runs), their values are unchanged too on the CPU backend, and on CUDA
 // when the failed graph needed a larger buffer than the previous one.
+// On CUDA, computing the same graph again (same tensors, same buffers)
+// replays its launches as one CUDA graph, captured on its second consecutive
+// (or third) compute; values in tensors may change freely between computes.
+// Environment TG_CUDA_GRAPHS=0, read when the backend is created, turns this
+// off (docs/ops.md).
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
+// Reserve b's compute buffer for g, as ggml-alloc's reserve: plan g (as
+// tg_graph_compute would) and grow the buffer now to at least g's planned
+// bytes. Computes nothing; g's leaves need no storage yet. Reserve once with
+// the largest graph a session will run (its longest prompt): every compute
+// whose plan fits then runs in the same buffer, so the buffer never grows or
+// moves mid-session. Growing here replaces the buffer: outputs of earlier
+// computes on b are invalidated (reading them fails cleanly); a reserve that
+// fits (or fails) changes nothing. TG_ERR_OOM when the buffer cannot grow.
+TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 
 // ---------------------------------------------------------------------------
 // GGUF files (version 3, little-endian): a strict reader and a writer.

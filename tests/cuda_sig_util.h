@@ -34,20 +34,6 @@ bool small_run() {
 }
 int S(int full, int small) { return small_run() ? small : full; }
 
-// Set a CUDA kernel knob for one scope (no-op without CUDA).
-struct knobs {
-#ifdef TG_HAVE_CUDA
-    tg_cuda_sig_knobs saved = tg_cuda_sig;
-    knobs(int kv_validate, int rope_scalar, int delta_tpc, int delta_scalar, int delta_kernel = 0, int kv_rounds = 0) {
-        tg_cuda_sig.kv_validate = kv_validate, tg_cuda_sig.rope_scalar = rope_scalar;
-        tg_cuda_sig.delta_tpc = delta_tpc, tg_cuda_sig.delta_scalar = delta_scalar;
-        tg_cuda_sig.delta_kernel = delta_kernel, tg_cuda_sig.kv_rounds = kv_rounds;
-    }
-    ~knobs() { tg_cuda_sig = saved; }
-#else
-    knobs(int, int, int, int, int = 0, int = 0) {}
-#endif
-};
 
 // ---------------------------------------------------------------------------
 // Host storage of any float type, and a tensor placed inside a 1-D backing
@@ -150,6 +136,26 @@ struct CudaSig : ::testing::Test {
 };
 tg_backend *CudaSig::cpu = nullptr;
 tg_backend *CudaSig::gpu = nullptr;
+
+// Set the shared CUDA backend's kernel knobs for one scope (no-op without CUDA).
+struct knobs {
+#ifdef TG_HAVE_CUDA
+    tg_cuda_sig_knobs saved{};
+    knobs(int kv_validate, int rope_scalar, int delta_tpc, int delta_scalar, int delta_kernel = 0, int kv_rounds = 0) {
+        if (!CudaSig::gpu) return;
+        tg_cuda_sig_knobs &k = *tg_cuda_knobs(CudaSig::gpu);
+        saved = k;
+        k.kv_validate = kv_validate, k.rope_scalar = rope_scalar;
+        k.delta_tpc = delta_tpc, k.delta_scalar = delta_scalar;
+        k.delta_kernel = delta_kernel, k.kv_rounds = kv_rounds;
+    }
+    ~knobs() {
+        if (CudaSig::gpu) *tg_cuda_knobs(CudaSig::gpu) = saved;
+    }
+#else
+    knobs(int, int, int, int, int = 0, int = 0) {}
+#endif
+};
 
 enum { LAY_CONTIG, LAY_PADDED, LAY_UNALIGNED, LAY_PERMUTED, LAY_SCALAR };
 const tg_type F32 = TG_TYPE_F32, F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16;

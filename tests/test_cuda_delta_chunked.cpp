@@ -21,7 +21,7 @@ struct ck_case {
     tg_delta_algo algo;
     float g_lo = -0.2f, g_hi = 0.0f, b_lo = 0.0f, b_hi = 1.0f;
     int zero_gates = 0;
-    int bv = 0;  // tg_cuda_sig.delta_chunk_bv (0 auto)
+    int bv = 0;  // knob delta_chunk_bv (0 auto)
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -147,7 +147,7 @@ tg_status run_gpu(const ck_data &d, std::vector<float> &o, store &st, std::strin
         EXPECT_EQ(s, TG_OK) << tg_last_error();
     }
 #ifdef TG_HAVE_CUDA
-    if (variant) *variant = tg_cuda_sig_last_delta;
+    if (variant) *variant = tg_cuda_sig_last(CudaSig::gpu, TG_CUDA_SIG_DELTA);
 #endif
     o.resize((size_t)c.Dv * c.Hv * c.T * c.B);
     if (s == TG_OK) x.get(out, o.data());
@@ -166,12 +166,12 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     std::string variant;
     {
 #ifdef TG_HAVE_CUDA
-        const tg_cuda_sig_knobs saved = tg_cuda_sig;
-        tg_cuda_sig.delta_chunk_bv = c.bv;
+        const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
-        tg_cuda_sig = saved;
+        *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
     // CHUNKED takes the tensor path wherever it covers the dims, SCAN never; AUTO decides by T,

@@ -16,9 +16,8 @@ struct kv_case {
     int angles;
     tg_type kt, vt;
     int layout;
-    int validate;  // tg_cuda_sig.kv_validate: 0 auto, 1 fused, 2 separate kernel
-    int rounds;    // tg_cuda_sig.kv_rounds: 0 auto, else chunks per thread forced
-    int minb;      // tg_cuda_sig.kv_min_blocks
+    int validate;  // knob kv_validate: 0 auto, 1 fused, 2 separate kernel
+    int rounds;    // knob kv_rounds: 0 auto, else chunks per thread forced
 };
 void PrintTo(const kv_case &c, std::ostream *os) { *os << c.name; }
 
@@ -145,7 +144,6 @@ TEST_P(CudaSigKvUpdate, MatchesCpu) {
     {
         knobs k(c.validate, c.layout == LAY_SCALAR, 0, 0, 0, c.rounds);
 #ifdef TG_HAVE_CUDA
-        tg_cuda_sig.kv_min_blocks = c.minb;
 #endif
         ASSERT_EQ(run_kv(gpu, d, kg, vg), TG_OK) << tg_last_error();
     }
@@ -186,8 +184,7 @@ std::vector<kv_case> kv_cases() {
         {"neox_rounds1_partial", 2, 7, 2, 80, 50, 48, NX, ANG_TABLE_LONG, F32, F32, LAY_CONTIG, 0, 1},
         {"scalar_rounds2", 2, 6, 4, 32, 20, 32, NX, ANG_TABLE, F32, F32, LAY_SCALAR, 0, 2},
         {"decode_rounds4_fused", 8, 1, 8, 128, 256, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 4},
-        {"prefill_rounds4_minblocks3", Bp, Tl, 4, 128, 512, 128, IL, ANG_TABLE, F32, F32, LAY_CONTIG, 0, 4, 3},
-        {"fused_minblocks3_bf16", 2, 16, 8, 128, 64, 128, IL, ANG_TABLE, BF16, F16, LAY_CONTIG, 0, 4, 3},
+        {"fused_rounds4_bf16", 2, 16, 8, 128, 64, 128, IL, ANG_TABLE, BF16, F16, LAY_CONTIG, 0, 4},
     };
 }
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaSigKvUpdate, ::testing::ValuesIn(kv_cases()),

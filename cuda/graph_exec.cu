@@ -1,0 +1,185 @@
+// graph_exec.cu - one CUDA-graph replay per computed graph.
+//
+// A decode step computes the same tg_graph again and again; only the values
+// in its input tensors (token ids, positions) change, and those live in device
+// memory. So the launches of a graph are the same every step: they are
+// captured once (cudaStreamBeginCapture ... cudaGraphInstantiate) and then
+// replayed with one cudaGraphLaunch, which costs a few microseconds of host
+// time whatever the number of nodes.
+//
+// A graph is captured when it is computed twice in a row (a decode loop), or
+// a third time; shapes that only come back now and then (prompt lengths) run
+// plainly, as an instantiation costs more than it saves there.
+//
+// When is a replay valid? Launch arguments are tensor shapes, strides, op
+// parameters and data pointers, plus backend resources (scratch, cuBLAS
+// settings, bench knobs). The key of a capture holds, per node, its creation
+// id (unique for the life of the process, and a tensor's shape, type, op and
+// params never change after creation), its data pointer and its sources' data
+// pointers; plus TF32, the knobs and the resource generation. Same key, same
+// launches. Anything else (another graph, a buffer freed and reallocated
+// elsewhere, a larger compute buffer, grown scratch) is another key: run
+// plainly, captured on its next run.
+//
+// The error record is reset by the first node of the capture and copied to
+// pinned host memory by its last, so a replay reports bad positions and ids as
+// a plain run does.
+#include <cstring>
+
+#include "common.cuh"
+#include "signature.cuh"
+
+namespace {
+constexpr int kMaxEntries = 16;  // captures kept per backend (least recently used dropped)
+}
+
+struct tg_cuda_graph_entry {
+    std::vector<uintptr_t> key;
+    uint64_t hash = 0;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<tg_cuda_impl::readback> rb;  // the capture's read-back copies
+    int seen = 0;             // computes of this key so far
+    bool no_capture = false;  // its capture failed once: always run plainly
+    uint64_t last_use = 0;
+};
+
+struct tg_cuda_graph_cache {
+    std::vector<tg_cuda_graph_entry> entries;
+    std::vector<uintptr_t> key;  // the current compute's key (reused storage)
+    uint64_t clock = 0;
+    const tg_cuda_graph_entry *last = nullptr;  // the entry of the previous compute
+    long long replays = 0;
+};
+
+namespace {
+
+uint64_t hash_words(const std::vector<uintptr_t> &w) {
+    uint64_t h = 1469598103934665603ull;
+    for (uintptr_t x : w) {
+        h ^= (uint64_t)x;
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+void build_key(tg_backend *be, const std::vector<tg_tensor *> &nodes, std::vector<uintptr_t> &key) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    key.clear();
+    key.reserve(nodes.size() * (2 + TG_MAX_SRC) + 8);
+    key.push_back(nodes.size());
+    key.push_back(be->tf32);
+    key.push_back((uintptr_t)impl->resource_gen);
+    uintptr_t knobs[(sizeof(tg_cuda_sig_knobs) + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)] = {};
+    memcpy(knobs, &impl->sig, sizeof(tg_cuda_sig_knobs));
+    for (uintptr_t k : knobs) key.push_back(k);
+    for (const tg_tensor *t : nodes) {
+        key.push_back((uintptr_t)t->id);
+        key.push_back((uintptr_t)t->data);
+        for (const tg_tensor *s : t->src) key.push_back(s ? (uintptr_t)s->data : 0);
+    }
+}
+
+void destroy_entry(tg_cuda_graph_entry &e) {
+    if (e.exec) (void)cudaGraphExecDestroy(e.exec);
+    e.exec = nullptr;
+}
+
+}  // namespace
+
+void tg_cuda_graph_cache_free(tg_cuda_impl *impl) {
+    if (!impl->graph_cache) return;
+    for (tg_cuda_graph_entry &e : impl->graph_cache->entries) destroy_entry(e);
+    delete impl->graph_cache;
+    impl->graph_cache = nullptr;
+}
+
+void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    int n = 0;
+    if (impl->graph_cache)
+        for (const tg_cuda_graph_entry &e : impl->graph_cache->entries) n += e.exec != nullptr;
+    if (n_captured) *n_captured = n;
+    if (n_replays) *n_replays = impl->graph_cache ? impl->graph_cache->replays : 0;
+}
+
+tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue) {
+    const char *call = "graph_compute";
+    tg_cuda_impl *impl = tg_cuda(be);
+    if (!impl->graphs) return enqueue(be, nodes);
+    if (!impl->graph_cache) {
+        impl->graph_cache = new (std::nothrow) tg_cuda_graph_cache();
+        if (!impl->graph_cache) return enqueue(be, nodes);
+    }
+    tg_cuda_graph_cache &c = *impl->graph_cache;
+    build_key(be, nodes, c.key);
+    const uint64_t h = hash_words(c.key);
+    tg_cuda_graph_entry *e = nullptr;
+    for (tg_cuda_graph_entry &x : c.entries)
+        if (x.hash == h && x.key == c.key) {
+            e = &x;
+            break;
+        }
+    const tg_cuda_graph_entry *prev = c.last;
+    c.last = nullptr;
+    if (e && e->exec) {  // replay
+        e->last_use = ++c.clock;
+        c.last = e;
+        c.replays++;
+        impl->rb = e->rb;
+        TG_CUDA_TRY(be, call, cudaGraphLaunch(e->exec, impl->stream));
+        return TG_OK;
+    }
+    if (!e) {  // first sight: remember the key, run plainly
+        if ((int)c.entries.size() >= kMaxEntries) {
+            auto lru = c.entries.begin();  // (never the previous entry: it was used last)
+            for (auto it = c.entries.begin(); it != c.entries.end(); ++it)
+                if (it->last_use < lru->last_use) lru = it;
+            destroy_entry(*lru);
+            c.entries.erase(lru);
+        }
+        c.entries.emplace_back();
+        tg_cuda_graph_entry &n = c.entries.back();
+        n.key = c.key;
+        n.hash = h;
+        n.seen = 1;
+        n.last_use = ++c.clock;
+        c.last = &n;
+        return enqueue(be, nodes);
+    }
+    e->last_use = ++c.clock;
+    e->seen++;
+    c.last = e;
+    // capture a graph computed twice in a row (a decode loop) or a third time;
+    // a shape seen again only now and then (a prompt length) is not worth an
+    // instantiation
+    if (e->no_capture || (prev != e && e->seen < 3)) return enqueue(be, nodes);
+
+    // second sight: capture. Nothing runs on the device while capturing, so a
+    // capture that fails has changed nothing: restore the backend's fault
+    // state and run plainly (which reports any real error itself).
+    const bool was_failed = impl->failed;
+    const std::string was_msg = impl->fail_msg;
+    auto give_up = [&](cudaGraph_t g) {
+        if (g) (void)cudaGraphDestroy(g);
+        (void)cudaGetLastError();
+        impl->failed = was_failed;
+        impl->fail_msg = was_msg;
+        e->no_capture = true;
+        return enqueue(be, nodes);
+    };
+    if (cudaStreamBeginCapture(impl->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return give_up(nullptr);
+    impl->capturing = true;
+    const tg_status s = enqueue(be, nodes);
+    impl->capturing = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ce = cudaStreamEndCapture(impl->stream, &graph);
+    if (s != TG_OK || ce != cudaSuccess || !graph) return give_up(graph);
+    cudaGraphExec_t exec = nullptr;
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess || !exec) return give_up(graph);
+    (void)cudaGraphDestroy(graph);
+    e->exec = exec;
+    e->rb = impl->rb;
+    TG_CUDA_TRY(be, call, cudaGraphLaunch(exec, impl->stream));
+    return TG_OK;
+}
