@@ -245,7 +245,8 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
     tg_tensor *q = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B), *k = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
     tg_tensor *v = tg_new_tensor_4d(ctx, TG_TYPE_F32, D, H, T, B);
     tg_tensor *gt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B), *bt = tg_new_tensor_3d(ctx, TG_TYPE_F32, H, T, B);
-    const tg_delta_params dp = {mode, gate, 1.0f / std::sqrt((float)D), l2norm};
+    tg_delta_params dp = {};
+    dp.mode = mode, dp.gate = gate, dp.scale = 1.0f / std::sqrt((float)D), dp.l2norm_qk = l2norm;
     tg_tensor *node = tg_delta_rule(ctx, q, k, v, gt, bt, S, &dp);
     if (!node) OK_OR_DIE(TG_ERR_ARG);
     tg_graph *g = tg_graph_new(ctx);

@@ -213,7 +213,7 @@ tg_status tg_backend_reserve(tg_backend *b, tg_graph *g) {
     if (st != TG_OK) return st;
     if (!g) return tg_err(TG_ERR_ARG, "[backend_reserve] graph is NULL");
     if ((st = tg_graph_check_live("backend_reserve", g)) != TG_OK) return st;
-    if (!g->plan.valid && (st = tg_plan_graph(g)) != TG_OK) return st;
+    if (!g->plan.valid && (st = tg_plan_graph(g, "backend_reserve")) != TG_OK) return st;
     if (g->plan.size <= b->compute_size) return TG_OK;
     // allocate the new buffer before releasing the old one: on failure the
     // old buffer (and every output in it) stays as it was
