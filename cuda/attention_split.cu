@@ -80,8 +80,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     const long long nflat = (long long)A.group * T_;
 
     // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
-#pragma unroll 4
-    for (int i = tid; i < QN * D; i += kThreads) {  // independent loads: several in flight
+    for (int i = tid; i < QN * D; i += kThreads) {
         const int qq = i / (int)D;
         const long long f = (long long)qc * QN + qq, d = i % D;
         qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
@@ -232,48 +231,32 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     }
 }
 
-// One block per query (grid-stride). The splits' weights w_s = e^(m_s - M)
-// go to shared memory (threads over splits, block max and sum), then threads
-// along Dv sum w_s o_s with several loads in flight (a thread walking the
-// splits one dependent load at a time was latency-bound: tens of us).
+// One block per query (grid-stride), threads along Dv.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq) {
-    extern __shared__ float w[];  // [nsplit]
-    __shared__ float red[kWarps];
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
         const float *pq = part + qg * nsplit * (Dv + 2);
         float M = -INFINITY;
-        for (int s = tid; s < nsplit; s += kThreads) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
-        M = tg_warp_max(M);
-        if (lane == 0) red[warp] = M;
-        __syncthreads();
-        M = red[0];
-#pragma unroll
-        for (int i = 1; i < kWarps; i++) M = fmaxf(M, red[i]);
-        __syncthreads();  // red is reused for the sum
+        for (int s = 0; s < nsplit; s++) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
         float l = 0.0f;
-        for (int s = tid; s < nsplit; s += kThreads) {
-            const float m = pq[s * (Dv + 2) + Dv];
-            const float ws = m == -INFINITY ? 0.0f : expf(m - M);  // empty split (or no rows at all): 0
-            w[s] = ws;
-            l += ws * pq[s * (Dv + 2) + Dv + 1];
-        }
-        l = tg_warp_sum(l);
-        if (lane == 0) red[warp] = l;
-        __syncthreads();  // publishes w and red
-        l = red[0];
-#pragma unroll
-        for (int i = 1; i < kWarps; i++) l += red[i];
+        if (M != -INFINITY)
+            for (int s = 0; s < nsplit; s++) {
+                const float m = pq[s * (Dv + 2) + Dv];
+                if (m != -INFINITY) l += expf(m - M) * pq[s * (Dv + 2) + Dv + 1];
+            }
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-        for (long long i = tid; i < Dv; i += kThreads) {
+        for (long long i = threadIdx.x; i < Dv; i += kThreads) {
             float o = 0.0f;
-#pragma unroll 8
-            for (int s = 0; s < nsplit; s++) o = fmaf(w[s], pq[s * (Dv + 2) + i], o);
-            *(float *)tg_cuda_ptr(out, i, h, t, b) = l > 0.0f ? o / l : 0.0f;
+            if (l > 0.0f) {
+                for (int s = 0; s < nsplit; s++) {
+                    const float m = pq[s * (Dv + 2) + Dv];
+                    if (m != -INFINITY) o += expf(m - M) * pq[s * (Dv + 2) + i];
+                }
+                o /= l;
+            }
+            *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
         }
-        __syncthreads();  // w and red are reused by the next query
     }
 }
 
@@ -320,7 +303,6 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     long long nsplit = 1, chunk = L;
     if (base < target && L > min_split_rows) {
         nsplit = (target + base - 1) / base;
-        if (nsplit > 1024) nsplit = 1024;  // the combine kernel keeps one weight per split in shared memory
         chunk = (L + nsplit - 1) / nsplit;
         chunk = (chunk + 31) / 32 * 32;
         if (chunk < min_split_rows) chunk = min_split_rows;
@@ -344,8 +326,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1) return true;
-    combine_kernel<<<tg_cuda_blocks(nq, 1), kThreads, (size_t)nsplit * 4, impl->stream>>>(A.part, (int)nsplit, A.out,
-                                                                                         nq);
+    combine_kernel<<<tg_cuda_blocks(nq, 1), kThreads, 0, impl->stream>>>(A.part, (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
     return true;
