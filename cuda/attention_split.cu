@@ -29,25 +29,6 @@ constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kRows = kThreads;  // cache rows per tile: one per thread when scoring
 constexpr int kU = 8;            // 16-byte loads each thread has in flight
 
-__device__ inline void cvt16(const uint4 &u, float *f, float) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-}
-__device__ inline void cvt16(const uint4 &u, float *f, __half) {
-    const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __half22float2(h[j]);
-        f[2 * j] = v.x, f[2 * j + 1] = v.y;
-    }
-}
-__device__ inline void cvt16(const uint4 &u, float *f, __nv_bfloat16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x, f[2 * j + 1] = v.y;
-    }
-}
 
 struct split_args {
     tg_cuda_desc q, k, v, pos, out;
@@ -129,7 +110,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
                 for (int u = 0; u < kU; u++) {
                     if (d0 + u * VE >= D) break;
                     float kf[VE];
-                    cvt16(raw[u], kf, T());
+                    tg_cuda_cvt16(raw[u], kf, T());
 #pragma unroll
                     for (int qq = 0; qq < QN; qq++)
 #pragma unroll
@@ -189,7 +170,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
                     const int jj = j1 + u * RG;
                     if (jj >= tn) break;
                     float vf[VE];
-                    cvt16(raw[u], vf, T());
+                    tg_cuda_cvt16(raw[u], vf, T());
 #pragma unroll
                     for (int qq = 0; qq < QN; qq++) {
                         const float p = ps[qq * kRows + jj];

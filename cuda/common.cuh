@@ -249,3 +249,25 @@ typedef tg_status (*tg_cuda_enqueue_fn)(tg_backend *be, const std::vector<tg_ten
 // (the read-back list impl->rb is the enqueued graph's; a replay restores it)
 tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue);
 void tg_cuda_graph_cache_free(tg_cuda_impl *impl);
+
+// The 16 bytes u as 4 F32, 8 F16 or 8 BF16 values, widened to F32 into f
+// (the last argument picks the type): the vector loads of GEMV and attention.
+__device__ inline void tg_cuda_cvt16(const uint4 &u, float *f, float) {
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+}
+__device__ inline void tg_cuda_cvt16(const uint4 &u, float *f, __half) {
+    const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 v = __half22float2(h[j]);
+        f[2 * j] = v.x, f[2 * j + 1] = v.y;
+    }
+}
+__device__ inline void tg_cuda_cvt16(const uint4 &u, float *f, __nv_bfloat16) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 v = __bfloat1622float2(h[j]);
+        f[2 * j] = v.x, f[2 * j + 1] = v.y;
+    }
+}

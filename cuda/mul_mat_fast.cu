@@ -20,25 +20,6 @@ namespace {
 
 constexpr int kWarps = 4;  // warps per block of the GEMV kernel
 
-__device__ inline void cvt16(const uint4 &u, float *f, float) {
-    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
-}
-__device__ inline void cvt16(const uint4 &u, float *f, __half) {
-    const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __half22float2(h[j]);
-        f[2 * j] = v.x, f[2 * j + 1] = v.y;
-    }
-}
-__device__ inline void cvt16(const uint4 &u, float *f, __nv_bfloat16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 v = __bfloat1622float2(h[j]);
-        f[2 * j] = v.x, f[2 * j + 1] = v.y;
-    }
-}
 __device__ inline float to_f32(float x) { return x; }
 __device__ inline float to_f32(__half x) { return __half2float(x); }
 __device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -71,7 +52,7 @@ __global__ void __launch_bounds__(32 * kWarps) mm_vec_kernel(tg_cuda_desc a, tg_
         for (long long k = (long long)lane * VE; k < K; k += 32 * VE) {
             float w[R][VE];
 #pragma unroll
-            for (int r = 0; r < R; r++) cvt16(__ldg((const uint4 *)(arow[r] + k)), w[r], TA());
+            for (int r = 0; r < R; r++) tg_cuda_cvt16(__ldg((const uint4 *)(arow[r] + k)), w[r], TA());
 #pragma unroll
             for (int n = 0; n < NMAX; n++) {
                 if (n >= N) break;
