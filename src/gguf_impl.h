@@ -16,6 +16,10 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tinygml's GGUF code ne
 #define TG_GGUF_VERSION 3u
 #define TG_GGUF_DEFAULT_ALIGNMENT 32u
 #define TG_GGUF_MIN_ALIGNMENT 8u   // the spec: a multiple of 8 (and a power of two)
+// Largest alignment accepted (reader and writer): padding is written and held
+// in memory, so a tiny file must not make a reader or a rewrite allocate
+// gigabytes (RELIABILITY 9; a fuzz input asked for 2^29). Real files use 32.
+#define TG_GGUF_MAX_ALIGNMENT (1u << 20)
 #define TG_GGUF_MAX_KEY 65535u     // the spec: keys are at most 2^16 - 1 bytes
 #define TG_GGUF_KEY_ALIGNMENT "general.alignment"
 #define TG_GGUF_BUF_ALIGN 64       // the reader's file buffer alignment
@@ -37,7 +41,7 @@ struct tg_gguf_kv {
 // Bytes of one value of a numeric or bool type; 0 for STRING, ARRAY, invalid.
 size_t tg_gguf_scalar_size(tg_gguf_type t);
 bool tg_gguf_is_integer(tg_gguf_type t);
-// A nonzero power of two and a multiple of TG_GGUF_MIN_ALIGNMENT.
+// A nonzero power of two, a multiple of TG_GGUF_MIN_ALIGNMENT, at most TG_GGUF_MAX_ALIGNMENT.
 bool tg_gguf_alignment_ok(uint64_t a);
 
 // ggml tensor type ids (the file's) <-> tg_type. Unknown id: false.

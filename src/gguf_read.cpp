@@ -52,7 +52,9 @@ bool tg_gguf_is_integer(tg_gguf_type t) {
     }
 }
 
-bool tg_gguf_alignment_ok(uint64_t a) { return a != 0 && (a & (a - 1)) == 0 && a % TG_GGUF_MIN_ALIGNMENT == 0; }
+bool tg_gguf_alignment_ok(uint64_t a) {
+    return a != 0 && (a & (a - 1)) == 0 && a % TG_GGUF_MIN_ALIGNMENT == 0 && a <= TG_GGUF_MAX_ALIGNMENT;
+}
 
 const char *tg_gguf_type_name(tg_gguf_type t) {
     static const char *const names[TG_GGUF_TYPE_COUNT] = {"uint8", "int8",   "uint16", "int16",  "uint32",
@@ -310,7 +312,9 @@ bool read_alignment(Parser &ps, tg_gguf *g) {
     memcpy(&a, kv.scalar, 4);
     if (a == 0) return ps.fail(TG_ERR_FORMAT, "alignment is 0");
     if (a & (a - 1)) return ps.fail(TG_ERR_FORMAT, "alignment %u is not a power of two", a);
-    if (!tg_gguf_alignment_ok(a)) return ps.fail(TG_ERR_FORMAT, "alignment %u is not a multiple of 8", a);
+    if (a % TG_GGUF_MIN_ALIGNMENT) return ps.fail(TG_ERR_FORMAT, "alignment %u is not a multiple of 8", a);
+    if (!tg_gguf_alignment_ok(a))
+        return ps.fail(TG_ERR_FORMAT, "alignment %u is above the supported %u", a, TG_GGUF_MAX_ALIGNMENT);
     g->alignment = a;
     ps.ctx.clear();
     return true;

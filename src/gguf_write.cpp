@@ -62,8 +62,8 @@ static tg_status put(const char *call, tg_gguf_writer *w, const char *key, tg_gg
             return tg_err(TG_ERR_ARG, "[%s] key '%s' must be a uint32 (set it with tg_gguf_set_u32)", call, key);
         memcpy(&align, kv.scalar, 4);
         if (!tg_gguf_alignment_ok(align))
-            return tg_err(TG_ERR_ARG, "[%s] key '%s': alignment %u must be a power of two and a multiple of 8",
-                          call, key, align);
+            return tg_err(TG_ERR_ARG, "[%s] key '%s': alignment %u must be a power of two, a multiple of 8 and at most %u",
+                          call, key, align, TG_GGUF_MAX_ALIGNMENT);
     }
     try {
         kv.key = key;

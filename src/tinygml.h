@@ -389,7 +389,7 @@ TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 // and validates it before it returns: every count and length against the bytes left, every size with
 // overflow checks, value and tensor types, names (unique, 1..63 bytes, no
 // NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
-// power of two, a multiple of 8; default 32), shapes (1..4 dims, each >= 1),
+// power of two, a multiple of 8, at most 1 MiB; default 32), shapes (1..4 dims, each >= 1),
 // offsets (aligned, in the data section, not overlapping). A bad file gives
 // NULL and a message naming what and where, e.g. "[gguf_open] 'm.gguf':
 // tensor 3 'blk.0.attn_q.weight': offset 96 is not a multiple of alignment 64".
@@ -462,7 +462,7 @@ TG_API const void *tg_gguf_tensor_data(const tg_gguf *g, int64_t i);
 
 // Writer. Keys keep the order of their first set; setting a key again
 // replaces its value (and type). general.alignment may only be set with
-// tg_gguf_set_u32 to a power of two that is a multiple of 8; tensor data is
+// tg_gguf_set_u32 to a power of two that is a multiple of 8, at most 1 MiB; tensor data is
 // laid out at that alignment (default 32). Errors: ARG (+ message), OOM.
 TG_API tg_gguf_writer *tg_gguf_writer_new(void);  // NULL + error on OOM
 TG_API void tg_gguf_writer_free(tg_gguf_writer *w);

@@ -407,7 +407,9 @@ TEST(GgufWriter, RejectsBadArgumentsAndChangesNothing) {
     EXPECT_EQ(tg_gguf_set_u32(w.get(), "general.alignment", 0), TG_ERR_ARG);
     EXPECT_EQ(tg_gguf_set_u32(w.get(), "general.alignment", 48), TG_ERR_ARG);
     EXPECT_EQ(tg_gguf_set_u32(w.get(), "general.alignment", 4), TG_ERR_ARG);
-    EXPECT_TRUE(has(tg_last_error(), "alignment 4 must be a power of two and a multiple of 8"));
+    EXPECT_TRUE(has(tg_last_error(), "alignment 4 must be a power of two, a multiple of 8"));
+    EXPECT_EQ(tg_gguf_set_u32(w.get(), "general.alignment", 1u << 21), TG_ERR_ARG);
+    EXPECT_TRUE(has(tg_last_error(), "at most 1048576"));
     // tensors
     EXPECT_EQ(tg_gguf_add_tensor(w.get(), "x", TG_TYPE_F32, 2, ne, x), TG_ERR_ARG);
     EXPECT_TRUE(has(tg_last_error(), "[gguf_add_tensor] tensor 'x' was already added"));

@@ -160,6 +160,9 @@ TEST(GgufBadFile, Alignment) {
     EXPECT_TRUE(Rejected(aligned_file(kv_u32("general.alignment", 48)), "alignment 48 is not a power of two"));
     EXPECT_TRUE(Rejected(aligned_file(kv_u32("general.alignment", 4)), "alignment 4 is not a multiple of 8"));
     EXPECT_TRUE(Rejected(aligned_file(kv_u32("general.alignment", 0x80000001u)), "not a power of two"));
+    // a fuzz finding: 2^29 passed, and rewriting the 61-byte file padded 512 MiB
+    EXPECT_TRUE(Rejected(aligned_file(kv_u32("general.alignment", 1u << 29)), "alignment 536870912 is above the supported 1048576"));
+    EXPECT_TRUE(Rejected(aligned_file(kv_u32("general.alignment", 0x80000000u)), "above the supported"));
 }
 
 // 6. n_dims 0, 5, 0xFFFFFFFF; dims of -1 and 0; overflowing products and paddings.
