@@ -129,6 +129,20 @@ void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes) {
     }
 }
 
+// Make a new pool of size bytes the backend's compute buffer (registered);
+// the caller keeps (and later frees) the old one. Nothing changes on failure.
+static tg_status pool_take(tg_backend *b, size_t size, const char *call) {
+    void *ptr = nullptr;
+    tg_status s = b->iface->alloc(b, size, &ptr);
+    if (s != TG_OK)
+        return tg_err(s, "[%s] cannot allocate %zu bytes for intermediates on %s: %s", call, size, b->name.c_str(),
+                      tg_last_error());
+    b->compute_buf = ptr;
+    b->compute_size = size;
+    b->compute_id = tg_registry_add(b, ptr, size);
+    return TG_OK;
+}
+
 tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     tg_status s = tg_check_backend("graph_compute", b);
     if (s != TG_OK) return s;
@@ -151,16 +165,7 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     const size_t old_size = b->compute_size;
     const uint64_t old_id = b->compute_id;
     const bool grow = g->plan.size > b->compute_size;
-    if (grow) {
-        void *ptr = nullptr;
-        s = b->iface->alloc(b, g->plan.size, &ptr);
-        if (s != TG_OK)
-            return tg_err(s, "[graph_compute] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
-                          b->name.c_str(), tg_last_error());
-        b->compute_buf = ptr;
-        b->compute_size = g->plan.size;
-        b->compute_id = tg_registry_add(b, ptr, g->plan.size);
-    }
+    if (grow && (s = pool_take(b, g->plan.size, "graph_compute")) != TG_OK) return s;
     // where each node's result was before: restored when the compute fails, so
     // a node this graph shares with an earlier one still reads that graph's value
     struct placed {
@@ -217,17 +222,12 @@ tg_status tg_backend_reserve(tg_backend *b, tg_graph *g) {
     if (g->plan.size <= b->compute_size) return TG_OK;
     // allocate the new buffer before releasing the old one: on failure the
     // old buffer (and every output in it) stays as it was
-    void *ptr = nullptr;
-    tg_status s = b->iface->alloc(b, g->plan.size, &ptr);
-    if (s != TG_OK)
-        return tg_err(s, "[backend_reserve] cannot allocate %zu bytes for intermediates on %s: %s", g->plan.size,
-                      b->name.c_str(), tg_last_error());
-    if (b->compute_buf) {
-        tg_registry_remove(b->compute_id);
-        b->iface->dealloc(b, b->compute_buf);
+    void *old_buf = b->compute_buf;
+    const uint64_t old_id = b->compute_id;
+    if ((st = pool_take(b, g->plan.size, "backend_reserve")) != TG_OK) return st;
+    if (old_buf) {
+        tg_registry_remove(old_id);
+        b->iface->dealloc(b, old_buf);
     }
-    b->compute_buf = ptr;
-    b->compute_size = g->plan.size;
-    b->compute_id = tg_registry_add(b, ptr, g->plan.size);
     return TG_OK;
 }

@@ -12,14 +12,8 @@
 #include <vector>
 
 #include "internal.h"
+#include "test_util.h"  // TG_TEST_ASAN
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TG_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TG_TEST_ASAN 1
-#endif
-#endif
 #ifdef TG_TEST_ASAN
 // From the sanitizers' allocator interface (declared here: gcc ships no header).
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void *, size_t),

@@ -6,7 +6,6 @@
 
 namespace {
 
-#define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
 TEST(Api, InitRejectsZeroSize) {
     tg_init_params ip = {0, nullptr, false};

@@ -7,19 +7,16 @@
 #include <random>
 #include <string>
 
+#include "sig_util.h"
 #include "test_util.h"
 
 namespace {
 
-#define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
-std::vector<float> get_f32(const tg_tensor *t) {
-    std::vector<float> v(tg_nelements(t));
-    EXPECT_EQ(tg_tensor_get(t, v.data(), 0, v.size() * 4), TG_OK) << tg_last_error();
-    return v;
-}
-void set_f32(tg_tensor *t, const std::vector<float> &v) { ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK); }
-void set_i32(tg_tensor *t, const std::vector<int32_t> &v) { ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK); }
+// tensor values in and out: the signature tests' helpers (tests/sig_util.h)
+using sig::set_i32;
+const auto get_f32 = sig::get_values;
+const auto set_f32 = sig::set_values;
 
 // A backend by name: "cpu" or "cuda" (NULL when no device).
 tg_backend *make_backend(const std::string &kind) {

@@ -8,29 +8,17 @@
 #include <string>
 
 #include "internal.h"  // tg_backend_cpu_set_fast
+#include "sig_util.h"
 #include "test_util.h"
 
-// ASan's operator new reports a too-large allocation and exits rather than
-// throwing std::bad_alloc, so the out-of-memory test runs without ASan only.
-#if defined(__SANITIZE_ADDRESS__)
-#define TG_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TG_TEST_ASAN 1
-#endif
-#endif
 
 namespace {
 
-#define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
-std::vector<float> get_f32(const tg_tensor *t) {
-    std::vector<float> v(tg_nelements(t));
-    EXPECT_EQ(tg_tensor_get(t, v.data(), 0, v.size() * 4), TG_OK) << tg_last_error();
-    return v;
-}
-void set_f32(tg_tensor *t, const std::vector<float> &v) { ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK); }
-void set_i32(tg_tensor *t, const std::vector<int32_t> &v) { ASSERT_EQ(tg_tensor_set(t, v.data(), 0, v.size() * 4), TG_OK); }
+// tensor values in and out: the signature tests' helpers (tests/sig_util.h)
+using sig::set_i32;
+const auto get_f32 = sig::get_values;
+const auto set_f32 = sig::set_values;
 tg_tensor *reshape_1d(tg_context *ctx, tg_tensor *t, int64_t n) { return tg_reshape(ctx, t, 1, &n); }
 
 // ---------------------------------------------------------------------------

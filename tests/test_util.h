@@ -4,9 +4,23 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tinygml.h"
+
+// ASan reports a too-large allocation and exits rather than throwing
+// std::bad_alloc or returning NULL: tests that need either know it by this.
+#if defined(__SANITIZE_ADDRESS__)
+#define TG_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TG_TEST_ASAN 1
+#endif
+#endif
+
+// The last error message starts with "[call]".
+#define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
 namespace tgt {
 
