@@ -31,17 +31,21 @@ struct header {
 };
 static_assert(sizeof(header) == kHeader, "the header is 48 packed bytes");
 
-// Bytes of layer il's data for a sequence of n tokens.
-size_t layer_bytes(const session *s, int il, size_t n) {
-    if (s->state[il]) return tg_nb(s->state[il], 3);
-    return (tg_nb(s->k_cache[il], 2) + tg_nb(s->v_cache[il], 2)) * n;
-}
-
-size_t record_bytes(const session *s, size_t n) {
+// Bytes of one record of n tokens with element sizes tk, tv, ts (the
+// file's types: its layout is walked before its types are compared).
+size_t record_bytes(const session *s, size_t n, size_t tk, size_t tv, size_t ts) {
+    const hparams &hp = s->m->hp;
     size_t b = kRecordHead + 4 * n;
-    for (int il = 0; il < s->m->hp.n_layer; il++) b += layer_bytes(s, il, n);
+    for (int il = 0; il < hp.n_layer; il++)
+        b += hp.is_attention(il) ? (size_t)hp.head_dim * hp.n_head_kv * (tk + tv) * n
+                                 : (size_t)hp.ssm_dk * hp.ssm_dv * hp.ssm_hv * ts;
     return b;
 }
+size_t record_bytes(const session *s, size_t n) {
+    return record_bytes(s, n, tg_type_size(s->type_k), tg_type_size(s->type_v), tg_type_size(s->type_state));
+}
+
+bool storage_type(uint32_t t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
 
 // Where one parsed record lies in the input.
 struct record {
@@ -73,6 +77,11 @@ tg_status parse(const session *s, const uint8_t *p, size_t size, int kind_want, 
     if (h.n_records > (uint32_t)(end - at) / kRecordHead)
         return tg_set_error(TG_ERR_FORMAT, "[%s] truncated: %u records cannot fit in %zu bytes", who, h.n_records,
                             size);
+    if (!storage_type(h.type_k) || !storage_type(h.type_v) || !storage_type(h.type_state))
+        return tg_set_error(TG_ERR_FORMAT, "[%s] bad cache type ids %u, %u, %u (f32 0, f16 1, bf16 2)", who, h.type_k,
+                            h.type_v, h.type_state);
+    const size_t tk = tg_type_size((tg_type)h.type_k), tv = tg_type_size((tg_type)h.type_v),
+                 ts = tg_type_size((tg_type)h.type_state);
     if (h.n_layer != (uint32_t)s->m->hp.n_layer)
         return tg_set_error(TG_ERR_FORMAT, "[%s] the state has %u layers, the model %d", who, h.n_layer,
                             s->m->hp.n_layer);
@@ -85,7 +94,7 @@ tg_status parse(const session *s, const uint8_t *p, size_t size, int kind_want, 
         if (n > (uint32_t)s->n_ctx)
             return tg_set_error(TG_ERR_FORMAT, "[%s] record %u holds %u tokens, more than this session's context %d",
                                 who, r, n, s->n_ctx);
-        const size_t need = record_bytes(s, n);
+        const size_t need = record_bytes(s, n, tk, tv, ts);
         if (end - at < need)
             return tg_set_error(TG_ERR_FORMAT, "[%s] truncated: record %u (%u tokens) needs %zu bytes at offset %zu, "
                                 "%zu are left before the trailer", who, r, n, need, at, end - at);
