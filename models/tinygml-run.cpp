@@ -21,7 +21,16 @@ struct options {
     int top_k = 40;
     unsigned long long seed = 1234;
     bool quiet = false, ignore_eos = false, warmup = false;
+    tg_type type_k = TG_TYPE_F32, type_v = TG_TYPE_F32, type_state = TG_TYPE_F32;  // -ctk, -ctv, -cts
+    std::string prompt_cache;                                                     // --prompt-cache
 };
+
+// "f32", "f16" or "bf16" (the cache and state types).
+bool parse_cache_type(const char *s, tg_type *out) {
+    for (tg_type t : {TG_TYPE_F32, TG_TYPE_F16, TG_TYPE_BF16})
+        if (strcmp(s, tg_type_name(t)) == 0) return (*out = t), true;
+    return false;
+}
 
 void usage(FILE *f, const char *argv0) {
     const options d;
@@ -40,6 +49,11 @@ void usage(FILE *f, const char *argv0) {
             "  -q               print only the timing lines\n"
             "  --ignore-eos     keep generating past EOS (for timing)\n"
             "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
+            "  -ctk, --cache-type-k T      K cache type: f32, f16 or bf16 (default f32)\n"
+            "  -ctv, --cache-type-v T      V cache type (default f32)\n"
+            "  -cts, --cache-type-state T  recurrent (delta-rule) state type (default f32)\n"
+            "  --prompt-cache FILE  reuse the session state in FILE when the prompt starts with its tokens\n"
+            "                   (only the rest is evaluated); save it there after the prompt\n"
             "  -h, --help       this help\n"
             "example (the recall task of models/README.md: key=value pairs, then ?key=):\n"
             "  %s -m models/hybrid-recall.gguf -p \"a3=p7 b1=q2 c5=w4 d8=s1 ?b1=\" -n 4\n",
@@ -69,7 +83,8 @@ enum class parsed { ok, help, error };
 parsed parse(int argc, char **argv, options &o) {
     static const char *const flags[] = {"-q", "--ignore-eos", "--warmup"};
     static const char *const valued[] = {"-m",      "-p",     "-n", "--device", "--temp", "--top-k",
-                                         "--top-p", "--seed", "-t", "-b"};
+                                         "--top-p", "--seed", "-t", "-b",       "-ctk",   "--cache-type-k",
+                                         "-ctv",    "--cache-type-v", "-cts", "--cache-type-state", "--prompt-cache"};
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") return parsed::help;
@@ -105,6 +120,10 @@ parsed parse(int argc, char **argv, options &o) {
         else if (a == "--seed") ok = parse_int(val, 0, (1LL << 62), &v) && ((o.seed = (unsigned long long)v), true);
         else if (a == "--temp") ok = parse_float(val, 0.0f, 100.0f, &o.temp);
         else if (a == "--top-p") ok = parse_float(val, 0.0f, 1.0f, &o.top_p);
+        else if (a == "-ctk" || a == "--cache-type-k") ok = parse_cache_type(val, &o.type_k);
+        else if (a == "-ctv" || a == "--cache-type-v") ok = parse_cache_type(val, &o.type_v);
+        else if (a == "-cts" || a == "--cache-type-state") ok = parse_cache_type(val, &o.type_state);
+        else if (a == "--prompt-cache") o.prompt_cache = val;
         if (!ok) {
             fprintf(stderr, "error: bad value '%s' for %s\n", val, a.c_str());
             return parsed::error;
@@ -119,6 +138,59 @@ parsed parse(int argc, char **argv, options &o) {
         return parsed::error;
     }
     return parsed::ok;
+}
+
+// --prompt-cache: load FILE's sequence state when its tokens and the prompt
+// share a prefix, into every sequence, cut to that prefix and to at most
+// P - 1 tokens (the last prompt token is always evaluated: its logits give
+// the first new token). Returns the tokens reused (0: none, or no usable file).
+int load_prompt_cache(tgm::session *s, const std::string &path, const std::vector<int32_t> &prompt) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return 0;  // no cache yet: it is written after the prompt
+    std::vector<uint8_t> bytes;
+    uint8_t chunk[1 << 16];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
+    fclose(f);
+    std::vector<int32_t> cached;
+    tg_status st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
+    if (st != TG_OK) {
+        fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
+        return 0;
+    }
+    size_t common = 0;
+    while (common < cached.size() && common + 1 < prompt.size() && cached[common] == prompt[common]) common++;
+    if (common == 0) return 0;
+    st = tgm::session_state_load(s, 0, bytes.data(), bytes.size());
+    if (st == TG_OK && common < cached.size()) st = tgm::session_seq_rm(s, 0, (int)common, -1);
+    for (int b = 1; b < s->n_seq && st == TG_OK; b++) st = tgm::session_seq_cp(s, 0, b);
+    if (st != TG_OK) {
+        fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
+        tgm::session_clear(s);
+        return 0;
+    }
+    fprintf(stderr, "prompt cache: reused %zu of %zu prompt tokens from '%s'\n", common, prompt.size(), path.c_str());
+    return (int)common;
+}
+
+// Evaluate prompt[reused, P) on every sequence. With a prompt cache, all but
+// the last token go first and the state of sequence 0 is saved then.
+tg_status eval_prompt(tgm::session *s, const std::vector<int32_t> &prompt, int reused, const std::string &cache,
+                      std::vector<float> *logits) {
+    const int P = (int)prompt.size(), B = s->n_seq;
+    auto run = [&](int from, int to) {
+        std::vector<int32_t> toks;
+        for (int b = 0; b < B; b++) toks.insert(toks.end(), prompt.begin() + from, prompt.begin() + to);
+        return tgm::session_eval(s, 0, B, toks.data(), to - from, false, logits);
+    };
+    if (cache.empty()) return run(reused, P);
+    tg_status st = reused < P - 1 ? run(reused, P - 1) : TG_OK;
+    if (st == TG_OK && reused < P - 1) {
+        if (tgm::session_state_save_file(s, 0, cache.c_str()) == TG_OK)
+            fprintf(stderr, "prompt cache: saved %d tokens to '%s'\n", P - 1, cache.c_str());
+        else
+            fprintf(stderr, "warning: %s\n", tg_last_error());
+    }
+    return st == TG_OK ? run(P - 1, P) : st;
 }
 
 double now_ms() {
@@ -166,7 +238,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int n_ctx = (int)need;
-    tgm::session *s = tgm::session_new(m, o.batch, n_ctx);
+    tgm::session_params sp;
+    sp.n_seq = o.batch, sp.n_ctx = n_ctx, sp.type_k = o.type_k, sp.type_v = o.type_v, sp.type_state = o.type_state;
+    tgm::session *s = tgm::session_new(m, sp);
     int rc = 0;
     if (!s) {
         fprintf(stderr, "error: %s\n", tg_last_error());
@@ -181,6 +255,7 @@ int main(int argc, char **argv) {
     smp.rng.seed(o.seed);
     std::vector<float> logits;
     double t_prompt = 0, t_gen = 0;
+    int n_prompt = 0;  // prompt tokens evaluated (less those the prompt cache held)
     int n_gen = 0;
     const int V = m->hp.n_vocab, B = o.batch;
     if (rc == 0) {
@@ -202,8 +277,10 @@ int main(int argc, char **argv) {
         }
         if (!o.quiet) printf("%s", o.prompt.c_str());
         double t0 = now_ms();
-        tg_status st = tgm::session_eval(s, 0, B, toks.data(), (int)prompt.size(), false, &logits);
+        const int reused = o.prompt_cache.empty() ? 0 : load_prompt_cache(s, o.prompt_cache, prompt);
+        tg_status st = eval_prompt(s, prompt, reused, o.prompt_cache, &logits);
         t_prompt = now_ms() - t0;
+        n_prompt = (int)prompt.size() - reused;
         std::vector<int32_t> cur(B);
         std::vector<bool> done(B, false);
         while (st == TG_OK && n_gen < o.n_predict) {
@@ -231,10 +308,10 @@ int main(int argc, char **argv) {
         }
     }
     if (rc == 0) {
-        const double pp = B * prompt.size() / (t_prompt / 1e3);
+        const double pp = B * n_prompt / (t_prompt / 1e3);
         const int n_steps = std::max(0, n_gen - 1);  // the first token comes from the prompt pass
         fprintf(stderr, "backend %s, batch %d\n", tg_backend_name(be), B);
-        fprintf(stderr, "prompt:     %5zu tokens x %d in %8.2f ms (%10.1f tokens/s)\n", prompt.size(), B, t_prompt, pp);
+        fprintf(stderr, "prompt:     %5d tokens x %d in %8.2f ms (%10.1f tokens/s)\n", n_prompt, B, t_prompt, pp);
         if (n_steps > 0)
             fprintf(stderr, "generation: %5d tokens x %d in %8.2f ms (%10.1f tokens/s)\n", n_steps, B, t_gen,
                     B * n_steps / (t_gen / 1e3));
