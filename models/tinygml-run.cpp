@@ -172,6 +172,17 @@ int load_prompt_cache(tgm::session *s, const std::string &path, const std::vecto
     return (int)common;
 }
 
+// The prompt cache may be (over)written: no file yet, or a tinygml state
+// (a path given by mistake, e.g. the model or a source file, is left alone).
+bool cache_writable(const std::string &path) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return true;
+    char magic[8] = {};
+    const bool state = fread(magic, 1, 8, f) == 8 && memcmp(magic, "TGMSTATE", 8) == 0;
+    fclose(f);
+    return state;
+}
+
 // Evaluate prompt[reused, P) on every sequence. With a prompt cache, all but
 // the last token go first and the state of sequence 0 is saved then.
 tg_status eval_prompt(tgm::session *s, const std::vector<int32_t> &prompt, int reused, const std::string &cache,
@@ -185,7 +196,9 @@ tg_status eval_prompt(tgm::session *s, const std::vector<int32_t> &prompt, int r
     if (cache.empty()) return run(reused, P);
     tg_status st = reused < P - 1 ? run(reused, P - 1) : TG_OK;
     if (st == TG_OK && reused < P - 1) {
-        if (tgm::session_state_save_file(s, 0, cache.c_str()) == TG_OK)
+        if (!cache_writable(cache))
+            fprintf(stderr, "warning: '%s' is not a tinygml state: not overwritten\n", cache.c_str());
+        else if (tgm::session_state_save_file(s, 0, cache.c_str()) == TG_OK)
             fprintf(stderr, "prompt cache: saved %d tokens to '%s'\n", P - 1, cache.c_str());
         else
             fprintf(stderr, "warning: %s\n", tg_last_error());
