@@ -12,6 +12,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "fuzz/state_rig.h"
 #include "model_util.h"
 #include "test_util.h"
 
@@ -587,5 +588,28 @@ TEST_P(SessionStateBad, SeqOpsCheckTheirArguments) {
 
 INSTANTIATE_TEST_SUITE_P(Session, SessionStateBad, ::testing::Bool(),
                          [](const auto &i) { return std::string(i.param ? "Cuda" : "Cpu"); });
+
+// The state fuzzer's committed seeds still load into its session (the same
+// model, the same format): a format change that forgets to regenerate them
+// (tests/fuzz/make_state_corpus.cpp) fails here.
+TEST(SessionStateFuzzSeeds, SeedsLoadIntoTheFuzzersSession) {
+    tgt::state_rig r;
+    ASSERT_TRUE(r.s && r.fill()) << tg_last_error();
+    std::vector<uint8_t> now;
+    ASSERT_EQ(tgm::session_state_save(r.s, -1, &now), TG_OK);
+    int n = 0;
+    for (const char *name : {"session", "seq0", "seq1", "session_empty", "seq_empty"}) {
+        const std::string path = k_root + "/tests/fuzz/state_corpus/" + name + ".bin";
+        const int dst = std::string(name).rfind("seq", 0) == 0 ? 1 : -1;  // seq*: sequence states
+        EXPECT_EQ(tgm::session_state_load_file(r.s, dst, path.c_str()), TG_OK) << tg_last_error();
+        n++;
+    }
+    EXPECT_EQ(n, 5);
+    // the whole-session seed is exactly the rig's filled state
+    ASSERT_EQ(tgm::session_state_load_file(r.s, -1, (k_root + "/tests/fuzz/state_corpus/session.bin").c_str()), TG_OK);
+    std::vector<uint8_t> back;
+    ASSERT_EQ(tgm::session_state_save(r.s, -1, &back), TG_OK);
+    EXPECT_EQ(back, now);
+}
 
 }  // namespace
