@@ -74,7 +74,7 @@ tg_status parse(const session *s, const uint8_t *p, size_t size, int kind_want, 
     std::vector<record> recs;
     size_t at = kHeader;
     const size_t end = size - kTrailer;
-    if (h.n_records > (uint32_t)(end - at) / kRecordHead)
+    if ((size_t)h.n_records > (end - at) / kRecordHead)
         return tg_set_error(TG_ERR_FORMAT, "[%s] truncated: %u records cannot fit in %zu bytes", who, h.n_records,
                             size);
     if (!storage_type(h.type_k) || !storage_type(h.type_v) || !storage_type(h.type_state))
