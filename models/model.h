@@ -67,6 +67,8 @@ struct session_params {
     tg_type type_k = TG_TYPE_F32;      // K cache: F32, F16 or BF16
     tg_type type_v = TG_TYPE_F32;      // V cache
     tg_type type_state = TG_TYPE_F32;  // recurrent (delta-rule) states
+    bool checkpoints = false;          // keep one recurrent-state checkpoint per sequence
+                                       // (session_seq_checkpoint; one more state's memory)
 };
 
 // KV caches ({head_dim, n_head_kv, n_ctx + n_ubatch, n_seq} per attention
@@ -88,6 +90,9 @@ struct session {
     tg_context *ctx = nullptr;
     tg_buffer *buf = nullptr;
     std::vector<tg_tensor *> k_cache, v_cache, state;  // per layer (NULL where not used)
+    std::vector<tg_tensor *> snap;                     // per delta layer: the checkpointed states (or NULL)
+    std::vector<int> snap_pos;                         // per sequence: its checkpoint's length, -1: none
+    long long n_replayed = 0;                          // tokens re-evaluated by recurrent truncations
     // the input slot, I32: a graph of C columns and T padded tokens each reads
     // token ids [0, CT), positions [CT, 2CT), padding masks (0/1, hybrid)
     // [2CT, 3CT) and the flat indices of the logit rows [3CT, 3CT + R)
@@ -151,9 +156,14 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
 // (positions are cache rows): [p0, end) truncates to p0, [0, end) clears, a
 // range that would leave a hole fails with TG_ERR_UNSUPPORTED and changes
 // nothing. On a model with delta-rule layers a truncation re-evaluates the
-// kept tokens [0, p0) from a zero state (the recurrent state cannot be
-// rewound; models/README.md).
+// kept tokens from the sequence's checkpoint when it is at or before p0, else
+// from a zero state (the recurrent state cannot be rewound; models/README.md).
 tg_status session_seq_rm(session *s, int seq, int p0, int p1);
+// Checkpoint sequence seq's recurrent states at its current length (a
+// session made with checkpoints; replaces the sequence's previous one). A
+// later truncation to p0 >= that length restarts from here. Nothing to do
+// (TG_OK) on a model without delta-rule layers.
+tg_status session_seq_checkpoint(session *s, int seq);
 // Copy sequence src (its cache rows, state, tokens) over sequence dst.
 tg_status session_seq_cp(session *s, int src, int dst);
 // Clear every sequence but seq.

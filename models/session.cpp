@@ -42,11 +42,13 @@ session *session_new(const model *m, const session_params &p) {
     s->type_state = p.type_state;
     s->n_past.assign(p.n_seq, 0);
     s->tokens.assign(p.n_seq, {});
-    tg_init_params ip = {(size_t)(3 * hp.n_layer + 4) * tg_tensor_overhead() + 4096, nullptr, true};
+    tg_init_params ip = {(size_t)(4 * hp.n_layer + 4) * tg_tensor_overhead() + 4096, nullptr, true};
     s->ctx = tg_init(ip);
     s->k_cache.assign(hp.n_layer, nullptr);
     s->v_cache.assign(hp.n_layer, nullptr);
     s->state.assign(hp.n_layer, nullptr);
+    s->snap.assign(hp.n_layer, nullptr);
+    s->snap_pos.assign(p.n_seq, -1);
     bool ok = s->ctx != nullptr;
     for (int il = 0; ok && il < hp.n_layer; il++) {
         if (hp.is_attention(il)) {
@@ -56,6 +58,10 @@ session *session_new(const model *m, const session_params &p) {
         } else {
             s->state[il] = tg_new_tensor_4d(s->ctx, p.type_state, hp.ssm_dk, hp.ssm_dv, hp.ssm_hv, p.n_seq);
             ok = s->state[il] != nullptr;
+            if (ok && p.checkpoints) {
+                s->snap[il] = tg_new_tensor_4d(s->ctx, p.type_state, hp.ssm_dk, hp.ssm_dv, hp.ssm_hv, p.n_seq);
+                ok = s->snap[il] != nullptr;
+            }
         }
     }
     if (ok) {
@@ -131,6 +137,7 @@ tg_status session_reset(session *s, int seq) {
             }
     s->n_past[seq] = 0;
     s->tokens[seq].clear();
+    s->snap_pos[seq] = -1;
     return TG_OK;
 }
 
@@ -422,7 +429,16 @@ static tg_status clear_seq(session *s, int q) {
         }
     s->n_past[q] = 0;
     s->tokens[q].clear();
+    s->snap_pos[q] = -1;
     return TG_OK;
+}
+
+// Copy sequence src's slice of per-sequence tensor a into dst's slice of b
+// (the same shape), first `bytes` of it, through the host.
+static tg_status copy_slice(tg_tensor *a, int src, tg_tensor *b, int dst, size_t bytes) {
+    std::vector<char> tmp(bytes);
+    tg_status st = tg_tensor_get(a, tmp.data(), tg_nb(a, 3) * (size_t)src, bytes);
+    return st == TG_OK ? tg_tensor_set(b, tmp.data(), tg_nb(b, 3) * (size_t)dst, bytes) : st;
 }
 
 static tg_status check_seq(const session *s, int seq, bool all_ok, const char *who) {
@@ -442,19 +458,44 @@ static tg_status truncate_seq(session *s, int q, int p0) {
         s->tokens[q].resize((size_t)p0);
         return TG_OK;
     }
-    // the recurrent state cannot be rewound: run the kept tokens again from zero
+    // the recurrent state cannot be rewound: run the kept tokens again, from
+    // the checkpoint when it is at or before p0, else from zero
     std::vector<int32_t> keep(s->tokens[q].begin(), s->tokens[q].begin() + p0);
-    tg_status st = clear_seq(s, q);
+    const int from = s->snap_pos[q] >= 0 && s->snap_pos[q] <= p0 ? s->snap_pos[q] : 0;
+    tg_status st = TG_OK;
+    if (from > 0) {
+        for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++)
+            if (s->snap[il]) st = copy_slice(s->snap[il], q, s->state[il], q, tg_nb(s->state[il], 3));
+        s->n_past[q] = from;
+        s->tokens[q].resize((size_t)from);
+    } else {
+        st = clear_seq(s, q);
+    }
     batch b;
-    for (int t = 0; t < p0; t++) b.add(keep[t], t, q, false);
+    for (int t = from; t < p0; t++) b.add(keep[t], t, q, false);
     std::vector<float> unused;
-    if (st == TG_OK) st = decode(s, b, &unused, "session_seq_rm");
+    if (st == TG_OK && b.size() > 0) st = decode(s, b, &unused, "session_seq_rm");
+    s->n_replayed += b.size();
     if (st != TG_OK) {
         clear_seq(s, q);  // a half-replayed sequence is worse than an empty one
         return tg_set_error(st, "[session_seq_rm] sequence %d: re-evaluating its first %d tokens failed (the "
                                 "sequence is now empty): %s", q, p0, tg_last_error());
     }
     return TG_OK;
+}
+
+tg_status session_seq_checkpoint(session *s, int seq) {
+    tg_status st = check_seq(s, seq, false, "session_seq_checkpoint");
+    if (st != TG_OK || !has_recurrent(s)) return st;
+    bool any = false;
+    for (tg_tensor *t : s->snap) any |= t != nullptr;
+    if (!any)
+        return tg_set_error(TG_ERR_ARG, "[session_seq_checkpoint] the session was made without checkpoints "
+                                        "(session_params.checkpoints)");
+    for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++)
+        if (s->snap[il]) st = copy_slice(s->state[il], seq, s->snap[il], seq, tg_nb(s->state[il], 3));
+    s->snap_pos[seq] = st == TG_OK ? s->n_past[seq] : -1;
+    return st == TG_OK ? TG_OK : tg_set_error(st, "[session_seq_checkpoint] %s", tg_last_error());
 }
 
 tg_status session_seq_rm(session *s, int seq, int p0, int p1) {
@@ -481,19 +522,15 @@ tg_status session_seq_cp(session *s, int src, int dst) {
     if (st == TG_OK) st = check_seq(s, dst, false, "session_seq_cp");
     if (st != TG_OK || src == dst) return st;
     const int len = s->n_past[src];
-    std::vector<char> tmp;
-    auto copy = [&](tg_tensor *t, size_t bytes) {
-        tmp.resize(bytes);
-        const size_t per = tg_nb(t, 3);
-        tg_status r = tg_tensor_get(t, tmp.data(), per * (size_t)src, bytes);
-        return r == TG_OK ? tg_tensor_set(t, tmp.data(), per * (size_t)dst, bytes) : r;
-    };
     for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++) {
         if (s->state[il]) {
-            st = copy(s->state[il], tg_nb(s->state[il], 3));
+            st = copy_slice(s->state[il], src, s->state[il], dst, tg_nb(s->state[il], 3));
+            if (st == TG_OK && s->snap[il] && s->snap_pos[src] >= 0)
+                st = copy_slice(s->snap[il], src, s->snap[il], dst, tg_nb(s->snap[il], 3));
         } else {
-            st = copy(s->k_cache[il], tg_nb(s->k_cache[il], 2) * (size_t)len);
-            if (st == TG_OK) st = copy(s->v_cache[il], tg_nb(s->v_cache[il], 2) * (size_t)len);
+            st = copy_slice(s->k_cache[il], src, s->k_cache[il], dst, tg_nb(s->k_cache[il], 2) * (size_t)len);
+            if (st == TG_OK)
+                st = copy_slice(s->v_cache[il], src, s->v_cache[il], dst, tg_nb(s->v_cache[il], 2) * (size_t)len);
         }
     }
     if (st != TG_OK) {
@@ -503,6 +540,7 @@ tg_status session_seq_cp(session *s, int src, int dst) {
     }
     s->n_past[dst] = len;
     s->tokens[dst] = s->tokens[src];
+    s->snap_pos[dst] = s->snap_pos[src];
     return TG_OK;
 }
 

@@ -170,6 +170,7 @@ tg_status apply(session *s, const record &r, int dst) {
     }
     if (st != TG_OK) return st;
     s->n_past[dst] = r.n;
+    s->snap_pos[dst] = -1;  // checkpoints are not part of a state
     s->tokens[dst].resize((size_t)r.n);
     if (r.n) memcpy(s->tokens[dst].data(), r.tokens, 4 * (size_t)r.n);
     return TG_OK;

@@ -212,7 +212,9 @@ TEST_P(SessionShipped, BadBatchIsRefusedAndChangesNothing) {
 // a lost or stale state shows as O(1).
 TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
     const int n_seq = 3, n_ctx = 40, n_ops = 300;
-    tgm::session *s = tgm::session_new(m, n_seq, n_ctx);
+    tgm::session_params sp;
+    sp.n_seq = n_seq, sp.n_ctx = n_ctx, sp.checkpoints = true;
+    tgm::session *s = tgm::session_new(m, sp);
     ASSERT_NE(s, nullptr) << tg_last_error();
     std::mt19937 rng(20261201);
     auto rnd = [&](int n) { return (int)(rng() % (unsigned)n); };
@@ -226,7 +228,7 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
     int checked_rows = 0, counts[8] = {};
     for (int op = 0; op < n_ops; op++) {
         SCOPED_TRACE("op " + std::to_string(op));
-        const int kind = rnd(20);
+        const int kind = rnd(21);
         if (kind < 9) {  // evaluate a ragged batch
             counts[0]++;
             tgm::batch b;
@@ -286,6 +288,9 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
             ASSERT_EQ(tgm::session_state_save(s, sv.seq, &sv.bytes), TG_OK) << tg_last_error();
             sv.hist = hist;
             saves.push_back(std::move(sv));
+        } else if (kind == 20) {  // checkpoint a sequence's recurrent state
+            counts[6]++;
+            ASSERT_EQ(tgm::session_seq_checkpoint(s, rnd(n_seq)), TG_OK) << tg_last_error();
         } else if (!saves.empty()) {  // load a saved state
             counts[5]++;
             const saved &sv = saves[(size_t)rnd((int)saves.size())];
@@ -314,10 +319,55 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
         const std::vector<float> ref = reference_logits(m, hist[b.seq[i]], n_ctx);
         EXPECT_LT(rel_diff(&out[(size_t)i * V], &ref[(size_t)b.pos[i] * V], V), 1e-4) << "sequence " << b.seq[i];
     }
-    printf("random ops: %d evals (%d rows checked), %d removals, %d copies, %d keep/clear, %d saves, %d loads\n",
-           counts[0], checked_rows, counts[1], counts[2], counts[3], counts[4], counts[5]);
+    printf("random ops: %d evals (%d rows checked), %d removals (%lld tokens replayed), %d copies, %d keep/clear, "
+           "%d saves, %d loads, %d checkpoints\n",
+           counts[0], checked_rows, counts[1], s->n_replayed, counts[2], counts[3], counts[4], counts[5], counts[6]);
     EXPECT_GT(checked_rows, 50);
     EXPECT_GT(counts[5], 5);
+    tgm::session_free(s);
+}
+
+// Roll a sequence back to its checkpoint: nothing is re-evaluated and the
+// next step is bit-identical to the step first taken there; a rollback past
+// the checkpoint re-evaluates only the tokens after it. Llama models never
+// re-evaluate (a removal only shortens the sequence).
+TEST_P(SessionShipped, SeqRollbackUsesTheCheckpoint) {
+    tgm::session_params sp;
+    sp.n_seq = 2, sp.n_ctx = 48, sp.checkpoints = true;
+    tgm::session *s = tgm::session_new(m, sp);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    const bool recurrent = m->hp.kind == tgm::arch::hybrid;
+    std::vector<int32_t> prompt = tgm::tokenize("h8=v3 a8=q8 a4=r3 c2=t2 ?h8=", true);
+    const int P = (int)prompt.size();
+    std::vector<float> l, first, again;
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, prompt.data(), P, false, &l), TG_OK);
+    ASSERT_EQ(tgm::session_seq_checkpoint(s, 0), TG_OK) << tg_last_error();
+    const int32_t cont[4] = {118, 51, 257, 32};
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, cont, 1, false, &first), TG_OK);
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, cont + 1, 3, false, &l), TG_OK);
+    ASSERT_EQ(tgm::session_seq_rm(s, 0, P, -1), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_replayed, 0);
+    EXPECT_EQ(s->n_past[0], P);
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, cont, 1, false, &again), TG_OK);
+    EXPECT_EQ(memcmp(first.data(), again.data(), first.size() * 4), 0) << "the step after the rollback";
+    // past the checkpoint: only the tokens after it run again
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, cont + 1, 3, false, &l), TG_OK);
+    ASSERT_EQ(tgm::session_seq_rm(s, 0, P + 2, -1), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_replayed, recurrent ? 2 : 0);
+    // a copy carries the checkpoint; before it, the copy replays from zero
+    ASSERT_EQ(tgm::session_seq_cp(s, 0, 1), TG_OK);
+    ASSERT_EQ(tgm::session_seq_rm(s, 1, P, -1), TG_OK);
+    EXPECT_EQ(s->n_replayed, recurrent ? 2 : 0);
+    ASSERT_EQ(tgm::session_seq_rm(s, 1, P - 3, -1), TG_OK);
+    EXPECT_EQ(s->n_replayed, recurrent ? 2 + P - 3 : 0);
+    std::vector<int32_t> hist(prompt.begin(), prompt.end() - 3);
+    hist.push_back(cont[0]);
+    ASSERT_EQ(tgm::session_eval(s, 1, 1, cont, 1, false, &l), TG_OK);
+    const std::vector<float> ref = reference_logits(m, hist, 48);
+    EXPECT_LT(rel_diff(l.data(), &ref[(hist.size() - 1) * V], V), 1e-4);
+    tgm::session *plain = tgm::session_new(m, 1, 16);
+    EXPECT_EQ(tgm::session_seq_checkpoint(plain, 0), recurrent ? TG_ERR_ARG : TG_OK);
+    tgm::session_free(plain);
     tgm::session_free(s);
 }
 
