@@ -140,7 +140,8 @@ struct batch {
 // in it (else rounds of n_ubatch). logits receives n_vocab floats for each
 // token that wants them, in batch order. Results equal evaluating each
 // sequence alone. Fails, changing nothing, for a bad token id, sequence,
-// position or a context overflow.
+// position or a context overflow (all checked first); a backend failure in a
+// later round leaves the earlier rounds' tokens in their sequences.
 tg_status session_decode(session *s, const batch &b, std::vector<float> *logits);
 
 // Run T new tokens for each of the n sequences [seq0, seq0 + n): tokens[b*T + t]
