@@ -37,26 +37,27 @@ void usage(FILE *f, const char *argv0) {
             "  -p PROMPT        prompt text (default: empty, only BOS)\n"
             "  -n N             tokens to generate (default %d)\n"
             "  --device D       cpu, cuda or auto (default %s: cuda when a GPU is present)\n"
-            "sampling (llama.cpp's chain and order: penalty, top-k, top-p, min-p, temperature, draw):\n"
-            "  --temp T         temperature (default %g; 0, or below %g: greedy)\n"
-            "  --top-k K        keep the K most likely tokens (default %d; 0: all)\n"
-            "  --top-p P        then the smallest set with probability >= P (default %g; 1: off)\n"
-            "  --min-p P        then the tokens with probability >= P * the largest (default %g; 0: off)\n"
-            "  --repeat-penalty R  divide positive, multiply negative logits of recent tokens by R (default %g: off)\n"
-            "  --repeat-last-n N   the recent tokens: the last N of prompt and output (default %d; 0: off, -1: all)\n"
-            "  --seed S         sampling seed (default -1: random, printed so the run can be repeated)\n"
-            "  -i, --interactive  read lines from stdin; each continues the conversation (a reply stops at\n"
-            "                   EOS, after -n tokens or after a newline; EOF ends)\n"
             "  -t N             CPU threads (default %d: all hardware threads)\n"
             "  -b N             run N copies of the prompt as one batch, for throughput (default %d)\n"
             "  -q               print only the timing lines\n"
             "  --ignore-eos     keep generating past EOS (for timing)\n"
             "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
+            "  -i, --interactive  read lines from stdin; each continues the conversation (a reply stops at\n"
+            "                   EOS, after -n tokens or after a newline; EOF ends)\n"
             "  -h, --help       this help\n"
+            "sampling (llama.cpp's chain and order: penalty, top-k, top-p, min-p, temperature, draw):\n"
+            "  --temp T         temperature (default %g; 0, or below %g: greedy)\n"
+            "  --top-k K        keep the K most likely tokens (default %d; 0: all)\n"
+            "  --top-p P        then the smallest set with probability >= P (default %g; 1: off)\n"
+            "  --min-p P        then the tokens with probability >= P * the largest (default %g; 0: off)\n"
+            "  --repeat-penalty R  divide positive, multiply negative logits of recent tokens by R\n"
+            "                   (default %g: off)\n"
+            "  --repeat-last-n N   recent: the last N tokens of prompt and output (default %d; 0: off, -1: all)\n"
+            "  --seed S         sampling seed (default -1: random, printed so the run can be repeated)\n"
             "example (the recall task of models/README.md: key=value pairs, then ?key=):\n"
             "  %s -m models/hybrid-recall.gguf -p \"a3=p7 b1=q2 c5=w4 d8=s1 ?b1=\" -n 4 --temp 0\n",
-            argv0, d.n_predict, d.device.c_str(), d.temp, tgm::sampler::kMinTemp, d.top_k, d.top_p, d.min_p,
-            d.repeat_penalty, d.repeat_last_n, d.threads, d.batch, argv0);
+            argv0, d.n_predict, d.device.c_str(), d.threads, d.batch, d.temp, tgm::sampler::kMinTemp, d.top_k,
+            d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n, argv0);
 }
 
 // Parse a number strictly: the whole string, in range.
@@ -75,22 +76,36 @@ bool parse_float(const char *s, float lo, float hi, float *out) {
     *out = v;
     return true;
 }
+bool parse_int(const char *s, long long lo, long long hi, int *out) {
+    long long v;
+    return parse_int(s, lo, hi, &v) && ((*out = (int)v), true);
+}
 
 // The sampler's flags (llama.cpp's names, defaults and ranges); false with
 // *range set for a bad value.
 bool parse_sampler_flag(const std::string &a, const char *val, options &o, const char **range) {
-    long long v;
-    if (a == "--temp") return *range = "a number in [0, 100]", parse_float(val, 0.0f, 100.0f, &o.temp);
-    if (a == "--top-k") return *range = "an integer in [0, 4194304]", parse_int(val, 0, 1 << 22, &v) && ((o.top_k = (int)v), true);
-    if (a == "--top-p") return *range = "a number in [0, 1]", parse_float(val, 0.0f, 1.0f, &o.top_p);
-    if (a == "--min-p") return *range = "a number in [0, 1]", parse_float(val, 0.0f, 1.0f, &o.min_p);
-    if (a == "--repeat-penalty")
-        return *range = "a number in (0, 100]", parse_float(val, 0.0f, 100.0f, &o.repeat_penalty) && o.repeat_penalty > 0.0f;
-    if (a == "--repeat-last-n")
-        return *range = "-1 (all) or an integer in [0, 1048576]", parse_int(val, -1, 1 << 20, &v) && ((o.repeat_last_n = (int)v), true);
-    if (a == "--seed") return *range = "-1 (random) or an integer in [0, 2^63)", parse_int(val, -1, INT64_MAX, &o.seed);
-    *range = "?";
-    return false;
+    if (a == "--temp") {
+        *range = "a number in [0, 100]";
+        return parse_float(val, 0.0f, 100.0f, &o.temp);
+    }
+    if (a == "--top-k") {
+        *range = "an integer in [0, 4194304]";
+        return parse_int(val, 0, 1 << 22, &o.top_k);
+    }
+    if (a == "--top-p" || a == "--min-p") {
+        *range = "a number in [0, 1]";
+        return parse_float(val, 0.0f, 1.0f, a == "--top-p" ? &o.top_p : &o.min_p);
+    }
+    if (a == "--repeat-penalty") {
+        *range = "a number in (0, 100]";
+        return parse_float(val, 0.0f, 100.0f, &o.repeat_penalty) && o.repeat_penalty > 0.0f;
+    }
+    if (a == "--repeat-last-n") {
+        *range = "-1 (all) or an integer in [0, 1048576]";
+        return parse_int(val, -1, 1 << 20, &o.repeat_last_n);
+    }
+    *range = "-1 (random) or an integer in [0, 2^63)";  // --seed
+    return parse_int(val, -1, INT64_MAX, &o.seed);
 }
 
 // The sampler of the options; a seed of -1 becomes a random one (returned in *seed).
@@ -105,8 +120,10 @@ tgm::sampler make_sampler(const options &o, unsigned long long *seed) {
     if (o.seed >= 0) {
         *seed = (unsigned long long)o.seed;
     } else {
+        // 64 bits of the OS's entropy and the clock, kept below 2^63 so --seed takes it back
         std::random_device rd;
-        *seed = (((unsigned long long)rd() << 31) ^ rd() ^ (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count()) & (unsigned long long)INT64_MAX;
+        const unsigned long long t = (unsigned long long)std::chrono::steady_clock::now().time_since_epoch().count();
+        *seed = (((unsigned long long)rd() << 32) ^ rd() ^ t) & (unsigned long long)INT64_MAX;
     }
     smp.rng.seed(*seed);
     return smp;
@@ -116,9 +133,9 @@ enum class parsed { ok, help, error };
 
 parsed parse(int argc, char **argv, options &o) {
     static const char *const flags[] = {"-q", "--ignore-eos", "--warmup", "-i", "--interactive"};
-    static const char *const valued[] = {"-m",     "-p", "-n", "--device", "-t",      "-b",       "--temp",
-                                         "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-                                         "--seed"};
+    static const char *const valued[] = {"-m",      "-p",      "-n",      "--device",         "-t",
+                                         "-b",      "--temp",  "--top-k", "--top-p",          "--min-p",
+                                         "--repeat-penalty",   "--repeat-last-n", "--seed"};
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") return parsed::help;
@@ -129,7 +146,10 @@ parsed parse(int argc, char **argv, options &o) {
         }
         if (std::find_if(std::begin(flags), std::end(flags), [&](const char *f) { return a == f; }) !=
             std::end(flags)) {
-            (a == "-q" ? o.quiet : a == "--warmup" ? o.warmup : a == "--ignore-eos" ? o.ignore_eos : o.interactive) = true;
+            (a == "-q"           ? o.quiet
+             : a == "--warmup"     ? o.warmup
+             : a == "--ignore-eos" ? o.ignore_eos
+                                   : o.interactive) = true;
             continue;
         }
         if (std::find_if(std::begin(valued), std::end(valued), [&](const char *f) { return a == f; }) ==
@@ -142,15 +162,14 @@ parsed parse(int argc, char **argv, options &o) {
             return parsed::error;
         }
         const char *val = argv[++i];
-        long long v;
         bool ok = true;
-        const char *range = nullptr;  // what the flag takes, for the error message
+        const char *range = "";  // what the flag takes, for the error message
         if (a == "-m") o.model = val;
         else if (a == "-p") o.prompt = val;
         else if (a == "--device") o.device = val;
-        else if (a == "-n") range = "an integer in [0, 1048576]", ok = parse_int(val, 0, 1 << 20, &v) && ((o.n_predict = (int)v), true);
-        else if (a == "-t") range = "an integer in [0, 256]", ok = parse_int(val, 0, 256, &v) && ((o.threads = (int)v), true);
-        else if (a == "-b") range = "an integer in [1, 4096]", ok = parse_int(val, 1, 4096, &v) && ((o.batch = (int)v), true);
+        else if (a == "-n") ok = parse_int(val, 0, 1 << 20, &o.n_predict), range = "an integer in [0, 1048576]";
+        else if (a == "-t") ok = parse_int(val, 0, 256, &o.threads), range = "an integer in [0, 256]";
+        else if (a == "-b") ok = parse_int(val, 1, 4096, &o.batch), range = "an integer in [1, 4096]";
         else ok = parse_sampler_flag(a, val, o, &range);
         if (!ok) {
             fprintf(stderr, "error: bad value '%s' for %s (%s)\n", val, a.c_str(), range);
