@@ -81,31 +81,34 @@ bool parse_int(const char *s, long long lo, long long hi, int *out) {
     return parse_int(s, lo, hi, &v) && ((*out = (int)v), true);
 }
 
-// The sampler's flags (llama.cpp's names, defaults and ranges); false with
-// *range set for a bad value.
-bool parse_sampler_flag(const std::string &a, const char *val, options &o, const char **range) {
-    if (a == "--temp") {
-        *range = "a number in [0, 100]";
-        return parse_float(val, 0.0f, 100.0f, &o.temp);
-    }
-    if (a == "--top-k") {
-        *range = "an integer in [0, 4194304]";
-        return parse_int(val, 0, 1 << 22, &o.top_k);
-    }
-    if (a == "--top-p" || a == "--min-p") {
-        *range = "a number in [0, 1]";
-        return parse_float(val, 0.0f, 1.0f, a == "--top-p" ? &o.top_p : &o.min_p);
-    }
-    if (a == "--repeat-penalty") {
-        *range = "a number in (0, 100]";
-        return parse_float(val, 0.0f, 100.0f, &o.repeat_penalty) && o.repeat_penalty > 0.0f;
-    }
-    if (a == "--repeat-last-n") {
-        *range = "-1 (all) or an integer in [0, 1048576]";
-        return parse_int(val, -1, 1 << 20, &o.repeat_last_n);
-    }
-    *range = "-1 (random) or an integer in [0, 2^63)";  // --seed
-    return parse_int(val, -1, INT64_MAX, &o.seed);
+// What each numeric flag takes, for the error message (parse checks it).
+const char *flag_range(const std::string &a) {
+    static const char *const table[][2] = {
+        {"-n", "an integer in [0, 1048576]"},
+        {"-t", "an integer in [0, 256]"},
+        {"-b", "an integer in [1, 4096]"},
+        {"--temp", "a number in [0, 100]"},
+        {"--top-k", "an integer in [0, 4194304]"},
+        {"--top-p", "a number in [0, 1]"},
+        {"--min-p", "a number in [0, 1]"},
+        {"--repeat-penalty", "a number in (0, 100]"},
+        {"--repeat-last-n", "-1 (all) or an integer in [0, 1048576]"},
+        {"--seed", "-1 (random) or an integer in [0, 2^63)"},
+    };
+    for (const auto &r : table)
+        if (a == r[0]) return r[1];
+    return "?";
+}
+
+// The sampler's flags, llama.cpp's names and ranges (flag_range).
+bool parse_sampler_flag(const std::string &a, const char *val, options &o) {
+    if (a == "--temp") return parse_float(val, 0.0f, 100.0f, &o.temp);
+    if (a == "--top-k") return parse_int(val, 0, 1 << 22, &o.top_k);
+    if (a == "--top-p") return parse_float(val, 0.0f, 1.0f, &o.top_p);
+    if (a == "--min-p") return parse_float(val, 0.0f, 1.0f, &o.min_p);
+    if (a == "--repeat-penalty") return parse_float(val, 0.0f, 100.0f, &o.repeat_penalty) && o.repeat_penalty > 0.0f;
+    if (a == "--repeat-last-n") return parse_int(val, -1, 1 << 20, &o.repeat_last_n);
+    return a == "--seed" && parse_int(val, -1, INT64_MAX, &o.seed);
 }
 
 // The sampler of the options; a seed of -1 becomes a random one (returned in *seed).
@@ -163,16 +166,15 @@ parsed parse(int argc, char **argv, options &o) {
         }
         const char *val = argv[++i];
         bool ok = true;
-        const char *range = "";  // what the flag takes, for the error message
         if (a == "-m") o.model = val;
         else if (a == "-p") o.prompt = val;
         else if (a == "--device") o.device = val;
-        else if (a == "-n") ok = parse_int(val, 0, 1 << 20, &o.n_predict), range = "an integer in [0, 1048576]";
-        else if (a == "-t") ok = parse_int(val, 0, 256, &o.threads), range = "an integer in [0, 256]";
-        else if (a == "-b") ok = parse_int(val, 1, 4096, &o.batch), range = "an integer in [1, 4096]";
-        else ok = parse_sampler_flag(a, val, o, &range);
+        else if (a == "-n") ok = parse_int(val, 0, 1 << 20, &o.n_predict);
+        else if (a == "-t") ok = parse_int(val, 0, 256, &o.threads);
+        else if (a == "-b") ok = parse_int(val, 1, 4096, &o.batch);
+        else ok = parse_sampler_flag(a, val, o);
         if (!ok) {
-            fprintf(stderr, "error: bad value '%s' for %s (%s)\n", val, a.c_str(), range);
+            fprintf(stderr, "error: bad value '%s' for %s (%s)\n", val, a.c_str(), flag_range(a));
             return parsed::error;
         }
     }
