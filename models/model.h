@@ -143,7 +143,8 @@ void sample_top_k(std::vector<candidate> &c, int k);
 // softmax(logits); keep the smallest prefix (in sample_top_k's order) whose
 // probability sum reaches p. p >= 1: all.
 void sample_top_p(std::vector<candidate> &c, float p);
-// Keep the candidates with probability >= p * the largest probability. p <= 0: all.
+// Keep the candidates with probability >= p * the largest probability. p <= 0:
+// all; p > 1 acts as 1.
 void sample_min_p(std::vector<candidate> &c, float p);
 // Draw one id from softmax(logit / temp) of a non-empty list, with one rng().
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);

@@ -52,11 +52,12 @@ void sample_top_k(std::vector<candidate> &c, int k) {
 void sample_top_p(std::vector<candidate> &c, float p) {
     if (!(p < 1.0f) || c.empty()) return;
     sort_candidates(c);
+    std::vector<double> w(c.size());
     double sum = 0.0;
-    for (const candidate &x : c) sum += std::exp(x.logit - c[0].logit);
+    for (size_t i = 0; i < c.size(); i++) sum += (w[i] = std::exp(c[i].logit - c[0].logit));
     double cum = 0.0;
     for (size_t i = 0; i < c.size(); i++) {
-        cum += std::exp(c[i].logit - c[0].logit) / sum;
+        cum += w[i] / sum;
         if (cum >= p) {
             c.resize(i + 1);
             return;
@@ -68,8 +69,8 @@ void sample_min_p(std::vector<candidate> &c, float p) {
     if (!(p > 0.0f) || c.empty()) return;
     double mx = c[0].logit;
     for (const candidate &x : c) mx = std::max(mx, x.logit);
-    // p_i >= p * p_max  <=>  logit_i - logit_max >= log(p); the largest always stays
-    const double cut = std::log((double)p);
+    // p_i >= p * p_max  <=>  logit_i - logit_max >= log(p); the largest always stays (p > 1 acts as 1)
+    const double cut = std::min(std::log((double)p), 0.0);
     c.erase(std::remove_if(c.begin(), c.end(), [&](const candidate &x) { return x.logit - mx < cut; }), c.end());
 }
 

@@ -66,11 +66,9 @@ std::vector<ref_tok> ref_finite(const std::vector<float> &l) {
 void ref_penalty(std::vector<ref_tok> &r, const std::vector<int32_t> &hist, int n, double penalty) {
     if (n == 0) return;
     size_t from = n < 0 || (size_t)n >= hist.size() ? 0 : hist.size() - (size_t)n;
-    for (ref_tok &t : r) {
-        bool seen = false;
-        for (size_t i = from; i < hist.size(); i++) seen = seen || hist[i] == t.id;
-        if (seen) t.logit = t.logit > 0 ? t.logit / penalty : t.logit * penalty;
-    }
+    const std::set<int32_t> window(hist.begin() + (long)from, hist.end());
+    for (ref_tok &t : r)
+        if (window.count(t.id)) t.logit = t.logit > 0 ? t.logit / penalty : t.logit * penalty;
 }
 
 // the k largest; ties: the smaller id first (a stable sort of the id order)
@@ -178,7 +176,7 @@ TEST(Sampler, DefaultsAreLlamaCpps) {
 // Top-k keeps exactly the k largest logits, in order, ties by the smaller id.
 TEST(Sampler, TopKKeepsTheKLargest) {
     for (int n : {259, 32000}) {
-        for (unsigned seed = 0; seed < 4; seed++) {
+        for (unsigned seed = 0; seed < (n == 259 ? 4u : 2u); seed++) {
             const std::vector<float> l = seed % 2 ? tied_logits(seed, n) : random_logits(seed, n);
             for (int k : {1, 2, 5, 40, 258, 259, 1000, 0, -3, n, n + 7}) {
                 std::vector<tgm::candidate> c = all_of(l);
@@ -205,7 +203,7 @@ TEST(Sampler, TopKKeepsTheKLargest) {
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
     int n_cut = 0;
     for (int n : {259, 32000}) {
-        for (unsigned seed = 0; seed < 4; seed++) {
+        for (unsigned seed = 0; seed < (n == 259 ? 4u : 2u); seed++) {
             // a narrow range at 32000 so that p cuts in the middle, not after a few tokens
             const std::vector<float> l = random_logits(seed + 10, n, -4.0f, n == 259 ? 8.0f : 2.0f);
             for (float p : {0.0f, 0.1f, 0.5f, 0.9f, 0.95f, 0.999f, 1.0f}) {
@@ -233,7 +231,7 @@ TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
 // largest, in their order.
 TEST(Sampler, MinPKeepsTokensAboveTheFraction) {
     for (int n : {259, 32000}) {
-        for (unsigned seed = 0; seed < 4; seed++) {
+        for (unsigned seed = 0; seed < (n == 259 ? 4u : 2u); seed++) {
             const std::vector<float> l = random_logits(seed + 20, n, -6.0f, 6.0f);
             for (float p : {0.0f, 0.001f, 0.05f, 0.2f, 0.5f, 0.9f, 1.0f}) {
                 std::vector<tgm::candidate> c = all_of(l);
@@ -246,6 +244,13 @@ TEST(Sampler, MinPKeepsTokensAboveTheFraction) {
                 ASSERT_GE(c.size(), 1u);
             }
         }
+    }
+    // past 1 nothing would pass, so it acts as 1: the largest (and its ties) stay
+    std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f};
+    for (float p : {1.5f, kInf}) {
+        std::vector<tgm::candidate> c = all_of(l);
+        tgm::sample_min_p(c, p);
+        EXPECT_EQ(ids(c), (std::vector<int32_t>{1, 3})) << p;
     }
 }
 
@@ -311,12 +316,12 @@ TEST(Sampler, GreedyTakesTheLargestLogitAfterThePenalty) {
 // --- the draws ---------------------------------------------------------------
 
 // The draws follow the distribution the whole chain leaves: Pearson's
-// chi-square of 20,000 draws against the float64 reference under a bound of
+// chi-square of 10,000 draws against the float64 reference under a bound of
 // df + 6 sqrt(2 df) (a p-value far below 1e-6 for the df here); the same
 // counts against the distribution of each usual bug (temperature applied
 // first, no penalty, no top-p, no min-p) exceed the bound, so the check can fail.
 TEST(Sampler, DrawsFollowTheChainsDistribution) {
-    const int V = 259, N = 20000;
+    const int V = 259, N = 10000;
     const std::vector<float> l = random_logits(50, V, -3.0f, 3.0f);
     std::vector<int32_t> hist;
     std::vector<ref_tok> sorted = ref_finite(l);
@@ -371,7 +376,7 @@ TEST(Sampler, DrawsFollowTheSoftmax) {
     }
 }
 
-// A seed gives the same tokens: two samplers with one seed agree on 2,000
+// A seed gives the same tokens: two samplers with one seed agree on 1,000
 // draws over changing logits and history, another seed does not, and the
 // first draws of seed 42 are pinned (mt19937_64 and the draw are fully
 // specified, so this holds on every platform).
@@ -380,7 +385,7 @@ TEST(Sampler, ASeedReproducesTheDraws) {
     tgm::sampler a = make(c, 42), b = make(c, 42), other = make(c, 43);
     std::vector<int32_t> ha, hb, ho;
     int differ = 0;
-    for (int i = 0; i < 2000; i++) {
+    for (int i = 0; i < 1000; i++) {
         const std::vector<float> l = random_logits(1000 + i, 259, -2.0f, 2.0f);
         const int32_t ta = a.sample(l.data(), 259, ha.data(), ha.size());
         const int32_t tb = b.sample(l.data(), 259, hb.data(), hb.size());
@@ -389,7 +394,7 @@ TEST(Sampler, ASeedReproducesTheDraws) {
         differ += ta != to;
         ha.push_back(ta), hb.push_back(tb), ho.push_back(to);
     }
-    EXPECT_GT(differ, 500);
+    EXPECT_GT(differ, 250);
     tgm::sampler s = make(chain{1.0f, 1.0f, 0.0f, 1.0f, 0, 0}, 42);
     const std::vector<float> l = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // uniform: the draw is u * 8
     std::vector<int32_t> first;
