@@ -136,9 +136,10 @@ enum class parsed { ok, help, error };
 
 parsed parse(int argc, char **argv, options &o) {
     static const char *const flags[] = {"-q", "--ignore-eos", "--warmup", "-i", "--interactive"};
-    static const char *const valued[] = {"-m",      "-p",      "-n",      "--device",         "-t",
-                                         "-b",      "--temp",  "--top-k", "--top-p",          "--min-p",
-                                         "--repeat-penalty",   "--repeat-last-n", "--seed"};
+    static const char *const valued[] = {"-m", "-p", "-n", "--device", "-t", "-b",
+                                         // the sampler's (parse_sampler_flag)
+                                         "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                         "--repeat-last-n", "--seed"};
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") return parsed::help;
