@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 
 namespace tgm {
@@ -150,6 +151,43 @@ tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, c
     return TG_OK;
 }
 
+// FNV-1a 64, the model identity's hash (and the state files' checksum).
+struct fnv {
+    uint64_t h = 1469598103934665603ull;
+    void add(const void *p, size_t n) {
+        const unsigned char *b = (const unsigned char *)p;
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    }
+    template <typename T> void add(const T &v) { add(&v, sizeof v); }
+};
+
+// The model's identity for state files: architecture, hyperparameters, each
+// tensor's name, type and shape, and 3 x 64 sampled bytes of its data (head,
+// middle, tail), so that another model or other weights of the same shape
+// are told apart without hashing every weight.
+uint64_t identity_of(const model &m, const std::vector<pending_tensor> &list, tg_gguf *g) {
+    const hparams &hp = m.hp;
+    fnv f;
+    f.add(hp.arch_name.data(), hp.arch_name.size());
+    for (int v : {hp.n_vocab, hp.n_ctx, hp.n_embd, hp.n_layer, hp.n_ff, hp.n_head, hp.n_head_kv, hp.head_dim,
+                  hp.n_rot, hp.attn_interval, hp.ssm_hk, hp.ssm_hv, hp.ssm_dk, hp.ssm_dv, hp.bos, hp.eos})
+        f.add(v);
+    f.add(hp.rope_base);
+    f.add(hp.rms_eps);
+    for (const pending_tensor &p : list) {
+        const char *nm = tg_get_name(p.t);
+        f.add(nm, strlen(nm));
+        f.add((int)tg_tensor_type(p.t));
+        for (int d = 0; d < 4; d++) f.add(tg_ne(p.t, d));
+        const size_t n = tg_nbytes(p.t);
+        const unsigned char *data =
+            (const unsigned char *)(p.index >= 0 ? tg_gguf_tensor_data(g, p.index) : p.derived.data());
+        if (!data) continue;
+        for (size_t at : {(size_t)0, n / 2, n > 64 ? n - 64 : 0}) f.add(data + at, std::min<size_t>(64, n - at));
+    }
+    return f.h;
+}
+
 tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
     loader L{g, ""};
     hparams &hp = m.hp;
@@ -237,6 +275,7 @@ tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
         if (tg_tensor_set(p.t, data, 0, tg_nbytes(p.t)) != TG_OK)
             return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
     }
+    m.identity = identity_of(m, list, g);
     return TG_OK;
 }
 

@@ -27,7 +27,16 @@ struct options {
     int top_k = 40, repeat_last_n = 64;
     long long seed = -1;  // -1: a random seed, printed
     bool quiet = false, ignore_eos = false, warmup = false, interactive = false;
+    tg_type type_k = TG_TYPE_F32, type_v = TG_TYPE_F32, type_state = TG_TYPE_F32;  // -ctk, -ctv, -cts
+    std::string prompt_cache;                                                     // --prompt-cache
 };
+
+// "f32", "f16" or "bf16" (the cache and state types).
+bool parse_cache_type(const char *s, tg_type *out) {
+    for (tg_type t : {TG_TYPE_F32, TG_TYPE_F16, TG_TYPE_BF16})
+        if (strcmp(s, tg_type_name(t)) == 0) return (*out = t), true;
+    return false;
+}
 
 void usage(FILE *f, const char *argv0) {
     const options d;
@@ -44,6 +53,11 @@ void usage(FILE *f, const char *argv0) {
             "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
             "  -i, --interactive  read lines from stdin; each continues the conversation (a reply stops at\n"
             "                   EOS, after -n tokens or after a newline; EOF ends)\n"
+            "  -ctk, --cache-type-k T      K cache type: f32, f16 or bf16 (default f32)\n"
+            "  -ctv, --cache-type-v T      V cache type (default f32)\n"
+            "  -cts, --cache-type-state T  recurrent (delta-rule) state type (default f32)\n"
+            "  --prompt-cache FILE  reuse the session state in FILE when the prompt starts with its tokens\n"
+            "                   (only the rest is evaluated); save it there after the prompt\n"
             "  -h, --help       this help\n"
             "sampling (llama.cpp's chain and order: penalty, top-k, top-p, min-p, temperature, draw):\n"
             "  --temp T         temperature (default %g; 0, or below %g: greedy)\n"
@@ -94,6 +108,9 @@ const char *flag_range(const std::string &a) {
         {"--repeat-penalty", "a number in (0, 100]"},
         {"--repeat-last-n", "-1 (all) or an integer in [0, 1048576]"},
         {"--seed", "-1 (random) or an integer in [0, 2^63)"},
+        {"-ctk", "f32, f16 or bf16"}, {"--cache-type-k", "f32, f16 or bf16"},
+        {"-ctv", "f32, f16 or bf16"}, {"--cache-type-v", "f32, f16 or bf16"},
+        {"-cts", "f32, f16 or bf16"}, {"--cache-type-state", "f32, f16 or bf16"},
     };
     for (const auto &r : table)
         if (a == r[0]) return r[1];
@@ -139,7 +156,10 @@ parsed parse(int argc, char **argv, options &o) {
     static const char *const valued[] = {"-m", "-p", "-n", "--device", "-t", "-b",
                                          // the sampler's (parse_sampler_flag)
                                          "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                                         "--repeat-last-n", "--seed"};
+                                         "--repeat-last-n", "--seed",
+                                         // the session's
+                                         "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-cts",
+                                         "--cache-type-state", "--prompt-cache"};
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") return parsed::help;
@@ -173,6 +193,10 @@ parsed parse(int argc, char **argv, options &o) {
         else if (a == "-n") ok = parse_int(val, 0, 1 << 20, &o.n_predict);
         else if (a == "-t") ok = parse_int(val, 0, 256, &o.threads);
         else if (a == "-b") ok = parse_int(val, 1, 4096, &o.batch);
+        else if (a == "-ctk" || a == "--cache-type-k") ok = parse_cache_type(val, &o.type_k);
+        else if (a == "-ctv" || a == "--cache-type-v") ok = parse_cache_type(val, &o.type_v);
+        else if (a == "-cts" || a == "--cache-type-state") ok = parse_cache_type(val, &o.type_state);
+        else if (a == "--prompt-cache") o.prompt_cache = val;
         else ok = parse_sampler_flag(a, val, o);
         if (!ok) {
             fprintf(stderr, "error: bad value '%s' for %s (%s)\n", val, a.c_str(), flag_range(a));
@@ -187,12 +211,80 @@ parsed parse(int argc, char **argv, options &o) {
         fprintf(stderr, "error: --device must be cpu, cuda or auto\n");
         return parsed::error;
     }
-    if (o.interactive && (o.batch != 1 || o.warmup)) {
+    if (o.interactive && (o.batch != 1 || o.warmup || !o.prompt_cache.empty())) {
         fprintf(stderr, "error: -i runs one conversation: %s\n",
-                o.batch != 1 ? "-b must be 1" : "--warmup is for timing runs, not with -i");
+                o.batch != 1  ? "-b must be 1"
+                : o.warmup    ? "--warmup is for timing runs, not with -i"
+                              : "--prompt-cache is for single runs, not with -i");
         return parsed::error;
     }
     return parsed::ok;
+}
+
+// --prompt-cache: load FILE's sequence state when its tokens and the prompt
+// share a prefix, into every sequence, cut to that prefix and to at most
+// P - 1 tokens (the last prompt token is always evaluated: its logits give
+// the first new token). Returns the tokens reused (0: none, or no usable file).
+int load_prompt_cache(tgm::session *s, const std::string &path, const std::vector<int32_t> &prompt) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return 0;  // no cache yet: it is written after the prompt
+    std::vector<uint8_t> bytes;
+    uint8_t chunk[1 << 16];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
+    fclose(f);
+    std::vector<int32_t> cached;
+    tg_status st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
+    if (st != TG_OK) {
+        fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
+        return 0;
+    }
+    size_t common = 0;
+    while (common < cached.size() && common + 1 < prompt.size() && cached[common] == prompt[common]) common++;
+    if (common == 0) return 0;
+    st = tgm::session_state_load(s, 0, bytes.data(), bytes.size());
+    if (st == TG_OK && common < cached.size()) st = tgm::session_seq_rm(s, 0, (int)common, -1);
+    for (int b = 1; b < s->n_seq && st == TG_OK; b++) st = tgm::session_seq_cp(s, 0, b);
+    if (st != TG_OK) {
+        fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
+        tgm::session_clear(s);
+        return 0;
+    }
+    fprintf(stderr, "prompt cache: reused %zu of %zu prompt tokens from '%s'\n", common, prompt.size(), path.c_str());
+    return (int)common;
+}
+
+// The prompt cache may be (over)written: no file yet, or a tinygml state
+// (a path given by mistake, e.g. the model or a source file, is left alone).
+bool cache_writable(const std::string &path) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return true;
+    char magic[8] = {};
+    const bool state = fread(magic, 1, 8, f) == 8 && memcmp(magic, "TGMSTATE", 8) == 0;
+    fclose(f);
+    return state;
+}
+
+// Evaluate prompt[reused, P) on every sequence. With a prompt cache, all but
+// the last token go first and the state of sequence 0 is saved then.
+tg_status eval_prompt(tgm::session *s, const std::vector<int32_t> &prompt, int reused, const std::string &cache,
+                      std::vector<float> *logits) {
+    const int P = (int)prompt.size(), B = s->n_seq;
+    auto run = [&](int from, int to) {
+        std::vector<int32_t> toks;
+        for (int b = 0; b < B; b++) toks.insert(toks.end(), prompt.begin() + from, prompt.begin() + to);
+        return tgm::session_eval(s, 0, B, toks.data(), to - from, false, logits);
+    };
+    if (cache.empty()) return run(reused, P);
+    tg_status st = reused < P - 1 ? run(reused, P - 1) : TG_OK;
+    if (st == TG_OK && reused < P - 1) {
+        if (!cache_writable(cache))
+            fprintf(stderr, "warning: '%s' is not a tinygml state: not overwritten\n", cache.c_str());
+        else if (tgm::session_state_save_file(s, 0, cache.c_str()) == TG_OK)
+            fprintf(stderr, "prompt cache: saved %d tokens to '%s'\n", P - 1, cache.c_str());
+        else
+            fprintf(stderr, "warning: %s\n", tg_last_error());
+    }
+    return st == TG_OK ? run(P - 1, P) : st;
 }
 
 double now_ms() {
@@ -230,7 +322,9 @@ void print_timing(tg_backend *be, const tgm::model *m, const tgm::session *s, in
 // with status 0.
 int run_interactive(const options &o, tg_backend *be, const tgm::model *m, tgm::sampler &smp) {
     const int n_ctx = m->hp.n_ctx, V = m->hp.n_vocab;
-    tgm::session *s = tgm::session_new(m, 1, n_ctx);
+    tgm::session_params sp;
+    sp.n_ctx = n_ctx, sp.type_k = o.type_k, sp.type_v = o.type_v, sp.type_state = o.type_state;
+    tgm::session *s = tgm::session_new(m, sp);
     if (!s) {
         fprintf(stderr, "error: %s\n", tg_last_error());
         return 1;
@@ -360,7 +454,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int n_ctx = (int)need;
-    tgm::session *s = tgm::session_new(m, o.batch, n_ctx);
+    tgm::session_params sp;
+    sp.n_seq = o.batch, sp.n_ctx = n_ctx, sp.type_k = o.type_k, sp.type_v = o.type_v, sp.type_state = o.type_state;
+    tgm::session *s = tgm::session_new(m, sp);
     int rc = 0;
     if (!s) {
         fprintf(stderr, "error: %s\n", tg_last_error());
@@ -391,9 +487,10 @@ int main(int argc, char **argv) {
         }
         if (!o.quiet) printf("%s", o.prompt.c_str());
         double t0 = now_ms();
-        tg_status st = tgm::session_eval(s, 0, B, toks.data(), (int)prompt.size(), false, &logits);
+        const int reused = o.prompt_cache.empty() ? 0 : load_prompt_cache(s, o.prompt_cache, prompt);
+        tg_status st = eval_prompt(s, prompt, reused, o.prompt_cache, &logits);
         tm.t_prompt = now_ms() - t0;
-        tm.n_prompt = (long long)prompt.size();
+        tm.n_prompt = (long long)prompt.size() - reused;  // less the tokens the prompt cache held
         std::vector<int32_t> cur(B);
         std::vector<bool> done(B, false);
         // each sequence's tokens so far, for the repetition penalty
