@@ -1,6 +1,7 @@
 // model.cpp - load a llama or hybrid model from GGUF onto a backend.
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,7 +151,48 @@ tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, c
     return TG_OK;
 }
 
-tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
+// Give the file's tensors their bytes: used in place from the map (a host
+// backend with a mapped file), else uploaded from the file's bytes, in pieces
+// so that a device upload from a map touches a bounded window at a time.
+tg_status place_weights(model &m, tg_gguf *g, tg_backend *be, std::vector<pending_tensor> &list,
+                        const load_options &opt) {
+    size_t file_size = 0;
+    const char *base = (const char *)tg_gguf_file_data(g, &file_size);
+    if (tg_gguf_is_mapped(g) && tg_backend_is_host(be)) {
+        // read only: a PROT_READ map faults on a write, so tinygml refuses them
+        m.buf = tg_backend_buffer_from_host_ptr(be, const_cast<char *>(base), file_size, true);
+        if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        for (pending_tensor &p : list) {
+            if (p.index < 0) continue;
+            const char *data = (const char *)tg_gguf_tensor_data(g, p.index);
+            if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
+            if (tg_buffer_place(m.buf, p.t, (size_t)(data - base)) != TG_OK)
+                return fail(TG_ERR_FORMAT, "[model_load] %s", tg_last_error());
+            m.weight_bytes += tg_nbytes(p.t);
+        }
+        m.buf_derived = tg_backend_alloc(be, m.ctx);  // the derived tensors, not in the file
+        if (!m.buf_derived) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        m.weight_bytes += tg_buffer_size(m.buf_derived);
+    } else {
+        m.buf = tg_backend_alloc(be, m.ctx);
+        if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        m.weight_bytes = tg_buffer_size(m.buf);
+    }
+    const size_t piece = opt.upload_piece ? opt.upload_piece : (size_t)64 << 20;
+    for (pending_tensor &p : list) {
+        if (p.index >= 0 && m.buf_derived) continue;  // in place
+        const char *data = p.index >= 0 ? (const char *)tg_gguf_tensor_data(g, p.index)
+                                        : (const char *)p.derived.data();
+        if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
+        const size_t n = tg_nbytes(p.t);
+        for (size_t off = 0; off < n; off += piece)
+            if (tg_tensor_set(p.t, data + off, off, std::min(piece, n - off)) != TG_OK)
+                return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
+    }
+    return TG_OK;
+}
+
+tg_status load_into(model &m, tg_gguf *g, tg_backend *be, const load_options &opt) {
     loader L{g, ""};
     hparams &hp = m.hp;
     TRY(read_hparams(L, hp));
@@ -227,42 +269,37 @@ tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
         TRY(want(g, m.ctx, list, p + "ffn_up.weight", {E, F}, &l.ffn_up));
         TRY(want(g, m.ctx, list, p + "ffn_down.weight", {F, E}, &l.ffn_down));
     }
-    m.buf = tg_backend_alloc(be, m.ctx);
-    if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
     m.backend = be;
-    m.weight_bytes = tg_buffer_size(m.buf);
-    for (pending_tensor &p : list) {
-        const void *data = p.index >= 0 ? tg_gguf_tensor_data(g, p.index) : p.derived.data();
-        if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
-        if (tg_tensor_set(p.t, data, 0, tg_nbytes(p.t)) != TG_OK)
-            return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
-    }
-    return TG_OK;
+    return place_weights(m, g, be, list, opt);
 }
 
 }  // namespace
 
-model *model_load(const char *path, tg_backend *be) {
+model *model_load(const char *path, tg_backend *be, const load_options &opt) {
     if (!path || !be) {
         fail(TG_ERR_ARG, "[model_load] %s is NULL", path ? "backend" : "path");
         return nullptr;
     }
-    gguf_ptr g(tg_gguf_open(path));
+    gguf_ptr g(opt.use_mmap ? tg_gguf_open_mmap(path) : tg_gguf_open(path));
     if (!g) {
         fail(TG_ERR_FORMAT, "[model_load] %s: %s", path, tg_last_error());
         return nullptr;
     }
     auto *m = new model();
-    if (load_into(*m, g.get(), be) != TG_OK) {
+    if (load_into(*m, g.get(), be, opt) != TG_OK) {
         model_free(m);
         return nullptr;
     }
+    if (m->buf_derived) m->file = g.release();  // the weights live in the map: keep it
     return m;
 }
 
 void model_free(model *m) {
     if (!m) return;
+    // buffers before the map they point into
     tg_buffer_free(m->buf);
+    tg_buffer_free(m->buf_derived);
+    tg_gguf_close(m->file);
     tg_free(m->ctx);
     delete m;
 }

@@ -42,15 +42,31 @@ struct model {
     hparams hp;
     tg_backend *backend = nullptr;  // not owned
     tg_context *ctx = nullptr;      // weight metadata
-    tg_buffer *buf = nullptr;       // weight storage on the backend
+    tg_buffer *buf = nullptr;       // weight storage on the backend (a mapped file's bytes, or a copy)
+    tg_buffer *buf_derived = nullptr;  // with mmap on the CPU: the weights computed at load (-exp(A_log))
+    tg_gguf *file = nullptr;        // with mmap on the CPU: the mapped file the weights are read from
     tg_tensor *tok_embd = nullptr, *out_norm = nullptr, *output = nullptr;
     std::vector<layer> layers;
     size_t weight_bytes = 0;
 };
 
+struct load_options {
+    // Map the file (tg_gguf_open_mmap) instead of reading it. On a host
+    // backend (the CPU) the weights are then used in place from the map, read
+    // only, with no copy: pages come from the page cache as they are first
+    // touched, and the model keeps the map until model_free. On CUDA each
+    // tensor is uploaded from the map in pieces of at most upload_piece bytes
+    // (no host copy of the file) and the map is closed after the load.
+    // false: read the whole file into memory first (--no-mmap), then copy.
+    // A mapped file must not be truncated or rewritten in place while the
+    // model lives (SIGBUS: models/README.md, tg_gguf_open_mmap).
+    bool use_mmap = true;
+    size_t upload_piece = (size_t)64 << 20;
+};
+
 // Load a model file onto backend be. NULL + tg_last_error() "[model_load] ..."
 // for a bad file (the GGUF reader's checks) or impossible metadata.
-model *model_load(const char *path, tg_backend *be);
+model *model_load(const char *path, tg_backend *be, const load_options &opt = load_options());
 void model_free(model *m);
 
 // A forward graph built once for one batch shape and kept (session.cpp).

@@ -20,7 +20,7 @@ struct options {
     float temp = 0.0f, top_p = 0.95f;
     int top_k = 40;
     unsigned long long seed = 1234;
-    bool quiet = false, ignore_eos = false, warmup = false;
+    bool quiet = false, ignore_eos = false, warmup = false, no_mmap = false;
 };
 
 void usage(FILE *f, const char *argv0) {
@@ -40,6 +40,8 @@ void usage(FILE *f, const char *argv0) {
             "  -q               print only the timing lines\n"
             "  --ignore-eos     keep generating past EOS (for timing)\n"
             "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
+            "  --no-mmap        read the model file into memory instead of mapping it (the CPU then uses a copy;\n"
+            "                   safe if the file may change while running: see models/README.md, SIGBUS)\n"
             "  -h, --help       this help\n"
             "example (the recall task of models/README.md: key=value pairs, then ?key=):\n"
             "  %s -m models/hybrid-recall.gguf -p \"a3=p7 b1=q2 c5=w4 d8=s1 ?b1=\" -n 4\n",
@@ -67,7 +69,7 @@ bool parse_float(const char *s, float lo, float hi, float *out) {
 enum class parsed { ok, help, error };
 
 parsed parse(int argc, char **argv, options &o) {
-    static const char *const flags[] = {"-q", "--ignore-eos", "--warmup"};
+    static const char *const flags[] = {"-q", "--ignore-eos", "--warmup", "--no-mmap"};
     static const char *const valued[] = {"-m",      "-p",     "-n", "--device", "--temp", "--top-k",
                                          "--top-p", "--seed", "-t", "-b"};
     for (int i = 1; i < argc; i++) {
@@ -80,7 +82,7 @@ parsed parse(int argc, char **argv, options &o) {
         }
         if (std::find_if(std::begin(flags), std::end(flags), [&](const char *f) { return a == f; }) !=
             std::end(flags)) {
-            (a == "-q" ? o.quiet : a == "--warmup" ? o.warmup : o.ignore_eos) = true;
+            (a == "-q" ? o.quiet : a == "--warmup" ? o.warmup : a == "--no-mmap" ? o.no_mmap : o.ignore_eos) = true;
             continue;
         }
         if (std::find_if(std::begin(valued), std::end(valued), [&](const char *f) { return a == f; }) ==
@@ -146,7 +148,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", tg_last_error());
         return 1;
     }
-    tgm::model *m = tgm::model_load(o.model.c_str(), be);
+    tgm::load_options lo;
+    lo.use_mmap = !o.no_mmap;
+    const double t_load0 = now_ms();
+    tgm::model *m = tgm::model_load(o.model.c_str(), be, lo);
+    const double t_load = now_ms() - t_load0;
     if (!m) {
         fprintf(stderr, "error: %s\n", tg_last_error());
         tg_backend_free(be);
@@ -233,7 +239,8 @@ int main(int argc, char **argv) {
     if (rc == 0) {
         const double pp = B * prompt.size() / (t_prompt / 1e3);
         const int n_steps = std::max(0, n_gen - 1);  // the first token comes from the prompt pass
-        fprintf(stderr, "backend %s, batch %d\n", tg_backend_name(be), B);
+        fprintf(stderr, "backend %s, batch %d, model loaded in %.2f ms (%s)\n", tg_backend_name(be), B, t_load,
+                m->file ? "mmap, weights used in place" : lo.use_mmap ? "mmap, uploaded" : "read");
         fprintf(stderr, "prompt:     %5zu tokens x %d in %8.2f ms (%10.1f tokens/s)\n", prompt.size(), B, t_prompt, pp);
         if (n_steps > 0)
             fprintf(stderr, "generation: %5d tokens x %d in %8.2f ms (%10.1f tokens/s)\n", n_steps, B, t_gen,
