@@ -111,6 +111,41 @@ tg_status read_hparams(loader &L, hparams &hp) {
     return TG_OK;
 }
 
+// tinygml's tokenizer is byte-level (token = byte, models/README.md). A file
+// that lists its vocabulary the way llama.cpp reads it ("gpt2": tokens,
+// merges) must list exactly that one: the 256 byte tokens first, no merges.
+// Files without a vocabulary ("tinygml-bytes", older files; "none", the
+// synthetic models) are taken as byte-level, as before.
+tg_status check_vocab(tg_gguf *g, const hparams &hp) {
+    const char *model = nullptr;
+    if (tg_gguf_find_key(g, "tokenizer.ggml.model") < 0 || tg_gguf_get_str(g, "tokenizer.ggml.model", &model) != TG_OK ||
+        strcmp(model, "gpt2") != 0)
+        return TG_OK;
+    uint64_t n_tok = 0, n_merges = 0;
+    tg_gguf_type et;
+    if (tg_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok, nullptr) != TG_OK || et != TG_GGUF_STRING)
+        return fail(TG_ERR_FORMAT, "[model_load] tokenizer 'gpt2' needs tokenizer.ggml.tokens, an array of strings");
+    if (n_tok != (uint64_t)hp.n_vocab)
+        return fail(TG_ERR_FORMAT, "[model_load] tokenizer.ggml.tokens has %llu entries, the vocabulary %d",
+                    (unsigned long long)n_tok, hp.n_vocab);
+    if (tg_gguf_find_key(g, "tokenizer.ggml.merges") >= 0 &&
+        tg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merges, nullptr) == TG_OK && n_merges > 0)
+        return fail(TG_ERR_UNSUPPORTED,
+                    "[model_load] tokenizer 'gpt2' with %llu merges: tinygml's tokenizer is byte-level "
+                    "(256 byte tokens, no merges)",
+                    (unsigned long long)n_merges);
+    for (int b = 0; b < 256 && b < hp.n_vocab; b++) {
+        const char *text;
+        if (tg_gguf_get_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)b, &text) != TG_OK ||
+            byte_token_text(b) != text)
+            return fail(TG_ERR_UNSUPPORTED,
+                        "[model_load] tokenizer 'gpt2': token %d is not byte 0x%02x's (tinygml's tokenizer is "
+                        "byte-level: token b stands for byte b)",
+                        b, b);
+    }
+    return TG_OK;
+}
+
 struct pending_tensor {
     tg_tensor *t;
     int64_t index;  // in the GGUF file, or -1 for derived data
@@ -212,6 +247,7 @@ tg_status load_into(model &m, tg_gguf *g, tg_backend *be, const load_options &op
     if (hp.bos < 0 || hp.bos >= hp.n_vocab || hp.eos < 0 || hp.eos >= hp.n_vocab)
         return fail(TG_ERR_FORMAT, "[model_load] bos/eos ids %d/%d outside the vocabulary of %d", hp.bos, hp.eos,
                     hp.n_vocab);
+    TRY(check_vocab(g, hp));
 
     const int n_tensors = 3 + hp.n_layer * 16;
     tg_init_params ip = {(size_t)n_tensors * tg_tensor_overhead() + 4096, nullptr, true};
@@ -292,6 +328,26 @@ model *model_load(const char *path, tg_backend *be, const load_options &opt) {
     }
     if (m->buf_derived) m->file = g.release();  // the weights live in the map: keep it
     return m;
+}
+
+std::string byte_token_text(int b) {
+    if (b < 0 || b > 255) return "";
+    // bytes that print (and are not space) stand for themselves; the other 68
+    // take the code points from U+0100 on, in byte order (GPT-2's table)
+    auto prints = [](int c) { return (c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae; };
+    int cp = b;
+    if (!prints(b)) {
+        cp = 0x100;
+        for (int c = 0; c < b; c++) cp += !prints(c);
+    }
+    std::string s;
+    if (cp < 0x80) {
+        s += (char)cp;
+    } else {  // two UTF-8 bytes cover U+0080..U+07FF
+        s += (char)(0xc0 | (cp >> 6));
+        s += (char)(0x80 | (cp & 0x3f));
+    }
+    return s;
 }
 
 void model_free(model *m) {

@@ -117,6 +117,10 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
 
 // Byte-level tokenizer: bytes 0..255, BOS 256, EOS 257.
 std::vector<int32_t> tokenize(const std::string &text, bool add_bos);
+// The text of byte b's token in a "gpt2" vocabulary (GGUF tokenizer.ggml.tokens,
+// as llama.cpp reads it): GPT-2's byte-to-unicode character for b, in UTF-8
+// ("a" for 'a', "Ġ" U+0120 for ' ', "Ā" U+0100 for 0x00); "" outside 0..255.
+std::string byte_token_text(int b);
 std::string detokenize(int32_t token);  // "" for BOS/EOS
 
 // Greedy below kMinTemp (logits / temp would overflow as it nears 0), else
