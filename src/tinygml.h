@@ -353,9 +353,10 @@ TG_API tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx);
 // CPU) only: a CUDA backend refuses (TG_ERR_UNSUPPORTED; upload with
 // tg_backend_alloc + tg_tensor_set, which streams from the pointer). The
 // buffer starts empty; tg_buffer_place puts tensors in it.
-// Lifetime: tinygml never frees, unmaps or writes ptr's memory by itself; it
-// must stay valid (the mapping open) until tg_buffer_free, and
-// tg_backend_free of b releases the handle's use of it as for other buffers.
+// Lifetime: the memory stays the caller's: tinygml never frees or unmaps it
+// (tg_buffer_free and tg_backend_free only drop the buffer's handle and its
+// tensors' storage). It must stay valid (a map open: tg_gguf_close after
+// tg_buffer_free) as long as the buffer is live and no backend call uses it.
 // read_only: the memory must never be written (a PROT_READ map). Every write
 // tinygml would make into it is refused with TG_ERR_ARG instead: tg_tensor_set
 // and tg_buffer_clear on it, and tg_graph_compute of a graph with an op that
