@@ -39,8 +39,9 @@ int main(int argc, char **argv) {
     }
     const llama_vocab *vocab = llama_model_get_vocab(model);
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 512;
+    cp.n_ctx = 0;  // the model's context_length
     cp.n_batch = 512;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;  // tinygml's caches are F32 (llama.cpp's default is F16)
     cp.n_threads = cp.n_threads_batch = n_threads;
     cp.no_perf = true;
     llama_context *ctx = llama_init_from_model(model, cp);

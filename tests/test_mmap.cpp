@@ -4,6 +4,7 @@
 // so a write that slipped through would crash the test), models give the same
 // logits mapped and read, and a large mapped model adds no anonymous copy.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -639,6 +640,38 @@ TEST(MappedModelRss, LargeModelAddsNoResidentCopy) {
     EXPECT_FALSE(std::isnan(lm[0]));
     EXPECT_EQ(memcmp(lm.data(), lr.data(), lm.size() * 4), 0);
     tg_backend_free(be);
+    std::remove(path.c_str());
+}
+
+}  // namespace
+
+namespace {
+
+// The documented SIGBUS case (tinygml.h, tg_gguf_open_mmap): a mapped file
+// truncated under a running process kills it with SIGBUS on the next touch of
+// a page past its new end; the same file read instead is unaffected.
+TEST(GgufMmapDeathTest, TruncatedUnderTheMapIsSigbus) {
+#ifdef TG_TEST_ASAN
+    GTEST_SKIP() << "ASan handles SIGBUS itself (reports and exits)";
+#endif
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    const std::string path = temp_path("sigbus");
+    std::vector<float> big(4 << 10, 1.5f);  // 16 KiB: several pages
+    WriterPtr w(tg_gguf_writer_new());
+    const int64_t ne[1] = {(int64_t)big.size()};
+    ASSERT_EQ(tg_gguf_add_tensor(w.get(), "w", TG_TYPE_F32, 1, ne, big.data()), TG_OK);
+    ASSERT_EQ(tg_gguf_write(w.get(), path.c_str()), TG_OK);
+    auto touch_last_after_truncate = [&](bool mapped) {
+        tg_gguf *g = mapped ? tg_gguf_open_mmap(path.c_str()) : tg_gguf_open(path.c_str());
+        if (!g) exit(3);
+        if (truncate(path.c_str(), 0) != 0) exit(4);
+        const volatile float *d = (const volatile float *)tg_gguf_tensor_data(g, 0);
+        float v = d[big.size() - 1];
+        exit(v == 1.5f ? 0 : 5);
+    };
+    EXPECT_EXIT(touch_last_after_truncate(true), ::testing::KilledBySignal(SIGBUS), "");
+    ASSERT_EQ(tg_gguf_write(w.get(), path.c_str()), TG_OK);  // the child truncated it
+    EXPECT_EXIT(touch_last_after_truncate(false), ::testing::ExitedWithCode(0), "");
     std::remove(path.c_str());
 }
 

@@ -138,7 +138,7 @@ def tokenizer_kvs():
     types = [TOKEN_NORMAL] * 256 + [TOKEN_CONTROL, TOKEN_CONTROL]
     return [
         ("tokenizer.ggml.model", STRING, "gpt2"),
-        ("tokenizer.ggml.pre", STRING, "gpt2"),
+        ("tokenizer.ggml.pre", STRING, "gpt-2"),  # llama.cpp's name for the GPT-2 pre-tokenizer
         ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
         ("tokenizer.ggml.token_type", ARRAY, (INT32, types)),
         ("tokenizer.ggml.merges", ARRAY, (STRING, [])),
