@@ -25,7 +25,7 @@ echo "[" > "$OUT"
 first=1
 row() {  # model dev batch prompt n_gen
   local log pp tg
-  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
+  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --temp 0 --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
   pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2" "$3" "$pp" "$tg"
@@ -87,7 +87,7 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" 
     [ "$preset" != 0.26m ] || ty=f32
     for dev in $sdev; do
       for b in 1 16; do
-        log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
+        log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --temp 0 --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
         pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
         tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
         floor=""

@@ -123,16 +123,50 @@ std::vector<int32_t> tokenize(const std::string &text, bool add_bos);
 std::string byte_token_text(int b);
 std::string detokenize(int32_t token);  // "" for BOS/EOS
 
-// Greedy below kMinTemp (logits / temp would overflow as it nears 0), else
-// top-k, then top-p, then a draw at temperature temp. NaN and inf logits are
-// never chosen; -1 when no logit is finite.
+// The sampler chain of llama.cpp, with its defaults and in its order: the
+// repetition penalty over the last repeat_last_n tokens of the history, then
+// top-k, top-p, min-p, the temperature, and a draw. Below kMinTemp (or for a
+// NaN temp) the draw is greedy: the largest logit after the penalty (logits /
+// temp would overflow as temp nears 0). NaN and inf logits are never chosen;
+// -1 when no logit is finite. The draw uses one rng() per sampled token and no
+// library distribution, so a seed gives the same tokens on every platform.
 struct sampler {
     static constexpr float kMinTemp = 1e-4f;
-    float temp = 0.0f;  // below kMinTemp: greedy
-    int top_k = 40;
-    float top_p = 0.95f;
+    float temp = 0.8f;            // below kMinTemp: greedy
+    int top_k = 40;               // keep the k largest logits; <= 0: all
+    float top_p = 0.95f;          // then the smallest prefix with probability >= top_p; >= 1: off
+    float min_p = 0.05f;          // then the tokens with p >= min_p * p_max; <= 0: off
+    float repeat_penalty = 1.0f;  // > 1 discourages repeats; 1: off (llama.cpp's penalty_repeat)
+    int repeat_last_n = 64;       // history tokens the penalty looks at; 0: off, < 0: all
     std::mt19937_64 rng{1234};
-    int32_t sample(const float *logits, int n_vocab);
+    // history: the tokens so far (prompt included, as llama.cpp accepts them), oldest first
+    int32_t sample(const float *logits, int n_vocab, const int32_t *history = nullptr, size_t n_history = 0);
+    bool greedy() const { return !(temp >= kMinTemp); }
 };
+
+// The stages of sampler::sample, in chain order, on a list of candidates
+// (exposed for tests). Each keeps at least one candidate of a non-empty list.
+struct candidate {
+    int32_t id;
+    double logit;
+};
+// The finite logits of [0, n_vocab), in id order.
+std::vector<candidate> sample_candidates(const float *logits, int n_vocab);
+// llama.cpp's penalty_repeat: each candidate whose id is among the last
+// last_n history tokens (< 0: all of them) gets logit / penalty when the
+// logit is > 0, logit * penalty when <= 0 (once, however often it occurs).
+// penalty 1, or not a positive finite number: no change.
+void sample_penalty(std::vector<candidate> &c, const int32_t *history, size_t n_history, float penalty, int last_n);
+// Sort by logit, largest first, ties by smaller id first; keep the first k
+// (k <= 0 or k >= size: all).
+void sample_top_k(std::vector<candidate> &c, int k);
+// softmax(logits); keep the smallest prefix (in sample_top_k's order) whose
+// probability sum reaches p. p >= 1: all.
+void sample_top_p(std::vector<candidate> &c, float p);
+// Keep the candidates with probability >= p * the largest probability. p <= 0:
+// all; p > 1 acts as 1.
+void sample_min_p(std::vector<candidate> &c, float p);
+// Draw one id from softmax(logit / temp) of a non-empty list, with one rng().
+int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);
 
 }  // namespace tgm

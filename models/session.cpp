@@ -266,7 +266,7 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
 }
 
 // ---------------------------------------------------------------------------
-// tokenizer and sampling
+// tokenizer (the sampler is in sampler.cpp)
 
 std::vector<int32_t> tokenize(const std::string &text, bool add_bos) {
     std::vector<int32_t> t;
@@ -276,36 +276,5 @@ std::vector<int32_t> tokenize(const std::string &text, bool add_bos) {
 }
 
 std::string detokenize(int32_t token) { return token >= 0 && token < 256 ? std::string(1, (char)token) : ""; }
-
-int32_t sampler::sample(const float *logits, int n_vocab) {
-    // only finite logits are candidates: a NaN or inf is never drawn
-    int best = -1;
-    for (int i = 0; i < n_vocab; i++)
-        if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
-    if (best < 0) return -1;
-    if (!(temp >= kMinTemp)) return best;  // greedy (also for a NaN temp)
-    std::vector<std::pair<double, int>> c;
-    c.reserve((size_t)n_vocab);
-    for (int i = 0; i < n_vocab; i++)
-        if (std::isfinite(logits[i])) c.push_back({(double)logits[i] / temp, i});  // finite in double
-    std::sort(c.begin(), c.end(), [](auto &a, auto &b) { return a.first > b.first; });
-    const int n = (int)c.size();
-    int k = top_k > 0 ? std::min(top_k, n) : n;
-    c.resize((size_t)k);
-    double sum = 0.0;
-    std::vector<double> p((size_t)k);
-    for (int i = 0; i < k; i++) sum += (p[i] = std::exp(c[i].first - c[0].first));
-    double cum = 0.0;
-    int keep = k;
-    for (int i = 0; i < k; i++) {
-        cum += p[i] / sum;
-        if (cum >= top_p) {
-            keep = i + 1;
-            break;
-        }
-    }
-    std::discrete_distribution<int> d(p.begin(), p.begin() + keep);
-    return c[(size_t)d(rng)].second;
-}
 
 }  // namespace tgm
