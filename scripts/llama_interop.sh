@@ -17,7 +17,9 @@
 #     architecture, not the tokenizer).
 #  3. Q8_0 and Q4_0 files written by tinygml-quantize run in llama.cpp, with
 #     the same greedy answers as tinygml on the same file (needs the quant
-#     branch: SKIP when BUILD/tinygml-quantize is not built).
+#     branch: SKIP when BUILD/tinygml-quantize is not built). Quantized runs may
+#     differ on a few prompts (at most 4 of 200): llama.cpp also rounds the
+#     activations to 8 bits in its quantized dot products.
 #  4. Q8_0 and Q4_0 files written by llama-quantize (--pure: one type for every
 #     quantizable matrix) run in tinygml, with the same answers as llama.cpp
 #     on the same file (needs llama-quantize, and tinygml's quantized types).
@@ -66,17 +68,24 @@ llama_answers() {  # MODEL OUT: prompt<TAB>completion (the token counts go to OU
 }
 # correct answers in OUT (vs the held-out file), as "k/n"
 score() { paste <(cut -f2 "$HELDOUT") <(cut -f2 "$1") | awk -F'\t' '{n++; if ($1 == $2) k++} END {printf "%d/%d", k, n}'; }
-# both runs agree on every prompt: PASS, else FAIL with the first differences
-compare() {  # WHAT TINYGML_OUT LLAMA_OUT
-  local what=$1 a=$2 b=$3 nd
+# The runs agree on every prompt (or, with MAX_DIFF, on all but that many:
+# quantized files, where llama.cpp also rounds the activations to 8 bits in
+# its dot products and tinygml may not): PASS, else FAIL with the differences.
+compare() {  # WHAT TINYGML_OUT LLAMA_OUT [MAX_DIFF]
+  local what=$1 a=$2 b=$3 max=${4:-0} nd n
+  n=$(wc -l <"$a")
   nd=$(paste "$a" "$b" | awk -F'\t' '$2 != $4' | wc -l)
   if [ "$nd" -eq 0 ]; then
-    pass "$what: llama.cpp's greedy output equals tinygml's on all $(wc -l <"$a") held-out prompts" \
+    pass "$what: llama.cpp's greedy output equals tinygml's on all $n held-out prompts" \
          "(correct: tinygml $(score "$a"), llama.cpp $(score "$b"))"
+  elif [ "$nd" -le "$max" ]; then
+    pass "$what: llama.cpp's greedy output equals tinygml's on $((n - nd)) of $n held-out prompts (at most $max may" \
+         "differ; correct: tinygml $(score "$a"), llama.cpp $(score "$b"))"
   else
-    fail "$what: $nd of $(wc -l <"$a") held-out prompts differ (tinygml $(score "$a"), llama.cpp $(score "$b")); first ones:"
-    paste "$a" "$b" | awk -F'\t' '$2 != $4 {printf "    %s -> tinygml %s, llama.cpp %s\n", $1, $2, $4}' | head -5
+    fail "$what: $nd of $n held-out prompts differ (tinygml $(score "$a"), llama.cpp $(score "$b")); first ones:"
   fi
+  [ "$nd" -gt 0 ] && paste "$a" "$b" | awk -F'\t' '$2 != $4 {printf "    %s -> tinygml %s, llama.cpp %s\n", $1, $2, $4}' | head -5
+  return 0
 }
 
 echo "== 1. the shipped llama model in llama.cpp"
@@ -104,12 +113,15 @@ echo "== 3. files quantized by tinygml-quantize, in llama.cpp"
 if [ ! -x "$QUANT" ]; then
   skip "$QUANT is not built (tinygml-quantize comes with the quant branch; run this script again after the merge)"
 else
-  for T in q8_0 q4_0; do
+  for T in Q8_0 Q4_0; do  # the issue's spelling of tinygml-quantize's TYPE
     Q="$tmp/llama-recall.tg-$T.gguf"
     if ! "$QUANT" "$M" "$Q" "$T" >"$tmp/q.log" 2>&1; then fail "tinygml-quantize $T: $(tail -n 2 "$tmp/q.log")"; continue; fi
+    # a quantized copy of an F32 file is much smaller (Q8_0 ~0.27x, Q4_0 ~0.14x of the matrices)
+    if [ "$(stat -c %s "$Q")" -gt $(( $(stat -c %s "$M") * 6 / 10 )) ]; then
+      fail "tinygml-quantize $T wrote $(stat -c %s "$Q") bytes from $(stat -c %s "$M"): not quantized?"; continue; fi
     if ! llama_answers "$Q" "$tmp/ll.$T.txt"; then fail "llama.cpp cannot load tinygml-quantize's $T file: $(tail -n 3 "$tmp/llama.err")"; continue; fi
     tinygml_answers "$Q" "$tmp/tg.$T.txt" || { fail "tinygml cannot run its own $T file"; continue; }
-    compare "tinygml-quantize $T" "$tmp/tg.$T.txt" "$tmp/ll.$T.txt"
+    compare "tinygml-quantize $T" "$tmp/tg.$T.txt" "$tmp/ll.$T.txt" 4
   done
 fi
 
@@ -131,7 +143,7 @@ else
     fi
     llama_answers "$Q" "$tmp/ll.q$T.txt" || { fail "llama.cpp cannot run its own $T file"; continue; }
     tinygml_answers "$Q" "$tmp/tg.q$T.txt" || { fail "tinygml failed on llama-quantize's $T file"; continue; }
-    compare "llama-quantize $T" "$tmp/tg.q$T.txt" "$tmp/ll.q$T.txt"
+    compare "llama-quantize $T" "$tmp/tg.q$T.txt" "$tmp/ll.q$T.txt" 4
   done
 fi
 [ "$failed" -eq 0 ] && echo "llama_interop: all steps that ran passed" || echo "llama_interop: FAILURES above"
