@@ -42,16 +42,32 @@ struct model {
     hparams hp;
     tg_backend *backend = nullptr;  // not owned
     tg_context *ctx = nullptr;      // weight metadata
-    tg_buffer *buf = nullptr;       // weight storage on the backend
+    tg_buffer *buf = nullptr;       // weight storage on the backend (a mapped file's bytes, or a copy)
+    tg_buffer *buf_derived = nullptr;  // with mmap on the CPU: the weights computed at load (-exp(A_log))
+    tg_gguf *file = nullptr;        // with mmap on the CPU: the mapped file the weights are read from
     tg_tensor *tok_embd = nullptr, *out_norm = nullptr, *output = nullptr;
     std::vector<layer> layers;
     size_t weight_bytes = 0;
     uint64_t identity = 0;  // hash of hparams, tensor names/types/shapes and sampled weight bytes
 };
 
+struct load_options {
+    // Map the file (tg_gguf_open_mmap) instead of reading it. On a host
+    // backend (the CPU) the weights are then used in place from the map, read
+    // only, with no copy: pages come from the page cache as they are first
+    // touched, and the model keeps the map until model_free. On CUDA each
+    // tensor is uploaded from the map in pieces of at most upload_piece bytes
+    // (no host copy of the file) and the map is closed after the load.
+    // false: read the whole file into memory first (--no-mmap), then copy.
+    // A mapped file must not be truncated or rewritten in place while the
+    // model lives (SIGBUS: models/README.md, tg_gguf_open_mmap).
+    bool use_mmap = true;
+    size_t upload_piece = (size_t)64 << 20;
+};
+
 // Load a model file onto backend be. NULL + tg_last_error() "[model_load] ..."
 // for a bad file (the GGUF reader's checks) or impossible metadata.
-model *model_load(const char *path, tg_backend *be);
+model *model_load(const char *path, tg_backend *be, const load_options &opt = load_options());
 void model_free(model *m);
 
 // A forward graph built once for one batch shape and kept (session.cpp).
@@ -195,6 +211,10 @@ constexpr uint32_t state_version = 1;
 
 // Byte-level tokenizer: bytes 0..255, BOS 256, EOS 257.
 std::vector<int32_t> tokenize(const std::string &text, bool add_bos);
+// The text of byte b's token in a "gpt2" vocabulary (GGUF tokenizer.ggml.tokens,
+// as llama.cpp reads it): GPT-2's byte-to-unicode character for b, in UTF-8
+// ("a" for 'a', "Ġ" U+0120 for ' ', "Ā" U+0100 for 0x00); "" outside 0..255.
+std::string byte_token_text(int b);
 std::string detokenize(int32_t token);  // "" for BOS/EOS
 
 // The sampler chain of llama.cpp, with its defaults and in its order: the

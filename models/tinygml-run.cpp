@@ -26,7 +26,7 @@ struct options {
     float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
     int top_k = 40, repeat_last_n = 64;
     long long seed = -1;  // -1: a random seed, printed
-    bool quiet = false, ignore_eos = false, warmup = false, interactive = false;
+    bool quiet = false, ignore_eos = false, warmup = false, interactive = false, no_mmap = false;
     tg_type type_k = TG_TYPE_F32, type_v = TG_TYPE_F32, type_state = TG_TYPE_F32;  // -ctk, -ctv, -cts
     std::string prompt_cache;                                                     // --prompt-cache
 };
@@ -51,6 +51,8 @@ void usage(FILE *f, const char *argv0) {
             "  -q               print only the timing lines\n"
             "  --ignore-eos     keep generating past EOS (for timing)\n"
             "  --warmup         run the prompt and one step once untimed first (kernel load, cuBLAS init, graph capture)\n"
+            "  --no-mmap        read the model file into memory instead of mapping it (the CPU then uses a copy;\n"
+            "                   safe if the file may change while running: see models/README.md, SIGBUS)\n"
             "  -i, --interactive  read lines from stdin; each continues the conversation (a reply stops at\n"
             "                   EOS, after -n tokens or after a newline; EOF ends)\n"
             "  -ctk, --cache-type-k T      K cache type: f32, f16 or bf16 (default f32)\n"
@@ -152,7 +154,7 @@ tgm::sampler make_sampler(const options &o, unsigned long long *seed) {
 enum class parsed { ok, help, error };
 
 parsed parse(int argc, char **argv, options &o) {
-    static const char *const flags[] = {"-q", "--ignore-eos", "--warmup", "-i", "--interactive"};
+    static const char *const flags[] = {"-q", "--ignore-eos", "--warmup", "-i", "--interactive", "--no-mmap"};
     static const char *const valued[] = {"-m", "-p", "-n", "--device", "-t", "-b",
                                          // the sampler's (parse_sampler_flag)
                                          "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
@@ -173,6 +175,7 @@ parsed parse(int argc, char **argv, options &o) {
             (a == "-q"           ? o.quiet
              : a == "--warmup"     ? o.warmup
              : a == "--ignore-eos" ? o.ignore_eos
+             : a == "--no-mmap"    ? o.no_mmap
                                    : o.interactive) = true;
             continue;
         }
@@ -297,10 +300,13 @@ struct timing {
     long long n_prompt = 0;
     int n_steps = 0;
     double t_prompt = 0, t_gen = 0;
+    double t_load = 0;          // model_load
+    const char *load_how = "";  // mmap (in place / uploaded) or read
 };
 
 void print_timing(tg_backend *be, const tgm::model *m, const tgm::session *s, int B, const timing &t) {
-    fprintf(stderr, "backend %s, batch %d\n", tg_backend_name(be), B);
+    fprintf(stderr, "backend %s, batch %d, model loaded in %.2f ms (%s)\n", tg_backend_name(be), B, t.t_load,
+            t.load_how);
     if (t.n_prompt > 0)
         fprintf(stderr, "prompt:     %5lld tokens x %d in %8.2f ms (%10.1f tokens/s)\n", t.n_prompt, B, t.t_prompt,
                 B * t.n_prompt / (t.t_prompt / 1e3));
@@ -320,7 +326,7 @@ void print_timing(tg_backend *be, const tgm::model *m, const tgm::session *s, in
 // refused, ending the session with status 1, when the conversation with it
 // and -n would not fit the context (the rule of a plain run); EOF ends it
 // with status 0.
-int run_interactive(const options &o, tg_backend *be, const tgm::model *m, tgm::sampler &smp) {
+int run_interactive(const options &o, tg_backend *be, const tgm::model *m, tgm::sampler &smp, const timing &load) {
     const int n_ctx = m->hp.n_ctx, V = m->hp.n_vocab;
     tgm::session_params sp;
     sp.n_ctx = n_ctx, sp.type_k = o.type_k, sp.type_v = o.type_v, sp.type_state = o.type_state;
@@ -331,7 +337,7 @@ int run_interactive(const options &o, tg_backend *be, const tgm::model *m, tgm::
     }
     std::vector<int32_t> conv = {m->hp.bos};  // every token of the conversation; s->n_past[0] of them are fed
     std::vector<float> logits;
-    timing t;
+    timing t = load;
     const bool tty = isatty(STDIN_FILENO);
     std::string line;
     bool use_prompt = !o.prompt.empty();
@@ -419,12 +425,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", tg_last_error());
         return 1;
     }
-    tgm::model *m = tgm::model_load(o.model.c_str(), be);
+    tgm::load_options lo;
+    lo.use_mmap = !o.no_mmap;
+    const double t_load0 = now_ms();
+    tgm::model *m = tgm::model_load(o.model.c_str(), be, lo);
+    const double t_load = now_ms() - t_load0;
     if (!m) {
         fprintf(stderr, "error: %s\n", tg_last_error());
         tg_backend_free(be);
         return 1;
     }
+    timing load;
+    load.t_load = t_load;
+    load.load_how = m->file ? "mmap, weights used in place" : lo.use_mmap ? "mmap, uploaded" : "read";
     unsigned long long seed = 0;
     tgm::sampler smp = make_sampler(o, &seed);
     // the seed repeats a sampled run; greedy needs none (top-k, top-p and min-p keep the largest logit)
@@ -435,7 +448,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "sampler: seed %llu, temp %g, top-k %d, top-p %g, min-p %g, repeat-penalty %g (last %d)\n",
                 seed, o.temp, o.top_k, o.top_p, o.min_p, o.repeat_penalty, o.repeat_last_n);
     if (o.interactive) {
-        const int rc = run_interactive(o, be, m, smp);
+        const int rc = run_interactive(o, be, m, smp, load);
         tgm::model_free(m);
         tg_backend_free(be);
         return rc;
@@ -465,7 +478,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     std::vector<float> logits;
-    timing tm;
+    timing tm = load;
     int n_gen = 0;
     const int V = m->hp.n_vocab, B = o.batch;
     if (rc == 0) {

@@ -5,7 +5,10 @@
 // first problem found is reported as "[call] 'file': where: what". Containers
 // only grow as bytes are consumed, so memory stays within a small multiple of
 // the file's size whatever its header declares.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -518,7 +521,46 @@ struct file_closer {
     void operator()(FILE *f) const { fclose(f); }
 };
 
+// What tg_gguf_open and tg_gguf_open_mmap check before reading or mapping:
+// the path names a non-empty regular file that fits the address space.
+bool check_stat(const char *call, const std::string &where, int fd, size_t *size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        tg_err(TG_ERR_IO, "[%s] %scannot stat: %s", call, where.c_str(), strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tg_err(TG_ERR_IO, "[%s] %snot a regular file", call, where.c_str());
+        return false;
+    }
+    if (st.st_size <= 0) {
+        tg_err(TG_ERR_FORMAT, "[%s] %sfile is empty", call, where.c_str());
+        return false;
+    }
+    if ((uint64_t)st.st_size != (uint64_t)(size_t)st.st_size) {
+        tg_err(TG_ERR_OOM, "[%s] %sfile too large for this address space", call, where.c_str());
+        return false;
+    }
+    *size = (size_t)st.st_size;
+    return true;
+}
+
+struct fd_closer {
+    int fd;
+    ~fd_closer() {
+        if (fd >= 0) close(fd);
+    }
+};
+
 }  // namespace
+
+tg_gguf::~tg_gguf() {
+    if (!buf) return;
+    if (mapped)
+        munmap(buf, size);
+    else
+        ::operator delete(buf, std::align_val_t(TG_GGUF_BUF_ALIGN));
+}
 
 // ---------------------------------------------------------------------------
 // Opening
@@ -533,15 +575,10 @@ tg_gguf *tg_gguf_open(const char *path) {
         Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
         std::unique_ptr<FILE, file_closer> f(fopen(path, "rb"));
         if (!f) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
-        struct stat st;
-        if (fstat(fileno(f.get()), &st) != 0)
-            TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot stat: %s", call, ps.where.c_str(), strerror(errno));
-        if (!S_ISREG(st.st_mode)) TG_FAIL_NULL(TG_ERR_IO, "[%s] %snot a regular file", call, ps.where.c_str());
-        if (st.st_size <= 0) TG_FAIL_NULL(TG_ERR_FORMAT, "[%s] %sfile is empty", call, ps.where.c_str());
-        if ((uint64_t)st.st_size != (uint64_t)(size_t)st.st_size)
-            TG_FAIL_NULL(TG_ERR_OOM, "[%s] %sfile too large for this address space", call, ps.where.c_str());
+        size_t file_size;
+        if (!check_stat(call, ps.where, fileno(f.get()), &file_size)) return nullptr;
         std::unique_ptr<tg_gguf> g(new tg_gguf);
-        if ((uint64_t)st.st_size >= TG_GGUF_HEADER_BYTES) {
+        if (file_size >= TG_GGUF_HEADER_BYTES) {
             // the header first, from a small read: a file that is not GGUF (or
             // whose counts cannot fit) fails before the whole file is read
             unsigned char hdr[TG_GGUF_HEADER_BYTES];
@@ -551,12 +588,12 @@ tg_gguf *tg_gguf_open(const char *path) {
                              sizeof hdr, ferror(f.get()) ? strerror(errno) : "the file shrank while being read");
             Parser hp(call, ps.where);
             hp.p = hdr;
-            hp.size = (size_t)st.st_size;
+            hp.size = file_size;
             uint64_t n_tensors, n_kv;
             if (!parse_header(hp, g.get(), &n_tensors, &n_kv)) return nullptr;
             rewind(f.get());
         }
-        if (!alloc_buffer(call, ps.where, g.get(), (size_t)st.st_size)) return nullptr;
+        if (!alloc_buffer(call, ps.where, g.get(), file_size)) return nullptr;
         size_t got = fread(g->buf, 1, g->size, f.get());
         if (got != g->size)
             TG_FAIL_NULL(TG_ERR_IO, "[%s] %sread %zu of %zu bytes (%s)", call, ps.where.c_str(), got, g->size,
@@ -565,6 +602,51 @@ tg_gguf *tg_gguf_open(const char *path) {
     } catch (const std::exception &e) {
         TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory (%s)", call, e.what());
     }
+}
+
+// tg_gguf_open_mmap validates from the map itself, with the same parser and
+// checks as tg_gguf_open (the header first, then everything), so no pointer
+// into a file that fails is ever handed out: a failed open unmaps (the
+// tg_gguf's destructor). The map is private and read-only: writing through a
+// tensor pointer faults, which is why a buffer over it is read-only
+// (tg_backend_buffer_from_host_ptr). A file truncated while mapped raises
+// SIGBUS on the first touch of a page past its new end (tinygml.h).
+tg_gguf *tg_gguf_open_mmap(const char *path) {
+    const char *call = "gguf_open_mmap";
+    if (!path) TG_FAIL_NULL(TG_ERR_ARG, "[%s] path is NULL", call);
+    try {
+        Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
+        fd_closer fd{open(path, O_RDONLY | O_CLOEXEC)};
+        if (fd.fd < 0) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
+        size_t file_size;
+        if (!check_stat(call, ps.where, fd.fd, &file_size)) return nullptr;
+        void *map = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+        if (map == MAP_FAILED)
+            TG_FAIL_NULL(errno == ENOMEM ? TG_ERR_OOM : TG_ERR_IO, "[%s] %scannot map %zu bytes: %s", call,
+                         ps.where.c_str(), file_size, strerror(errno));
+        std::unique_ptr<tg_gguf> g(new (std::nothrow) tg_gguf);
+        if (!g) {
+            munmap(map, file_size);
+            TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory", call);
+        }
+        g->buf = (unsigned char *)map;
+        g->size = file_size;
+        g->mapped = true;
+        return finish(ps, g);  // the header's checks come first in parse, as in tg_gguf_open
+    } catch (const std::exception &e) {
+        TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory (%s)", call, e.what());
+    }
+}
+
+bool tg_gguf_is_mapped(const tg_gguf *g) { return g && g->mapped; }
+
+const void *tg_gguf_file_data(const tg_gguf *g, size_t *size) {
+    if (!g) {
+        if (size) *size = 0;
+        TG_FAIL_NULL(TG_ERR_ARG, "[gguf_file_data] file is NULL");
+    }
+    if (size) *size = g->size;
+    return g->buf;
 }
 
 tg_gguf *tg_gguf_open_memory(const void *data, size_t size) {

@@ -273,8 +273,11 @@ struct tg_buffer_entry {
     tg_backend *backend;
     void *base;
     size_t size;
+    bool read_only;  // caller memory that must not be written (tg_backend_buffer_from_host_ptr)
 };
-uint64_t tg_registry_add(tg_backend *be, void *base, size_t size);
+uint64_t tg_registry_add(tg_backend *be, void *base, size_t size, bool read_only = false);
+// The tensor's storage is read-only caller memory (false when it has none).
+bool tg_storage_read_only(const tg_tensor *t);
 void tg_registry_remove(uint64_t id);
 bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out);
 // Storage check used by tensor_set/get and graph_compute: the tensor has data

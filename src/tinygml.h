@@ -339,6 +339,7 @@ TG_API tg_backend *tg_backend_cuda(int device);
 // until tg_buffer_free. Freeing twice is ignored.
 TG_API void tg_backend_free(tg_backend *b);
 TG_API const char *tg_backend_name(const tg_backend *b);  // "cpu" or "cuda:N"
+TG_API bool tg_backend_is_host(const tg_backend *b);      // computes on host memory (the CPU); false if freed
 TG_API bool tg_cuda_available(void);  // built with CUDA and at least one device present
 // TF32 for mul_mat on CUDA (off by default: full FP32). No effect on the CPU.
 TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
@@ -347,6 +348,30 @@ TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
 // not a view or an op result (weights, caches, states, inputs). The buffer
 // holds that storage until tg_buffer_free; using a tensor afterwards is an error.
 TG_API tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx);
+// A buffer over caller memory, for tensors used in place with no copy (the
+// weights of a memory-mapped file: tg_gguf_open_mmap). Host backends (the
+// CPU) only: a CUDA backend refuses (TG_ERR_UNSUPPORTED; upload with
+// tg_backend_alloc + tg_tensor_set, which streams from the pointer). The
+// buffer starts empty; tg_buffer_place puts tensors in it.
+// Lifetime: the memory stays the caller's: tinygml never frees or unmaps it
+// (tg_buffer_free and tg_backend_free only drop the buffer's handle and its
+// tensors' storage). It must stay valid (a map open: tg_gguf_close after
+// tg_buffer_free) as long as the buffer is live and no backend call uses it.
+// read_only: the memory must never be written (a PROT_READ map). Every write
+// tinygml would make into it is refused with TG_ERR_ARG instead: tg_tensor_set
+// and tg_buffer_clear on it, and tg_graph_compute of a graph with an op that
+// writes a tensor of it in place (cpy into it, rope_kv_update's caches,
+// delta_rule's state), refused before any node runs ("... is in read-only
+// memory"). With read_only false the caller's memory must be writable.
+TG_API tg_buffer *tg_backend_buffer_from_host_ptr(tg_backend *b, void *ptr, size_t size, bool read_only);
+// Place tensor t of a no_alloc context at byte offset of buf (a buffer from
+// tg_backend_buffer_from_host_ptr): t's data is then ptr + offset, used in
+// place. t must be a leaf (not a view or op result) without live storage; the
+// range [offset, offset + tg_nbytes(t)) must lie within the buffer and
+// ptr + offset be aligned to t's element size. Views of t made earlier see the
+// storage. Tensors not placed can get storage from tg_backend_alloc as usual.
+TG_API tg_status tg_buffer_place(tg_buffer *buf, tg_tensor *t, size_t offset);
+TG_API bool tg_buffer_is_read_only(const tg_buffer *buf);  // false for NULL or freed
 // Either before or after the buffer's backend is freed; twice is ignored.
 TG_API void tg_buffer_free(tg_buffer *buf);
 TG_API size_t tg_buffer_size(const tg_buffer *buf);
@@ -386,7 +411,7 @@ TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 //
 // The reader checks the header (magic, version, counts against the file's
 // size) from the first 24 bytes, then loads the whole file into host memory
-// and validates it before it returns: every count and length against the bytes left, every size with
+// (or maps it: tg_gguf_open_mmap) and validates it before it returns: every count and length against the bytes left, every size with
 // overflow checks, value and tensor types, names (unique, 1..63 bytes, no
 // NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
 // power of two, a multiple of 8, at most 1 MiB; default 32), shapes (1..4 dims, each >= 1),
@@ -422,6 +447,33 @@ TG_API const char *tg_gguf_type_name(tg_gguf_type t);  // "uint8" .. "float64"; 
 // Reader. Strings and pointers returned stay valid until tg_gguf_close.
 TG_API tg_gguf *tg_gguf_open(const char *path);                     // NULL + error ("[gguf_open] ...")
 TG_API tg_gguf *tg_gguf_open_memory(const void *data, size_t size);  // copies data; NULL + error
+// Memory-mapped reader: maps the file read-only (mmap PROT_READ, MAP_PRIVATE)
+// instead of reading it, and validates it from the map with every check of
+// tg_gguf_open, in the same order, before it returns; a file that fails is
+// unmapped and gives NULL + "[gguf_open_mmap] 'path': ..." (the same message
+// otherwise). Opening costs no copy: pages are read from the page cache when
+// first touched, and the process's file-backed RSS grows as they are (its
+// anonymous RSS does not). tg_gguf_tensor_data then points into the map
+// (page-aligned file start, so tensors keep the alignment guarantee below);
+// the bytes are read-only: writing through them faults (SIGSEGV). Metadata
+// (keys, strings, arrays) is copied out at open, as for tg_gguf_open.
+// The map lives until tg_gguf_close: close it only after every buffer made
+// over its bytes (tg_backend_buffer_from_host_ptr) is freed.
+// SIGBUS: the map follows the file. If the file is truncated (or rewritten
+// in place) while mapped, touching a page past its new end raises SIGBUS in
+// whatever thread touches it (a compute, a tensor_get), which kills the
+// process by default; MAP_PRIVATE does not protect against this (it only
+// keeps this process's writes private), and a page the file changes under
+// the map may show the new bytes. Replacing the file by rename (a new inode)
+// is safe: the map keeps the old file. Callers that cannot keep their files
+// immutable while a session runs should read instead (tg_gguf_open, or
+// tinygml-run --no-mmap), or install a SIGBUS handler of their own.
+TG_API tg_gguf *tg_gguf_open_mmap(const char *path);
+TG_API bool tg_gguf_is_mapped(const tg_gguf *g);  // opened by tg_gguf_open_mmap (false for NULL)
+// The whole file's bytes as loaded (the map, or the reader's copy), *size
+// bytes (size may be NULL); NULL + error for a NULL g. Tensor i's bytes are at
+// tg_gguf_tensor_data(g, i) - tg_gguf_file_data(g, NULL) within it.
+TG_API const void *tg_gguf_file_data(const tg_gguf *g, size_t *size);
 TG_API void tg_gguf_close(tg_gguf *g);                               // NULL is fine
 TG_API uint32_t tg_gguf_version(const tg_gguf *g);                   // 3
 TG_API size_t tg_gguf_alignment(const tg_gguf *g);                   // general.alignment, or 32

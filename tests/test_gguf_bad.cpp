@@ -1,5 +1,6 @@
 // test_gguf_bad.cpp - malformed GGUF files (RELIABILITY.md 1-7 and 9): each
-// is built byte by byte and must be rejected by both load paths with a
+// is built byte by byte and must be rejected by every load path (memory,
+// file, memory-mapped file: Rejected in gguf_builder.h) with a
 // message that names the call and what is wrong, with no crash, leak or UB
 // (run under ASan + UBSan), and with memory bounded by the file's size.
 #include <gtest/gtest.h>
