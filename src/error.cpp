@@ -56,6 +56,9 @@ const char *tg_type_name(tg_type t) {
         case TG_TYPE_F16: return "f16";
         case TG_TYPE_BF16: return "bf16";
         case TG_TYPE_I32: return "i32";
+        case TG_TYPE_Q8_0: return "q8_0";
+        case TG_TYPE_Q4_0: return "q4_0";
+        case TG_TYPE_Q4_K: return "q4_k";
         default: return nullptr;
     }
 }
@@ -66,6 +69,9 @@ size_t tg_type_size(tg_type t) {
         case TG_TYPE_F16: return 2;
         case TG_TYPE_BF16: return 2;
         case TG_TYPE_I32: return 4;
+        case TG_TYPE_Q8_0: return 34;  // bytes per block (src/quant.h)
+        case TG_TYPE_Q4_0: return 18;
+        case TG_TYPE_Q4_K: return 144;
         default: return 0;
     }
 }

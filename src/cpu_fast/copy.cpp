@@ -14,6 +14,7 @@ constexpr int64_t k_seg = 4096;
 enum copy_kind { k_flat, k_rows };
 
 int copy_kind_of(const tg_tensor *src, const tg_tensor *dst) {
+    if (tg_type_is_quantized(src->type) || tg_type_is_quantized(dst->type)) return -1;  // the reference's block copy
     if (!tg_fast_type(src->type) && src->type != dst->type) return -1;
     if (!tg_fast_type(dst->type) && src->type != dst->type) return -1;
     if (tg_fully_contig(src) && tg_fully_contig(dst)) return k_flat;
