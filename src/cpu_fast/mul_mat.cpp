@@ -1,5 +1,5 @@
 // mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
-// BF16, rows contiguous) and any b: b is converted to F32 once per mul_mat
+// BF16, rows contiguous; quantized weights: mul_mat_q.cpp) and any b: b is converted to F32 once per mul_mat
 // (unless it already is F32 with contiguous rows).
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
@@ -34,6 +34,7 @@ bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_c
 
 int64_t plan(const tg_tensor *dst, int nth) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    if (tg_type_is_quantized(a->type)) return tg_mul_mat_q_plan(dst, nth);
     if (!tg_fast_type(a->type) || !tg_fast_type(b->type) || dst->type != TG_TYPE_F32) return -1;
     const size_t ts = tg_type_size(a->type);
     if (!tg_rows_contig(a) || a->nb[1] % ts != 0 || !tg_rows_contig(dst) || dst->nb[1] % 4 != 0) return -1;
@@ -42,6 +43,7 @@ int64_t plan(const tg_tensor *dst, int nth) {
 }
 
 void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
+    if (tg_type_is_quantized(dst->src[0]->type)) return tg_mul_mat_q_run(dst, c);
     const tg_simd &simd = tg_simd_get();
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
