@@ -1,4 +1,4 @@
-// quant.cpp - the quantized types' facts and their reference (de)quantizers.
+// quant.cpp - the reference (de)quantizers of the quantized types (their sizes: error.cpp).
 // Written for reading, not speed: these are the oracle the fast CPU kernels
 // and the CUDA kernels are tested against, and what tinygml-quantize uses.
 // The rounding rules are ggml's reference quantizers (the public format
@@ -9,29 +9,6 @@
 
 #include "internal.h"
 #include "quant.h"
-
-int64_t tg_type_block_size(tg_type t) {
-    switch (t) {
-        case TG_TYPE_F32:
-        case TG_TYPE_F16:
-        case TG_TYPE_BF16:
-        case TG_TYPE_I32: return 1;
-        case TG_TYPE_Q8_0: return TG_QK8_0;
-        case TG_TYPE_Q4_0: return TG_QK4_0;
-        case TG_TYPE_Q4_K: return TG_QK_K;
-        default: return 0;
-    }
-}
-
-bool tg_type_is_quantized(tg_type t) { return t == TG_TYPE_Q8_0 || t == TG_TYPE_Q4_0 || t == TG_TYPE_Q4_K; }
-
-size_t tg_row_size(tg_type t, int64_t ne) {
-    const int64_t bs = tg_type_block_size(t);
-    if (bs == 0 || ne < 0 || ne % bs != 0) return 0;
-    size_t n;
-    if (__builtin_mul_overflow((size_t)(ne / bs), tg_type_size(t), &n)) return 0;
-    return n;
-}
 
 namespace {
 
