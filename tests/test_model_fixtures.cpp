@@ -209,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(Recall, ShippedModel,
 // The shipped models quantized by tinygml-quantize's engine (tgm::quantize_file):
 // held-out accuracy against the F32 file's, on the same backend. Q8_0 keeps
 // at least 99% of it, Q4_0 and Q4_K lose at most 5 points. (The toy models'
-// matrices have ne[0] of 64 or 128: Q4_K, whose blocks are 256, leaves them
+// matrices have ne[0] of 64 or 192: Q4_K, whose blocks are 256, leaves them
 // as they are, so its file equals the F32 model's accuracy by construction.)
 struct quant_case {
     const char *model;
