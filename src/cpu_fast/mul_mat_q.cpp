@@ -38,7 +38,7 @@ float quantize_block(const float *x, int n, int8_t *q) {
         return NAN;
     }
     float amax = 0.0f;
-    for (int i = 0; i < n; i++) amax = std::fmax(amax, std::fabs(x[i]));
+    for (int i = 0; i < n; i++) amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;  // finite: no NaN rules needed
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < n; i++) {
         const float v = std::nearbyint(x[i] * id);
