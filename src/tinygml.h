@@ -224,9 +224,10 @@ TG_API tg_tensor *tg_swiglu(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 // mul_mat: a {K, M, A2, A3} (F32/F16/BF16 or quantized), b {K, N, B2, B3}
 // (F32/F16/BF16) -> {M, N, B2, B3}; out[m, n] = sum_k a[k, m] * b[k, n]; a
 // broadcast over dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0), as ggml_mul_mat.
-// With a quantized a the product is of the dequantized weights; the CPU fast
-// path quantizes b to 8 bits per block first, as ggml does (docs/ops.md:
-// relative error about 1/127 per block of b on top of the weights' own).
+// With a quantized a the product is of the dequantized weights; for up to 4
+// tokens (decode) the CPU fast path quantizes b to 8 bits per block first, as
+// ggml does (docs/ops.md: per output at most sum over blocks of
+// absmax(b block) / 254 * sum |w| more error than the exact product).
 // Every other op refuses quantized inputs ("[add] a is q4_0: quantized
 // tensors are only supported as mul_mat's a and get_rows' a").
 TG_API tg_tensor *tg_mul_mat(tg_context *ctx, tg_tensor *a, tg_tensor *b);

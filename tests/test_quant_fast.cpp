@@ -1,7 +1,8 @@
 // test_quant_fast.cpp - the CPU fast paths for quantized weights
 // (src/cpu_fast/mul_mat_q.cpp, the q_dot kernels of simd_impl.h, get_rows):
-//  - mul_mat with Q8_0/Q4_0/Q4_K weights, on every vector table this CPU
-//    runs, at odd sizes (K a multiple of the block but not of the vector
+//  - mul_mat with Q8_0/Q4_0/Q4_K weights (N <= 4: the integer path of
+//    mul_mat_q.cpp; N > 4: the F32 panels with dequantized weight blocks), on
+//    every vector table this CPU runs, at odd sizes (K a multiple of the block but not of the vector
 //    width, M odd, N 1..17), b contiguous, strided, transposed, F16, broadcast
 //    over dims 2/3, a as a whole-row view; 1 to 4 threads;
 //  - each output against the float64 product of the DEQUANTIZED weights (an

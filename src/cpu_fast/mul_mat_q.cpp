@@ -1,5 +1,7 @@
 // mul_mat_q.cpp - fast mul_mat for quantized weights a {K, M, A2, A3} (Q8_0,
-// Q4_0, Q4_K) and any b (F32/F16/BF16), as ggml does it on the CPU:
+// Q4_0, Q4_K) and up to 4 tokens of any b (F32/F16/BF16; more tokens take
+// mul_mat.cpp's F32 panels with the weights dequantized per block), as ggml
+// does it on the CPU:
 //   1. b's rows are quantized once per mul_mat to 8 bits per block
 //      (quant_act.h: 32-value blocks for Q8_0/Q4_0, 256-value blocks with
 //      per-16 sums for Q4_K), the rows split over the threads;
