@@ -422,6 +422,31 @@ TEST(Quant, ReferenceMulMatIsTheDequantizedProduct) {
     }
 }
 
+// The CUDA backend has no quantized kernels yet: a graph with a quantized
+// tensor is refused cleanly (TG_ERR_UNSUPPORTED naming the tensor), and the
+// backend keeps working. (Replaced by kernel tests when the kernels land.)
+TEST(Quant, CudaRefusesQuantizedCleanly) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tg_init_params ip = {1 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    tg_backend *be = tg_backend_cuda(0);
+    ASSERT_TRUE(ctx && be) << tg_last_error();
+    tg_tensor *w = tg_new_tensor_2d(ctx, TG_TYPE_Q8_0, 64, 4), *x = tg_new_tensor_2d(ctx, TG_TYPE_F32, 64, 2);
+    tg_set_name(w, "w");
+    tg_tensor *y = tg_mul_mat(ctx, w, x), *z = tg_scale(ctx, x, 2.0f);
+    tg_graph *g = tg_graph_new(ctx), *g2 = tg_graph_new(ctx);
+    ASSERT_EQ(TG_OK, tg_graph_expand(g, y));
+    ASSERT_EQ(TG_OK, tg_graph_expand(g2, z));
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    ASSERT_TRUE(buf) << tg_last_error();
+    EXPECT_EQ(TG_ERR_UNSUPPORTED, tg_graph_compute(be, g));
+    EXPECT_NE(nullptr, strstr(tg_last_error(), "'w' is q8_0")) << tg_last_error();
+    EXPECT_EQ(TG_OK, tg_graph_compute(be, g2)) << tg_last_error();
+    tg_buffer_free(buf);
+    tg_backend_free(be);
+    tg_free(ctx);
+}
+
 // ---------------------------------------------------------------------------
 // GGUF
 
