@@ -5,17 +5,25 @@
 #  - the synthetic llamas of BENCHMARKS.md (random weights, tinygml-synth):
 #    0.26M F32 and 125M F16, prompt 64 tokens, 32 generated, batch 1, -t 2;
 #    with LLAMA_BENCH=/path/to/llama-bench, llama.cpp on the same files in the
-#    same run (llama-bench -t 2 -p 64 -n 32).
+#    same run (llama-bench -t 2 -p 64 -n 32);
+#  - the 125M synthetic llama quantized by tinygml-quantize to Q8_0 and Q4_0,
+#    same prompt / generation, CPU -t 2, and llama.cpp on the same quantized
+#    files when llama-bench is there (LLAMA_BENCH, default
+#    /work/peers/llama-cpu/build/bin/llama-bench if it exists). SKIP_QUANT=1 skips.
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
-#        SKIP_SHIPPED=1, SKIP_SYNTH=1, LLAMA_BENCH
+#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH, QUANTIZE (BUILD/tinygml-quantize)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench/models.json}
 RUN="$BUILD/tinygml-run"
 SYNTH=${SYNTH:-$BUILD/tinygml-synth}
 SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
+QUANTIZE=${QUANTIZE:-$BUILD/tinygml-quantize}
+if [ -z "${LLAMA_BENCH:-}" ] && [ -x /work/peers/llama-cpu/build/bin/llama-bench ]; then
+  LLAMA_BENCH=/work/peers/llama-cpu/build/bin/llama-bench
+fi
 PROMPT=$(head -n 1 tests/fixtures/recall_heldout.txt | cut -f1)
 N=${N_GEN:-32}
 devices="cpu"
@@ -53,6 +61,17 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -x "$SYNTH" ]; then
       "$LLAMA_BENCH" -m "$f" -t 2 -p 64 -n "$N" 2>/dev/null | grep -E "pp64|tg$N" | sed "s/^/llama.cpp $2: /" || true
     fi
   done
+  # the 125M llama quantized (CPU only: the CUDA backend has no quantized kernels yet)
+  if [ -z "${SKIP_QUANT:-}" ] && [ -x "$QUANTIZE" ]; then
+    for ty in q8_0 q4_0; do
+      q="$SYNTH_DIR/llama-125m-$ty.gguf"
+      [ -s "$q" ] || "$QUANTIZE" "$SYNTH_DIR/llama-125m-f16.gguf" "$q" "$ty" 2>/dev/null
+      row "$q" cpu 1 "$P64" "$N"
+      if [ -n "${LLAMA_BENCH:-}" ]; then
+        "$LLAMA_BENCH" -m "$q" -t 2 -p 64 -n "$N" 2>&1 | grep -E "pp64|tg$N|error|failed" | sed "s/^/llama.cpp llama-125m-$ty: /" || true
+      fi
+    done
+  fi
 fi
 
 

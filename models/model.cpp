@@ -166,6 +166,11 @@ tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, c
     if (tg_gguf_tensor_info(g, i, &nm, &type, &n_dims, ne, &nbytes) != TG_OK)
         return fail(TG_ERR_FORMAT, "[model_load] tensor '%s': %s", name.c_str(), tg_last_error());
     if (type == TG_TYPE_I32) return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' must be a float type", name.c_str());
+    // matrices feed mul_mat or get_rows, which take quantized weights; vectors
+    // (norms, biases, A_log) feed element-wise ops, which do not
+    if (tg_type_is_quantized(type) && shape.size() < 2)
+        return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' is %s: only matrices may be quantized (vectors stay f32/f16)",
+                    name.c_str(), tg_type_name(type));
     for (int d = 0; d < 4; d++) {
         int64_t expect = d < (int)shape.size() ? shape[d] : 1;
         int64_t got = d < n_dims ? ne[d] : 1;

@@ -93,6 +93,9 @@ bool tg_gguf_type_from_ggml(uint32_t id, tg_type *out) {
         case 1: *out = TG_TYPE_F16; return true;
         case 30: *out = TG_TYPE_BF16; return true;
         case 26: *out = TG_TYPE_I32; return true;
+        case 8: *out = TG_TYPE_Q8_0; return true;
+        case 2: *out = TG_TYPE_Q4_0; return true;
+        case 12: *out = TG_TYPE_Q4_K; return true;
         default: return false;
     }
 }
@@ -103,6 +106,9 @@ uint32_t tg_gguf_type_to_ggml(tg_type t) {
         case TG_TYPE_F16: return 1;
         case TG_TYPE_BF16: return 30;
         case TG_TYPE_I32: return 26;
+        case TG_TYPE_Q8_0: return 8;
+        case TG_TYPE_Q4_0: return 2;
+        case TG_TYPE_Q4_K: return 12;
         default: return UINT32_MAX;
     }
 }
@@ -359,13 +365,18 @@ bool parse_tensor_info(Parser &ps, tg_gguf *g, uint64_t i) {
         const char *name = tg_gguf_ggml_type_name(ggml_type);
         if (name)
             return ps.fail(TG_ERR_UNSUPPORTED,
-                           "ggml type %u (%s) is not supported (tinygml reads f32, f16, bf16 and i32)", ggml_type,
+                           "ggml type %u (%s) is not supported (tinygml reads f32, f16, bf16, i32, q8_0, q4_0 and q4_K)", ggml_type,
                            name);
         return ps.fail(TG_ERR_FORMAT, "unknown ggml type %u", ggml_type);
     }
+    // quantized rows are whole blocks; bytes = rows * row size
+    const int64_t bs = tg_type_block_size(t.type);
+    if (t.ne[0] % bs != 0)
+        return ps.fail(TG_ERR_FORMAT, "ne[0] %" PRId64 " is not a multiple of %s's block size %" PRId64, t.ne[0],
+                       tg_type_name(t.type), bs);
     uint64_t nbytes, padded;
-    if (__builtin_mul_overflow((uint64_t)nelem, (uint64_t)tg_type_size(t.type), &nbytes) ||
-        (uint64_t)(size_t)nbytes != nbytes)
+    if (__builtin_mul_overflow((uint64_t)(nelem / t.ne[0]), (uint64_t)tg_row_size(t.type, t.ne[0]), &nbytes) ||
+        (uint64_t)(size_t)nbytes != nbytes || tg_row_size(t.type, t.ne[0]) == 0)
         return ps.fail(TG_ERR_FORMAT, "byte size of %" PRId64 " %s elements overflows", nelem,
                        tg_type_name(t.type));
     if (__builtin_add_overflow(nbytes, (uint64_t)g->alignment - 1, &padded))
