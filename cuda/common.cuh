@@ -217,6 +217,12 @@ inline tg_cuda_desc tg_cuda_desc_dense(void *ptr, tg_type type, const long long 
     return d;
 }
 
+// swiglu(x, y) = silu(x) * y, as the CPU computes it (binary.cu and the fused
+// GEMV epilogue share it, so fused and unfused results are the same bits).
+__device__ __forceinline__ float tg_cuda_swiglu(float x, float y) {
+    return (x == -INFINITY ? 0.0f : x / (1.0f + expf(-x))) * y;
+}
+
 __device__ inline float tg_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

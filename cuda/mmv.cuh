@@ -38,8 +38,3 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
 // false when they do not, nothing launched).
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
-
-// swiglu(x, y) = silu(x) * y, as the CPU (and binary.cu) computes it.
-__device__ __forceinline__ float tg_cuda_swiglu(float x, float y) {
-    return (x == -INFINITY ? 0.0f : x / (1.0f + expf(-x))) * y;
-}
