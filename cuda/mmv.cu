@@ -36,7 +36,7 @@ struct mmv_args {
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
 // VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
 template <typename TA, int NMAX, int R, bool VEC>
-__global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ mmv_args args) {
+__global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ mmv_args args) {  // the block kernel
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
     const tg_cuda_mmv &p = args.p;
@@ -162,6 +162,136 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
     }
 }
 
+// The warp kernel (the default): persistent warps, each taking groups of R
+// rows (swiglu: R/2 gate rows and the same up rows) w, w + nwarps, ... of
+// every job; the grid is sized so that every warp is resident at once and
+// the groups split evenly over the warps, so the weights stream without
+// waves or block barriers. Lanes split k in 16-byte chunks, U*R loads per
+// lane in flight per step; one warp-shuffle reduction per group.
+template <typename TA, int NMAX, int R, bool VEC>
+__global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constant__ mmv_args args) {
+    constexpr int VE = 16 / sizeof(TA);
+    constexpr int U = 8 / R > 0 ? 8 / R : 1;
+    const tg_cuda_mmv &p = args.p;
+    const int lane = threadIdx.x % 32;
+    const long long nw = (long long)gridDim.x * kWarps;
+    const long long ngroups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
+    const int RG = args.rows_per_block;
+    const tg_cuda_desc &dd = p.job[0].d;
+    const long long i2 = blockIdx.y % dd.ne[2], i3 = blockIdx.y / dd.ne[2];
+    const int N = (int)dd.ne[1];
+    const long long K = p.job[0].a.ne[0];
+    const float *bcol[NMAX];
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
+
+    for (long long g = (long long)blockIdx.x * kWarps + threadIdx.x / 32; g < ngroups; g += nw) {
+        int j = 0;
+        if (!p.swiglu)
+            while (j + 1 < p.njob && g >= args.blk_end[j]) j++;
+        const long long m0 = (g - (j ? args.blk_end[j - 1] : 0)) * RG;
+        const TA *arow[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
+            const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
+            const tg_cuda_desc &a = p.job[jr].a;
+            const long long M = a.ne[1];
+            const long long a2 = i2 / (dd.ne[2] / a.ne[2]), a3 = i3 / (dd.ne[3] / a.ne[3]);
+            arow[r] = (const TA *)tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+        }
+        float acc[R][NMAX];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+        if (VEC) {
+            const long long nchunk = K / VE;
+            for (long long c0 = lane; c0 < nchunk; c0 += 32LL * U) {
+                uint4 raw[U][R];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const long long c = c0 + 32LL * u;
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        if (c < nchunk) raw[u][r] = __ldg((const uint4 *)arow[r] + c);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const long long c = c0 + 32LL * u;
+                    if (c >= nchunk) break;
+                    float w[R][VE];
+#pragma unroll
+                    for (int r = 0; r < R; r++) tg_cuda_cvt16(raw[u][r], w[r], TA());
+#pragma unroll
+                    for (int n = 0; n < NMAX; n++) {
+                        if (n >= N) break;
+                        float x[VE];
+#pragma unroll
+                        for (int e = 0; e < VE; e += 4) {
+                            const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
+                            x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
+                        }
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+#pragma unroll
+                            for (int e = 0; e < VE; e++) acc[r][n] = fmaf(w[r][e], x[e], acc[r][n]);
+                    }
+                }
+            }
+        } else {
+            for (long long k = lane; k < K; k += 32) {
+                float w[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) w[r] = to_f32(arow[r][k]);
+#pragma unroll
+                for (int n = 0; n < NMAX; n++) {
+                    if (n >= N) break;
+                    const float x = bcol[n][k];
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r][n] = fmaf(w[r], x, acc[r][n]);
+                }
+            }
+        }
+        // every lane gets every total; lane l writes output l = r * NMAX + n
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) acc[r][n] = tg_warp_sum(acc[r][n]);
+        if (p.swiglu) {
+            float gv = 0.0f, uv = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R / 2; r++)
+#pragma unroll
+                for (int n = 0; n < NMAX; n++)
+                    if (lane == r * NMAX + n) gv = acc[r][n], uv = acc[r + R / 2][n];
+            const int r = lane / NMAX, n = lane % NMAX;
+            const long long m = m0 + r;
+            if (r < R / 2 && n < N && m < p.job[0].a.ne[1]) {
+                *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = gv;
+                *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = uv;
+                *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(gv, uv);
+            }
+            continue;
+        }
+        float v = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++)
+                if (lane == r * NMAX + n) v = acc[r][n];
+        const int r = lane / NMAX, n = lane % NMAX;
+        const long long m = m0 + r;
+        const tg_cuda_mmv_job &jb = p.job[j];
+        if (r < R && n < N && m < jb.a.ne[1]) {
+            // r is read before d is written (s may be r or d: an add in place)
+            const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
+            *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
+            if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+        }
+    }
+}
+
 // Columns i1 + ne1 * (i2 + ne2 * i3) at one stride: merge them into dim 1.
 bool merge_columns(tg_cuda_desc &d) {
     long long n = d.ne[1], st = d.nb[1];
@@ -187,31 +317,67 @@ bool aligned16(const tg_cuda_desc &t) {
     return true;
 }
 
+// Resident blocks per SM of the warp kernel, asked once per instantiation
+// (a property of the kernel and the architecture the build targets). The
+// first ask comes from a plain run: a graph is captured only after it ran.
+template <typename TA, int NMAX, int R, bool VEC> int warp_blocks_per_sm() {
+    static const int n = [] {
+        int b = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmv_warp_kernel<TA, NMAX, R, VEC>, kThreads, 0) !=
+            cudaSuccess) {
+            (void)cudaGetLastError();
+            b = 4;
+        }
+        return b > 0 ? b : 1;
+    }();
+    return n;
+}
+
+struct mmv_launch {
+    cudaStream_t st;
+    int sm_count;
+    bool block_kernel;  // the block kernel instead of the warp kernel (knob)
+    long long batches;
+};
+
 template <typename TA, int NMAX, int R>
-void launch_r(cudaStream_t st, const mmv_args &args, dim3 grid, bool vec) {
-    if (vec)
-        mmv_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, st>>>(args);
-    else
-        mmv_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, st>>>(args);
+void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
+    const long long groups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
+    if (L.block_kernel) {
+        const dim3 grid((unsigned)groups, (unsigned)L.batches);
+        if (vec) mmv_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
+        else mmv_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
+        return;
+    }
+    auto kern = vec ? mmv_warp_kernel<TA, NMAX, R, true> : mmv_warp_kernel<TA, NMAX, R, false>;
+    // every warp resident, the groups split evenly over them
+    const long long resident =
+        (long long)(vec ? warp_blocks_per_sm<TA, NMAX, R, true>() : warp_blocks_per_sm<TA, NMAX, R, false>()) *
+        L.sm_count * kWarps;
+    const long long per_batch = resident / L.batches > 0 ? resident / L.batches : 1;
+    const long long per_warp = (groups + per_batch - 1) / per_batch;
+    const long long warps = (groups + per_warp - 1) / per_warp;
+    const dim3 grid((unsigned)((warps + kWarps - 1) / kWarps), (unsigned)L.batches);
+    kern<<<grid, kThreads, 0, L.st>>>(args);
 }
 
 // R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
 template <typename TA, int NMAX>
-void launch_n(cudaStream_t st, const mmv_args &args, dim3 grid, int R, bool vec) {
+void launch_n(const mmv_launch &L, mmv_args &args, int R, bool vec) {
     if constexpr (NMAX <= 2) {
-        if (R <= 1) return launch_r<TA, NMAX, 1>(st, args, grid, vec);
+        if (R <= 1) return launch_r<TA, NMAX, 1>(L, args, vec);
     }
     if constexpr (NMAX <= 4) {
-        if (R <= 2) return launch_r<TA, NMAX, 2>(st, args, grid, vec);
+        if (R <= 2) return launch_r<TA, NMAX, 2>(L, args, vec);
     }
-    launch_r<TA, NMAX, 4>(st, args, grid, vec);
+    launch_r<TA, NMAX, 4>(L, args, vec);
 }
 
-template <typename TA> void launch_t(cudaStream_t st, const mmv_args &args, dim3 grid, int N, int R, bool vec) {
-    if (N <= 1) launch_n<TA, 1>(st, args, grid, R, vec);
-    else if (N <= 2) launch_n<TA, 2>(st, args, grid, R, vec);
-    else if (N <= 4) launch_n<TA, 4>(st, args, grid, R, vec);
-    else launch_n<TA, 8>(st, args, grid, R, vec);
+template <typename TA> void launch_t(const mmv_launch &L, mmv_args &args, int N, int R, bool vec) {
+    if (N <= 1) launch_n<TA, 1>(L, args, R, vec);
+    else if (N <= 2) launch_n<TA, 2>(L, args, R, vec);
+    else if (N <= 4) launch_n<TA, 4>(L, args, R, vec);
+    else launch_n<TA, 8>(L, args, R, vec);
 }
 
 }  // namespace
@@ -272,28 +438,30 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
         rows += p.job[j].a.ne[1];
     }
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
-    // R: at least N / 2; doubled while the grid still fills the GPU 4 times
+    const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const bool block_kernel = impl->sig.mmv_kernel == 1;
+    // R: at least N / 2 (b's loads per weight byte); the block kernel doubles
+    // it while its grid still fills the GPU 4 times
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
     if (p.swiglu && R < 2) R = 2;
-    const long long want = 4LL * (impl->sm_count > 0 ? impl->sm_count : 132);
-    while (R < 4 && rows * batches / (2 * R) >= want) R *= 2;
+    if (block_kernel)
+        while (R < 4 && rows * batches / (2 * R) >= 4LL * sms) R *= 2;
     mmv_args args;
     args.p = p;
     args.rows_per_block = p.swiglu ? R / 2 : R;
-    long long blocks = 0;
+    long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {
-        blocks += (p.job[j].a.ne[1] + args.rows_per_block - 1) / args.rows_per_block;
-        args.blk_end[j] = blocks;
+        groups += (p.job[j].a.ne[1] + args.rows_per_block - 1) / args.rows_per_block;
+        args.blk_end[j] = groups;
     }
-    for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = blocks;
-    if (blocks > INT_MAX || batches > 65535)
-        return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, blocks, batches);
-    const dim3 grid((unsigned)blocks, (unsigned)batches);
-    cudaStream_t st = impl->stream;
+    for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = groups;
+    if (groups > INT_MAX || batches > 65535)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, groups, batches);
+    const mmv_launch L = {impl->stream, sms, block_kernel, batches};
     switch (ta) {
-        case TG_TYPE_F16: launch_t<__half>(st, args, grid, N, R, vec); break;
-        case TG_TYPE_BF16: launch_t<__nv_bfloat16>(st, args, grid, N, R, vec); break;
-        default: launch_t<float>(st, args, grid, N, R, vec); break;
+        case TG_TYPE_F16: launch_t<__half>(L, args, N, R, vec); break;
+        case TG_TYPE_BF16: launch_t<__nv_bfloat16>(L, args, N, R, vec); break;
+        default: launch_t<float>(L, args, N, R, vec); break;
     }
     TG_CUDA_LAUNCHED(be, call);
     return TG_OK;

@@ -39,6 +39,9 @@ struct tg_cuda_sig_knobs {
     int delta_chunk_min_t = 0;
     // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
     int delta_chunk_bv = 0;
+    // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the warp kernel), 1 the
+    // block kernel (a block of 128 threads per group of rows).
+    int mmv_kernel = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

@@ -44,6 +44,7 @@ struct layer_case {
     tg_type wt;
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
+    int mmv_kernel = 0;      // GEMV kernel knob: 0 the warp kernel, 1 the block kernel
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -104,8 +105,12 @@ void run_layer(tg_backend *be, const layer_case &c, const layer_data &d, int run
     std::vector<tg_tensor *> lf;
     for (size_t i = 0; i < d.shapes.size(); i++)
         lf.push_back(tg_new_tensor(ctx, d.types[i], (int)d.shapes[i].size(), d.shapes[i].data()));
-    tg_tensor *x = lf[0], *wn1 = lf[1], *wn2 = lf[2], *wq = lf[3], *wk = lf[4], *wv = lf[5], *wo = lf[6],
+    tg_tensor *x0 = lf[0], *wn1 = lf[1], *wn2 = lf[2], *wq = lf[3], *wk = lf[4], *wv = lf[5], *wo = lf[6],
               *wg = lf[7], *wu = lf[8], *wd = lf[9];
+    // the layer's input as an intermediate (as in a model): the residual add
+    // may then run in place on it, so it does not take the storage of the
+    // o product's input (which would rule the mm+add fusion out)
+    tg_tensor *x = tg_scale(ctx, x0, 1.0f);
     tg_tensor *n1 = tg_rms_norm(ctx, x, 1e-5f);
     tg_tensor *xn = tg_mul(ctx, n1, wn1);
     tg_tensor *q = tg_mul_mat(ctx, wq, xn);
@@ -179,6 +184,7 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> cpu_guard(cpu, tg_backend_free);
 
     layer_result fused, plain, ref;
+    tg_cuda_knobs(gpu)->mmv_kernel = c.mmv_kernel;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
     if (HasFatalFailure()) return;
@@ -208,7 +214,9 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
         }
         const double e = rel_l2(plain.outs[o], ref.outs[o]);
         printf("[ fuse     ] %-22s output %zu: relative L2 error vs CPU %.3g\n", c.name, o, e);
-        EXPECT_LE(e, 1e-4) << "output " << o;
+        // N > 8: 16-bit weights multiply on tensor cores with b rounded to their type
+        const double tol = c.N > 8 && c.wt != TG_TYPE_F32 ? 4e-3 : 1e-4;
+        EXPECT_LE(e, tol) << "output " << o;
     }
 }
 
@@ -228,6 +236,9 @@ std::vector<layer_case> layer_cases() {
         {"odd_f32_n2", F32, 7, 5, 7, 3, 2, false},
         {"odd_f16_n9_prefill", F16, 1003, 517, 1003, 37, 9, false},
         {"f16_n7", F16, 256, 1024, 256, 64, 7, false},
+        {"llm_1p1b_f16_n1_block", F16, E, F, QD, KD, 1, false, 1},
+        {"odd_bf16_n3_block", BF16, 1001, 333, 1001, 75, 3, false, 1},
+        {"odd_f16_n5_uses_block", F16, 1003, 517, 1003, 37, 5, true, 1},
     };
 }
 
