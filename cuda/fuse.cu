@@ -67,8 +67,7 @@ struct matcher {
         if (mul->src[1] == nrm && !tg_same_shape(w, nrm)) return false;  // the norm broadcast: not this kernel
         if (nrm->type != TG_TYPE_F32 || mul->type != TG_TYPE_F32 || !tg_same_shape(nrm, mul)) return false;
         const tg_tensor *x = nrm->src[0];
-        if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) ||
-            !may_write(mul, w))
+        if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) || overlap(mul, w))
             return false;
         *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
         done[j] = 1;

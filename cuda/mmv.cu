@@ -14,7 +14,8 @@
 // R grows with N (b's loads per weight byte stay bounded: R >= N/2) and with
 // the row count (fewer, fuller blocks when the grid fills the GPU many times
 // over). The grid spans the rows of every job (q, k and v in one launch):
-// blocks [blk_end[j-1], blk_end[j]) take job j.
+// blocks [blk_end[j-1], blk_end[j]) take job j. A warp-per-group kernel is
+// kept behind a bench knob (signature.cuh mmv_kernel) for comparison.
 #include <climits>
 
 #include "mmv.cuh"
@@ -162,16 +163,18 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
     }
 }
 
-// The warp kernel (the default): persistent warps, each taking groups of R
-// rows (swiglu: R/2 gate rows and the same up rows) w, w + nwarps, ... of
-// every job; the grid is sized so that every warp is resident at once and
-// the groups split evenly over the warps, so the weights stream without
-// waves or block barriers. Lanes split k in 16-byte chunks, U*R loads per
-// lane in flight per step; one warp-shuffle reduction per group.
+// The warp kernel (knob mmv_kernel = 1; the block kernel above is the
+// default, faster on the H200 than this kernel's persistent form at every
+// 1.1B shape measured): a warp per group of R rows (swiglu: R/2 gate rows and
+// the same up rows), looping groups w, w + nwarps, ... ; lanes split k in
+// 16-byte chunks, U*R = 4 loads per lane in flight per step; one warp-shuffle
+// reduction per group, no block barriers.
 template <typename TA, int NMAX, int R, bool VEC>
 __global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constant__ mmv_args args) {
     constexpr int VE = 16 / sizeof(TA);
-    constexpr int U = 8 / R > 0 ? 8 / R : 1;
+    // 4 loads per lane per step (main's warp-per-row kernel had 4 in flight
+    // and more warps resident; 8 per lane measured slower at 64 registers)
+    constexpr int U = 4 / R > 0 ? 4 / R : 1;
     const tg_cuda_mmv &p = args.p;
     const int lane = threadIdx.x % 32;
     const long long nw = (long long)gridDim.x * kWarps;
@@ -317,26 +320,9 @@ bool aligned16(const tg_cuda_desc &t) {
     return true;
 }
 
-// Resident blocks per SM of the warp kernel, asked once per instantiation
-// (a property of the kernel and the architecture the build targets). The
-// first ask comes from a plain run: a graph is captured only after it ran.
-template <typename TA, int NMAX, int R, bool VEC> int warp_blocks_per_sm() {
-    static const int n = [] {
-        int b = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, mmv_warp_kernel<TA, NMAX, R, VEC>, kThreads, 0) !=
-            cudaSuccess) {
-            (void)cudaGetLastError();
-            b = 4;
-        }
-        return b > 0 ? b : 1;
-    }();
-    return n;
-}
-
 struct mmv_launch {
     cudaStream_t st;
-    int sm_count;
-    bool block_kernel;  // the block kernel instead of the warp kernel (knob)
+    bool block_kernel;  // the block kernel (default) or the warp kernel (knob)
     long long batches;
 };
 
@@ -349,16 +335,10 @@ void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
         else mmv_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
         return;
     }
-    auto kern = vec ? mmv_warp_kernel<TA, NMAX, R, true> : mmv_warp_kernel<TA, NMAX, R, false>;
-    // every warp resident, the groups split evenly over them
-    const long long resident =
-        (long long)(vec ? warp_blocks_per_sm<TA, NMAX, R, true>() : warp_blocks_per_sm<TA, NMAX, R, false>()) *
-        L.sm_count * kWarps;
-    const long long per_batch = resident / L.batches > 0 ? resident / L.batches : 1;
-    const long long per_warp = (groups + per_batch - 1) / per_batch;
-    const long long warps = (groups + per_warp - 1) / per_warp;
-    const dim3 grid((unsigned)((warps + kWarps - 1) / kWarps), (unsigned)L.batches);
-    kern<<<grid, kThreads, 0, L.st>>>(args);
+    // one group per warp (a persistent grid measured slower)
+    const dim3 grid((unsigned)((groups + kWarps - 1) / kWarps), (unsigned)L.batches);
+    if (vec) mmv_warp_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
+    else mmv_warp_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
 }
 
 // R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
@@ -439,7 +419,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     }
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
-    const bool block_kernel = impl->sig.mmv_kernel == 1;
+    const bool block_kernel = impl->sig.mmv_kernel != 1;
     // R: at least N / 2 (b's loads per weight byte); the block kernel doubles
     // it while its grid still fills the GPU 4 times
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
@@ -457,7 +437,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = groups;
     if (groups > INT_MAX || batches > 65535)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, groups, batches);
-    const mmv_launch L = {impl->stream, sms, block_kernel, batches};
+    const mmv_launch L = {impl->stream, block_kernel, batches};
     switch (ta) {
         case TG_TYPE_F16: launch_t<__half>(L, args, N, R, vec); break;
         case TG_TYPE_BF16: launch_t<__nv_bfloat16>(L, args, N, R, vec); break;

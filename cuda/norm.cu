@@ -31,8 +31,9 @@ template <int WPR, bool MAX> __device__ float row_reduce(float v, float *sh) {
 
 // MUL (rms_norm only, the backend's fusion of rms_norm then mul): also
 // z = y * w, w broadcast over y (ggml's rule), each element from the y value
-// just stored, so z is the unfused mul's result bit for bit. z may be y
-// itself (the mul in place): the same thread writes y, then z.
+// just stored, so z is the unfused mul's result bit for bit. z may be y or x
+// (in place): the thread that reads an element of x writes that element of
+// y, then of z; w is disjoint from both outputs (cuda/fuse.cu checks).
 template <int OP, int WPR, bool MUL = false>
 __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param, tg_cuda_desc w = {},
                             tg_cuda_desc z = {}) {
@@ -78,12 +79,29 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
             const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
             const char *wr = MUL ? tg_cuda_ptr(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]) : nullptr;
             char *zr = MUL ? tg_cuda_ptr(z, 0, i1, i2, i3) : nullptr;
-            for (long long i = tid; i < n0; i += TPR) {
-                const float v = tg_cuda_load(xr + i * x.nb[0], x.type) * inv;
-                *(float *)(yr + i * y.nb[0]) = v;
-                if (MUL) {
-                    const long long iw = i < w.ne[0] ? i : i % w.ne[0];
-                    *(float *)(zr + i * z.nb[0]) = v * tg_cuda_load(wr + iw * w.nb[0], w.type);
+            // kRound elements per thread loaded before any is stored: a store
+            // may alias the next loads (in place), so the compiler would
+            // otherwise wait out one memory latency per element
+            constexpr int kRound = 8;
+            for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
+                float xv[kRound], wv[kRound];
+#pragma unroll
+                for (int u = 0; u < kRound; u++) {
+                    const long long i = i0 + (long long)u * TPR;
+                    xv[u] = i < n0 ? tg_cuda_load(xr + i * x.nb[0], x.type) : 0.0f;
+                    wv[u] = 0.0f;
+                    if (MUL && i < n0) {
+                        const long long iw = i < w.ne[0] ? i : i % w.ne[0];
+                        wv[u] = tg_cuda_load(wr + iw * w.nb[0], w.type);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kRound; u++) {
+                    const long long i = i0 + (long long)u * TPR;
+                    if (i >= n0) break;
+                    const float v = xv[u] * inv;
+                    *(float *)(yr + i * y.nb[0]) = v;
+                    if (MUL) *(float *)(zr + i * z.nb[0]) = v * wv[u];
                 }
             }
         }

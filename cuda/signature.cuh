@@ -39,8 +39,8 @@ struct tg_cuda_sig_knobs {
     int delta_chunk_min_t = 0;
     // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
     int delta_chunk_bv = 0;
-    // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the warp kernel), 1 the
-    // block kernel (a block of 128 threads per group of rows).
+    // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the block kernel: 128
+    // threads per group of rows), 1 the warp kernel (a warp per group).
     int mmv_kernel = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of

@@ -44,7 +44,7 @@ struct layer_case {
     tg_type wt;
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
-    int mmv_kernel = 0;      // GEMV kernel knob: 0 the warp kernel, 1 the block kernel
+    int mmv_kernel = 0;      // GEMV kernel knob: 0 the block kernel, 1 the warp kernel
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -236,9 +236,9 @@ std::vector<layer_case> layer_cases() {
         {"odd_f32_n2", F32, 7, 5, 7, 3, 2, false},
         {"odd_f16_n9_prefill", F16, 1003, 517, 1003, 37, 9, false},
         {"f16_n7", F16, 256, 1024, 256, 64, 7, false},
-        {"llm_1p1b_f16_n1_block", F16, E, F, QD, KD, 1, false, 1},
-        {"odd_bf16_n3_block", BF16, 1001, 333, 1001, 75, 3, false, 1},
-        {"odd_f16_n5_uses_block", F16, 1003, 517, 1003, 37, 5, true, 1},
+        {"llm_1p1b_f16_n1_warp", F16, E, F, QD, KD, 1, false, 1},
+        {"odd_bf16_n3_warp", BF16, 1001, 333, 1001, 75, 3, false, 1},
+        {"odd_f16_n5_uses_warp", F16, 1003, 517, 1003, 37, 5, true, 1},
     };
 }
 
