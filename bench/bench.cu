@@ -402,11 +402,11 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
                100.0 * gbs / g_copy_gbs, tgt, r.target_us > 0 ? (us <= r.target_us ? "met" : "MISSED") : "", tf);
     }
     if (!g_steps.empty()) {
-        printf("\n%-22s %5s %6s %10s %10s %12s %8s\n", "decode step", "batch", "steps", "us(wall)", "us(host)",
-               "tokens/s", "replays");
+        printf("\n%-26s %5s %5s %6s %10s %10s %12s %8s %8s\n", "decode step", "fuse", "batch", "steps", "us(wall)",
+               "us(host)", "tokens/s", "replays", "kernels");
         for (const step_row &r : g_steps)
-            printf("%-22s %5d %6d %10.1f %10.1f %12.0f %8lld\n", r.model.c_str(), r.batch, r.steps, r.us_wall,
-                   r.us_host, r.tok_s, r.replays);
+            printf("%-26s %5s %5d %6d %10.1f %10.1f %12.0f %8lld %8d\n", r.model.c_str(), r.fuse ? "on" : "off",
+                   r.batch, r.steps, r.us_wall, r.us_host, r.tok_s, r.replays, r.kernels);
     }
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -432,9 +432,10 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
     for (size_t i = 0; i < g_steps.size(); i++) {
         const step_row &r = g_steps[i];
         fprintf(f,
-                "    {\"model\": \"%s\", \"batch\": %d, \"steps\": %d, \"us_wall\": %.2f, \"us_host\": %.2f, "
-                "\"tokens_per_s\": %.0f, \"graph_replays\": %lld}%s\n",
-                r.model.c_str(), r.batch, r.steps, r.us_wall, r.us_host, r.tok_s, r.replays,
+                "    {\"model\": \"%s\", \"fuse\": %s, \"batch\": %d, \"steps\": %d, \"us_wall\": %.2f, "
+                "\"us_host\": %.2f, \"tokens_per_s\": %.0f, \"graph_replays\": %lld, \"kernels\": %d}%s\n",
+                r.model.c_str(), r.fuse ? "true" : "false", r.batch, r.steps, r.us_wall, r.us_host, r.tok_s, r.replays,
+                r.kernels,
                 i + 1 < g_steps.size() ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
@@ -446,8 +447,10 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
 
 int main(int argc, char **argv) {
     const char *out = "bench/results.json";
+    std::vector<const char *> models;  // --model PATH: more decode-step rows (synthetic llamas)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = true;
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) models.push_back(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
         else if (!strcmp(argv[i], "--host-time")) g_host_time = true;
         else out = argv[i];
@@ -545,8 +548,13 @@ int main(int argc, char **argv) {
     bench_rope("rope.q.prefill", 16, 1024, 32, 128);
     bench_llm_rows();  // issue 9: attention and mul_mat at LLM sizes (bench_llm.inc)
     // decode steps of the shipped models (run from the repository root)
+    // (fusion on, then off: kernels per step before and after)
     for (const char *mp : {"models/llama-recall.gguf", "models/hybrid-recall.gguf"})
-        for (int b : {1, 16}) bench_decode_step(mp, b, g_quick ? 20 : 200);
+        for (int b : {1, 16})
+            for (bool fuse : {true, false}) bench_decode_step(mp, b, g_quick ? 20 : 200, fuse);
+    for (const char *mp : models)
+        for (int b : {1, 16})
+            for (bool fuse : {true, false}) bench_decode_step(mp, b, g_quick ? 20 : 100, fuse);
 
     print_and_save(out, prop);
     tg_backend_free(g_be);

@@ -15,6 +15,7 @@
 #include <new>
 
 #include "common.cuh"
+#include "fuse.cuh"
 #include "ops.h"
 #include "signature.cuh"
 
@@ -470,8 +471,7 @@ tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         TG_CUDA_TRY(be, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     impl->kv_prechecked.clear();
     tg_status s = enqueue_prechecks(be, nodes);
-    for (size_t i = 0; s == TG_OK && i < nodes.size(); i++)
-        if (nodes[i]->op != TG_OP_VIEW) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+    if (s == TG_OK) s = tg_cuda_enqueue_nodes(be, nodes);  // fused where allowed (cuda/fuse.cu)
     impl->kv_prechecked.clear();
     if (s == TG_OK) s = enqueue_readback(be, nodes);
     if (s == TG_OK) {
@@ -578,6 +578,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->cublas_ws, ws));
     TG_CUBLAS_TRY(nullptr, call, cublasSetWorkspace(impl->cublas, impl->cublas_ws, ws));
     if (const char *env = getenv("TG_CUDA_GRAPHS")) impl->graphs = strcmp(env, "0") != 0;
+    if (const char *env = getenv("TG_CUDA_FUSE")) impl->fuse = strcmp(env, "0") != 0;
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
     impl->rb_cap = (size_t)1 << 20;

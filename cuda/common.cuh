@@ -84,6 +84,10 @@ struct tg_cuda_impl {
     // rope_kv_update nodes whose positions the graph's pre-check pass has
     // validated (only during a compute): their launches skip their own check
     std::vector<const tg_tensor *> kv_prechecked;
+    // node fusions (cuda/fuse.cu; env TG_CUDA_FUSE=0: off) and the count of
+    // each kind the last enqueued graph took (tests)
+    bool fuse = true;
+    int fusions[4] = {0, 0, 0, 0};
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[3] = {"", "", ""};
@@ -211,6 +215,12 @@ inline tg_cuda_desc tg_cuda_desc_dense(void *ptr, tg_type type, const long long 
         nb *= ne[i];
     }
     return d;
+}
+
+// swiglu(x, y) = silu(x) * y, as the CPU computes it (binary.cu and the fused
+// GEMV epilogue share it, so fused and unfused results are the same bits).
+__device__ __forceinline__ float tg_cuda_swiglu(float x, float y) {
+    return (x == -INFINITY ? 0.0f : x / (1.0f + expf(-x))) * y;
 }
 
 __device__ inline float tg_warp_sum(float v) {

@@ -40,6 +40,7 @@ struct tg_cuda_graph_entry {
     std::vector<tg_cuda_impl::readback> rb;  // the capture's read-back copies
     int seen = 0;             // computes of this key so far
     bool no_capture = false;  // its capture failed once: always run plainly
+    int kernels = -1;         // kernel nodes of the capture
     uint64_t last_use = 0;
 };
 
@@ -48,6 +49,7 @@ struct tg_cuda_graph_cache {
     std::vector<uintptr_t> key;  // the current compute's key (reused storage)
     uint64_t clock = 0;
     const tg_cuda_graph_entry *last = nullptr;  // the entry of the previous compute
+    int last_kernels = -1;                      // kernel nodes of the last compute's CUDA graph (-1: plain)
     long long replays = 0;
 };
 
@@ -69,6 +71,7 @@ void build_key(tg_backend *be, const std::vector<tg_tensor *> &nodes, std::vecto
     key.reserve(nodes.size() * (2 + TG_MAX_SRC) + 8);
     key.push_back(nodes.size());
     key.push_back(be->tf32);
+    key.push_back(impl->fuse);
     key.push_back((uintptr_t)impl->resource_gen);
     uintptr_t knobs[(sizeof(tg_cuda_sig_knobs) + sizeof(uintptr_t) - 1) / sizeof(uintptr_t)] = {};
     memcpy(knobs, &impl->sig, sizeof(tg_cuda_sig_knobs));
@@ -78,6 +81,20 @@ void build_key(tg_backend *be, const std::vector<tg_tensor *> &nodes, std::vecto
         key.push_back((uintptr_t)t->data);
         for (const tg_tensor *s : t->src) key.push_back(s ? (uintptr_t)s->data : 0);
     }
+}
+
+// Kernel nodes of a captured graph (cuBLAS's included; copies and memsets not).
+int count_kernels(cudaGraph_t g) {
+    size_t n = 0;
+    if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return (void)cudaGetLastError(), -1;
+    std::vector<cudaGraphNode_t> v(n);
+    if (n && cudaGraphGetNodes(g, v.data(), &n) != cudaSuccess) return (void)cudaGetLastError(), -1;
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        cudaGraphNodeType t;
+        if (cudaGraphNodeGetType(v[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) k++;
+    }
+    return k;
 }
 
 void destroy_entry(tg_cuda_graph_entry &e) {
@@ -103,6 +120,13 @@ void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays)
     if (n_replays) *n_replays = impl->graph_cache ? impl->graph_cache->replays : 0;
 }
 
+int tg_cuda_graph_kernels(tg_backend *be) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    return impl->graph_cache ? impl->graph_cache->last_kernels : -1;
+}
+
+void tg_cuda_set_fuse(tg_backend *be, bool on) { tg_cuda(be)->fuse = on; }
+
 tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue) {
     const char *call = "graph_compute";
     tg_cuda_impl *impl = tg_cuda(be);
@@ -122,7 +146,9 @@ tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &node
         }
     const tg_cuda_graph_entry *prev = c.last;
     c.last = nullptr;
+    c.last_kernels = -1;
     if (e && e->exec) {  // replay
+        c.last_kernels = e->kernels;
         e->last_use = ++c.clock;
         c.last = e;
         c.replays++;
@@ -175,6 +201,8 @@ tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &node
     cudaGraph_t graph = nullptr;
     const cudaError_t ce = cudaStreamEndCapture(impl->stream, &graph);
     if (s != TG_OK || ce != cudaSuccess || !graph) return give_up(graph);
+    e->kernels = count_kernels(graph);
+    c.last_kernels = e->kernels;
     cudaGraphExec_t exec = nullptr;
     if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess || !exec) return give_up(graph);
     (void)cudaGraphDestroy(graph);

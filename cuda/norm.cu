@@ -2,6 +2,7 @@
 // up to 1024 elements, a block of 8 warps per row above; reductions in
 // registers and warp shuffles (plus one shared-memory step across warps).
 #include "common.cuh"
+#include "fuse.cuh"
 #include "ops.h"
 
 enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
@@ -28,7 +29,14 @@ template <int WPR, bool MAX> __device__ float row_reduce(float v, float *sh) {
     return t;
 }
 
-template <int OP, int WPR> __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param) {
+// MUL (rms_norm only, the backend's fusion of rms_norm then mul): also
+// z = y * w, w broadcast over y (ggml's rule), each element from the y value
+// just stored, so z is the unfused mul's result bit for bit. z may be y or x
+// (in place): the thread that reads an element of x writes that element of
+// y, then of z; w is disjoint from both outputs (cuda/fuse.cu checks).
+template <int OP, int WPR, bool MUL = false>
+__global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param, tg_cuda_desc w = {},
+                            tg_cuda_desc z = {}) {
     __shared__ float sh[WPR];
     constexpr int RPB = row_cfg<WPR>::rows_per_block, TPR = 32 * WPR;
     const int grp = threadIdx.x / TPR, tid = threadIdx.x % TPR;
@@ -69,18 +77,44 @@ template <int OP, int WPR> __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_d
             }
             ss = row_reduce<WPR, false>(ss, sh);
             const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
-            for (long long i = tid; i < n0; i += TPR)
-                *(float *)(yr + i * y.nb[0]) = tg_cuda_load(xr + i * x.nb[0], x.type) * inv;
+            const char *wr = MUL ? tg_cuda_ptr(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]) : nullptr;
+            char *zr = MUL ? tg_cuda_ptr(z, 0, i1, i2, i3) : nullptr;
+            // kRound elements per thread loaded before any is stored: a store
+            // may alias the next loads (in place), so the compiler would
+            // otherwise wait out one memory latency per element
+            constexpr int kRound = 8;
+            for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
+                float xv[kRound], wv[kRound];
+#pragma unroll
+                for (int u = 0; u < kRound; u++) {
+                    const long long i = i0 + (long long)u * TPR;
+                    xv[u] = i < n0 ? tg_cuda_load(xr + i * x.nb[0], x.type) : 0.0f;
+                    wv[u] = 0.0f;
+                    if (MUL && i < n0) {
+                        const long long iw = i < w.ne[0] ? i : i % w.ne[0];
+                        wv[u] = tg_cuda_load(wr + iw * w.nb[0], w.type);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < kRound; u++) {
+                    const long long i = i0 + (long long)u * TPR;
+                    if (i >= n0) break;
+                    const float v = xv[u] * inv;
+                    *(float *)(yr + i * y.nb[0]) = v;
+                    if (MUL) *(float *)(zr + i * z.nb[0]) = v * wv[u];
+                }
+            }
         }
     }
 }
 
-template <int OP, int WPR> static void launch_norm(cudaStream_t stream, const tg_cuda_desc &x, const tg_cuda_desc &y,
-                                                   long long nrows, float param) {
+template <int OP, int WPR, bool MUL = false>
+static void launch_norm(cudaStream_t stream, const tg_cuda_desc &x, const tg_cuda_desc &y, long long nrows, float param,
+                        const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}) {
     constexpr int RPB = row_cfg<WPR>::rows_per_block;
     const long long blocks = (nrows + RPB - 1) / RPB;
     const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
-    norm_kernel<OP, WPR><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param);
+    norm_kernel<OP, WPR, MUL><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param, w, z);
 }
 
 template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *dst, const char *call) {
@@ -99,3 +133,17 @@ template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *ds
 tg_status tg_cuda_rms_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_RMS>(be, dst, "rms_norm"); }
 tg_status tg_cuda_l2_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_L2>(be, dst, "l2_norm"); }
 tg_status tg_cuda_softmax(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_SOFTMAX>(be, dst, "softmax"); }
+
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w) {
+    cudaStream_t stream = tg_cuda(be)->stream;
+    const tg_cuda_desc x = tg_cuda_desc_of(norm->src[0]), y = tg_cuda_desc_of(norm);
+    const tg_cuda_desc wd = tg_cuda_desc_of(w), z = tg_cuda_desc_of(mul);
+    const long long nrows = tg_nrows(norm);
+    const float eps = tg_get_params<float>(norm);
+    if (x.ne[0] <= 1024)
+        launch_norm<NORM_RMS, 1, true>(stream, x, y, nrows, eps, wd, z);
+    else
+        launch_norm<NORM_RMS, 8, true>(stream, x, y, nrows, eps, wd, z);
+    TG_CUDA_LAUNCHED(be, "rms_norm");
+    return TG_OK;
+}

@@ -39,6 +39,9 @@ struct tg_cuda_sig_knobs {
     int delta_chunk_min_t = 0;
     // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
     int delta_chunk_bv = 0;
+    // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the block kernel: 128
+    // threads per group of rows), 1 the warp kernel (a warp per group).
+    int mmv_kernel = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -61,3 +64,14 @@ tg_status tg_cuda_check_rope_kv_update(tg_backend *be, const tg_tensor *dst);
 // CUDA graphs of a backend (cuda/graph_exec.cu): captures it holds now and
 // replays it has launched, for tests and bench.
 void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays);
+// Kernel nodes of the CUDA graph the last compute replayed or captured (-1:
+// it ran plainly), for bench's kernels-per-decode-step column.
+int tg_cuda_graph_kernels(tg_backend *be);
+
+// Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
+// mul_mat+add, gate/up+swiglu, mul_mats sharing b. All 0 with fusion off.
+void tg_cuda_fusions_last(tg_backend *be, int counts[4]);
+// Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it
+// was created). Change it only while no compute runs; captures taken with the
+// other setting are not reused.
+void tg_cuda_set_fuse(tg_backend *be, bool on);

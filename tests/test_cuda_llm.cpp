@@ -131,7 +131,8 @@ backend_ptr cuda_or_null() { return backend_ptr(tg_cuda_available() ? tg_backend
 // ---------------------------------------------------------------------------
 // mul_mat
 
-enum class alay { plain, a_transposed, b_transposed, bcast };
+// seqs: one 2-D weight times 5 batches of b (sequences decoding together)
+enum class alay { plain, a_transposed, b_transposed, bcast, seqs };
 
 struct mm_case {
     const char *name;
@@ -149,7 +150,7 @@ TEST_P(CudaLlmMulMat, MatchesFloat64) {
     const mm_case &c = GetParam();
     backend_ptr gpu = cuda_or_null();
     ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
-    const int64_t A2 = c.lay == alay::bcast ? 2 : 1, B2 = c.lay == alay::bcast ? 6 : 1;
+    const int64_t A2 = c.lay == alay::bcast ? 2 : 1, B2 = c.lay == alay::bcast ? 6 : c.lay == alay::seqs ? 5 : 1;
     std::mt19937 rng(7 + (uint32_t)c.N);
     std::vector<leaf> leaves;
     gpu_result r;
@@ -228,6 +229,15 @@ std::vector<mm_case> mm_cases() {
         {"f16_b_transposed_n5", F16, 256, 200, 5, alay::b_transposed, tc16},
         {"f32_b_transposed_n5", F32, 256, 200, 5, alay::b_transposed, f32},
         {"f16_bcast_n3", F16, 256, 130, 3, alay::bcast, f32},
+        // the 1.1B llama's other GEMV shapes, odd GEMV sizes, sequences as columns
+        {"f16_down_n1", F16, S(8192, 512), S(2048, 96), 1, alay::plain, f32},
+        {"f16_kv_n1", F16, S(2048, 256), S(512, 64), 1, alay::plain, f32},
+        {"f16_q_n4", F16, S(2048, 256), S(2048, 256), 4, alay::plain, f32},
+        {"bf16_odd_n8", BF16, 1003, 513, 8, alay::plain, f32},
+        {"f32_odd_n6", F32, 1001, 31, 6, alay::plain, f32},
+        {"f16_tiny_n1", F16, 7, 3, 1, alay::plain, f32},
+        {"f16_seqs_n1", F16, 1024, 257, 1, alay::seqs, f32},
+        {"bf16_seqs_n2", BF16, 1000, 129, 2, alay::seqs, f32},
         {"bf16_bcast_n20", BF16, 256, 130, 20, alay::bcast, tcbf},
     };
 }

@@ -1,0 +1,189 @@
+// fuse.cu - the backend's node fusions (see fuse.cuh): a decode step of a
+// llama runs about 18 kernels per layer unfused; each launch costs ~2 us of
+// device time at these sizes, more than most of the kernels' own work.
+#include <unordered_map>
+
+#include "fuse.cuh"
+#include "mmv.cuh"
+#include "ops.h"
+
+namespace {
+
+// Bytes [lo, hi) a tensor's elements may touch.
+void span(const tg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    uintptr_t n = tg_type_size(t->type);
+    for (int d = 0; d < TG_MAX_DIMS; d++) n += (uintptr_t)(t->ne[d] - 1) * t->nb[d];
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + n;
+}
+bool overlap(const tg_tensor *a, const tg_tensor *b) {
+    uintptr_t a0, a1, b0, b1;
+    span(a, &a0, &a1), span(b, &b0, &b1);
+    return a0 < b1 && b0 < a1;
+}
+// Same bytes, same element order: a fused kernel that reads an element and
+// writes the result of that element in one thread may alias them.
+bool same_layout(const tg_tensor *a, const tg_tensor *b) {
+    if (a->data != b->data || a->type != b->type) return false;
+    for (int d = 0; d < TG_MAX_DIMS; d++)
+        if (a->ne[d] != b->ne[d] || (a->ne[d] > 1 && a->nb[d] != b->nb[d])) return false;
+    return true;
+}
+// w written by a fused kernel where r is read: disjoint, or element-wise in place
+bool may_write(const tg_tensor *w, const tg_tensor *r) { return !overlap(w, r) || same_layout(w, r); }
+
+struct matcher {
+    tg_backend *be;
+    const std::vector<tg_tensor *> &nodes;
+    std::vector<char> done;                           // consumed by an earlier fusion
+    std::unordered_map<const tg_tensor *, int> reads;  // readers of each storage root
+    int counts[4] = {0, 0, 0, 0};                      // fusions taken: norm*w, mm+add, swiglu, shared b
+
+    matcher(tg_backend *b, const std::vector<tg_tensor *> &n) : be(b), nodes(n), done(n.size(), 0) {
+        for (const tg_tensor *t : nodes)
+            for (const tg_tensor *s : t->src)
+                if (s) reads[tg_view_root(const_cast<tg_tensor *>(s))]++;
+    }
+    // the next node after i that is not a view (-1: none)
+    int next(int i) const {
+        for (int j = i + 1; j < (int)nodes.size(); j++)
+            if (nodes[j]->op != TG_OP_VIEW) return done[j] ? -1 : j;
+        return -1;
+    }
+    // t's only reader is the node that reads it directly (no views of it)
+    bool sole(const tg_tensor *t) const {
+        auto it = reads.find(t);
+        return it != reads.end() && it->second == 1;
+    }
+
+    // rms_norm(x) * w, the norm read by nothing else
+    bool norm_mul(int i, tg_status *st) {
+        const tg_tensor *nrm = nodes[i];
+        const int j = next(i);
+        if (j < 0 || nodes[j]->op != TG_OP_MUL || !sole(nrm)) return false;
+        const tg_tensor *mul = nodes[j];
+        const tg_tensor *w = mul->src[0] == nrm ? mul->src[1] : mul->src[1] == nrm ? mul->src[0] : nullptr;
+        if (!w || w == nrm) return false;
+        if (mul->src[1] == nrm && !tg_same_shape(w, nrm)) return false;  // the norm broadcast: not this kernel
+        if (nrm->type != TG_TYPE_F32 || mul->type != TG_TYPE_F32 || !tg_same_shape(nrm, mul)) return false;
+        const tg_tensor *x = nrm->src[0];
+        if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) || overlap(mul, w))
+            return false;
+        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
+        done[j] = 1;
+        counts[0]++;
+        return true;
+    }
+
+    // gate = mm(wg, x), up = mm(wu, x), swiglu(gate, up) (gate and up in either order)
+    bool swiglu(int i, tg_status *st) {
+        const int j = next(i), k = j < 0 ? -1 : next(j);
+        if (k < 0 || nodes[j]->op != TG_OP_MUL_MAT || nodes[k]->op != TG_OP_SWIGLU) return false;
+        const tg_tensor *sw = nodes[k], *m0 = nodes[i], *m1 = nodes[j];
+        if (sw->src[0] == m1 && sw->src[1] == m0) std::swap(m0, m1);
+        if (sw->src[0] != m0 || sw->src[1] != m1 || m0->src[1] != m1->src[1]) return false;
+        if (!sole(m0) || !sole(m1) || !tg_same_shape(m0, m1) || sw->type != TG_TYPE_F32) return false;
+        tg_cuda_mmv p;
+        p.njob = 2, p.swiglu = true;
+        tg_cuda_desc b1;
+        if (!tg_cuda_mmv_job_of(m0, &p.job[0], &p.b) || !tg_cuda_mmv_job_of(m1, &p.job[1], &b1)) return false;
+        if (!tg_cuda_mmv_like(p.job[0], m0, sw, &p.h) || !tg_cuda_mmv_compatible(p)) return false;
+        const tg_tensor *b = m0->src[1];
+        if (overlap(sw, b) || overlap(m0, b) || overlap(m1, b) || overlap(m0, m1) || !may_write(sw, m0) ||
+            !may_write(sw, m1))
+            return false;
+        *st = tg_cuda_mmv_launch(be, p, "swiglu");
+        done[j] = done[k] = 1;
+        counts[2]++;
+        return true;
+    }
+
+    // up to 3 products of one b back to back (q, k, v): one launch
+    bool shared_b(int i, tg_status *st) {
+        tg_cuda_mmv p;
+        if (!tg_cuda_mmv_job_of(nodes[i], &p.job[0], &p.b)) return false;
+        p.njob = 1;
+        const tg_tensor *b = nodes[i]->src[1];
+        if (overlap(nodes[i], b)) return false;
+        int idx[TG_CUDA_MMV_MAX_JOBS] = {i};
+        for (int j = next(i); j >= 0 && p.njob < TG_CUDA_MMV_MAX_JOBS; j = next(j)) {
+            const tg_tensor *mm = nodes[j];
+            tg_cuda_desc bj;
+            if (mm->op != TG_OP_MUL_MAT || mm->src[1] != b || !tg_cuda_mmv_job_of(mm, &p.job[p.njob], &bj)) break;
+            // written before the nodes in between run (views only): it must not
+            // alias b or an earlier result
+            bool ok = !overlap(mm, b);
+            for (int q = 0; ok && q < p.njob; q++) ok = !overlap(mm, nodes[idx[q]]);
+            p.njob++;
+            if (!ok || !tg_cuda_mmv_compatible(p)) {
+                p.njob--;
+                break;
+            }
+            idx[p.njob - 1] = j;
+        }
+        if (p.njob < 2) return false;
+        *st = tg_cuda_mmv_launch(be, p, "mul_mat");
+        for (int q = 1; q < p.njob; q++) done[idx[q]] = 1;
+        counts[3]++;
+        return true;
+    }
+
+    // mm then add(mm, r) or add(r, mm), the product read by nothing else
+    bool mm_add(int i, tg_status *st) {
+        const tg_tensor *mm = nodes[i];
+        const int j = next(i);
+        if (j < 0 || nodes[j]->op != TG_OP_ADD || !sole(mm)) return false;
+        const tg_tensor *add = nodes[j];
+        const tg_tensor *r = add->src[0] == mm ? add->src[1] : add->src[1] == mm ? add->src[0] : nullptr;
+        if (!r || r == mm || !tg_same_shape(r, mm) || add->type != TG_TYPE_F32) return false;
+        if (r->type != TG_TYPE_F32 && r->type != TG_TYPE_F16 && r->type != TG_TYPE_BF16) return false;
+        tg_cuda_mmv p;
+        p.njob = 1;
+        if (!tg_cuda_mmv_job_of(mm, &p.job[0], &p.b)) return false;
+        if (!tg_cuda_mmv_like(p.job[0], mm, r, &p.job[0].r) || !tg_cuda_mmv_like(p.job[0], mm, add, &p.job[0].s))
+            return false;
+        const tg_tensor *b = mm->src[1];
+        if (overlap(add, b) || overlap(mm, b) || overlap(mm, r) || !may_write(add, r) || !may_write(add, mm))
+            return false;
+        *st = tg_cuda_mmv_launch(be, p, "add");
+        done[j] = 1;
+        counts[1]++;
+        return true;
+    }
+
+    bool try_fuse(int i, tg_status *st) {
+        switch (nodes[i]->op) {
+            case TG_OP_RMS_NORM: return norm_mul(i, st);
+            case TG_OP_MUL_MAT: return swiglu(i, st) || shared_b(i, st) || mm_add(i, st);
+            default: return false;
+        }
+    }
+};
+
+}  // namespace
+
+tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    for (int &c : impl->fusions) c = 0;
+    if (!impl->fuse) {
+        for (tg_tensor *t : nodes)
+            if (t->op != TG_OP_VIEW) {
+                tg_status s = tg_op_get(t->op).cuda(be, t);
+                if (s != TG_OK) return s;
+            }
+        return TG_OK;
+    }
+    matcher m(be, nodes);
+    for (int i = 0; i < (int)nodes.size(); i++) {
+        if (nodes[i]->op == TG_OP_VIEW || m.done[i]) continue;
+        tg_status s = TG_OK;
+        if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+        if (s != TG_OK) return s;
+    }
+    for (int k = 0; k < 4; k++) impl->fusions[k] = m.counts[k];
+    return TG_OK;
+}
+
+void tg_cuda_fusions_last(tg_backend *be, int counts[4]) {
+    for (int k = 0; k < 4; k++) counts[k] = tg_cuda(be)->fusions[k];
+}

@@ -1,0 +1,23 @@
+// fuse.cuh - the CUDA backend's fusions of adjacent nodes (cuda/fuse.cu),
+// chosen by pattern when a graph is enqueued (so also when it is captured):
+//   rms_norm, mul(by a broadcast weight)          -> one norm kernel
+//   mul_mat (GEMV), add(of a same-shape tensor)   -> the add in the GEMV's epilogue
+//   mul_mat gate, mul_mat up, swiglu(gate, up)    -> one GEMV reading both weights
+//   up to 3 mul_mat sharing b (q, k, v)           -> one GEMV launch
+// Each fused kernel computes the same bits as the unfused kernels and still
+// writes the intermediate results (cheap at decode sizes), so an
+// intermediate read later (a graph output, a planner-off test) is intact.
+// A fusion is taken only where the intermediate has no reader but its
+// partner, only views lie between the fused nodes, and no tensor written
+// early overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when
+// the backend is created) turns fusion off.
+#pragma once
+#include <vector>
+
+#include "common.cuh"
+
+// Enqueue the graph's nodes (views skipped), fusing where allowed.
+tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes);
+
+// cuda/norm.cu: norm = rms_norm(x), mul = norm * w (or w * norm), in one kernel.
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w);

@@ -1,0 +1,448 @@
+// mmv.cu - GEMV for mul_mat with N <= 8 columns (decode), see mmv.cuh.
+//
+// Decode reads every weight once per token, so the kernel is judged by how
+// close it streams the weights to the copy bandwidth. A block of 128 threads
+// takes R consecutive rows; its threads split the row along k in 16-byte
+// chunks (8 F16/BF16 or 4 F32 values) and issue all their loads of U chunks
+// per row before using any, so each thread has U*R 16-byte loads in flight
+// (U*R = 8: 128 bytes). The few b columns come from L1/L2. F32 accumulation;
+// each thread sums its chunks in order, then a fixed warp-shuffle and
+// shared-memory reduction: the result does not depend on the grid, so a
+// fused launch (several jobs, an epilogue) gives the same bits as the plain
+// one.
+//
+// R grows with N (b's loads per weight byte stay bounded: R >= N/2) and with
+// the row count (fewer, fuller blocks when the grid fills the GPU many times
+// over). The grid spans the rows of every job (q, k and v in one launch):
+// blocks [blk_end[j-1], blk_end[j]) take job j. A warp-per-group kernel is
+// kept behind a bench knob (signature.cuh mmv_kernel) for comparison.
+#include <climits>
+
+#include "mmv.cuh"
+
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+
+__device__ inline float to_f32(float x) { return x; }
+__device__ inline float to_f32(__half x) { return __half2float(x); }
+__device__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+struct mmv_args {
+    tg_cuda_mmv p;
+    long long blk_end[TG_CUDA_MMV_MAX_JOBS];  // prefix sums of the jobs' blocks
+    int rows_per_block;                        // R, or R / 2 for swiglu (gate and up rows)
+};
+
+// grid: x over row groups of every job, y over output batches i2 + B2*i3.
+// VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
+template <typename TA, int NMAX, int R, bool VEC>
+__global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ mmv_args args) {  // the block kernel
+    constexpr int VE = 16 / sizeof(TA);
+    constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
+    const tg_cuda_mmv &p = args.p;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long blk = blockIdx.x;
+    int j = 0;
+    if (!p.swiglu)
+        while (j + 1 < p.njob && blk >= args.blk_end[j]) j++;
+    const long long m0 = (blk - (j ? args.blk_end[j - 1] : 0)) * args.rows_per_block;
+    const tg_cuda_desc &d0 = p.job[j].d;
+    const long long i2 = blockIdx.y % d0.ne[2], i3 = blockIdx.y / d0.ne[2];
+    const int N = (int)d0.ne[1];
+    const long long K = p.job[0].a.ne[0];
+
+    // row r of the block: job j's row m0 + r; for swiglu the first half are
+    // gate rows (job 0), the second half the up rows (job 1) of the same m
+    const TA *arow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
+        const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
+        const tg_cuda_desc &a = p.job[jr].a;
+        const long long M = a.ne[1];
+        const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
+        arow[r] = (const TA *)tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+    }
+    const float *bcol[NMAX];
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
+    float acc[R][NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+
+    if (VEC) {
+        const long long nchunk = K / VE;
+        for (long long c0 = threadIdx.x; c0 < nchunk; c0 += (long long)kThreads * U) {
+            uint4 raw[U][R];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const long long c = c0 + (long long)u * kThreads;
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    if (c < nchunk) raw[u][r] = __ldg((const uint4 *)arow[r] + c);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const long long c = c0 + (long long)u * kThreads;
+                if (c >= nchunk) break;
+                float w[R][VE];
+#pragma unroll
+                for (int r = 0; r < R; r++) tg_cuda_cvt16(raw[u][r], w[r], TA());
+#pragma unroll
+                for (int n = 0; n < NMAX; n++) {
+                    if (n >= N) break;
+                    float x[VE];
+#pragma unroll
+                    for (int e = 0; e < VE; e += 4) {
+                        const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
+                        x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int e = 0; e < VE; e++) acc[r][n] = fmaf(w[r][e], x[e], acc[r][n]);
+                }
+            }
+        }
+    } else {
+        for (long long k = threadIdx.x; k < K; k += kThreads) {
+            float w[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) w[r] = to_f32(arow[r][k]);
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) {
+                if (n >= N) break;
+                const float x = bcol[n][k];
+#pragma unroll
+                for (int r = 0; r < R; r++) acc[r][n] = fmaf(w[r], x, acc[r][n]);
+            }
+        }
+    }
+
+    // block reduction: warp sums, then the warps' partials in warp order
+    __shared__ float sh[kWarps][R * NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) {
+            const float v = tg_warp_sum(acc[r][n]);
+            if (lane == 0) sh[warp][r * NMAX + n] = v;
+        }
+    __syncthreads();
+    auto total = [&](int i) {
+        float t = sh[0][i];
+#pragma unroll
+        for (int w = 1; w < kWarps; w++) t += sh[w][i];
+        return t;
+    };
+    if (p.swiglu) {
+        for (int i = threadIdx.x; i < (R / 2) * NMAX; i += kThreads) {
+            const int r = i / NMAX, n = i % NMAX;
+            const long long m = m0 + r;
+            if (n >= N || m >= p.job[0].a.ne[1]) continue;
+            const float g = total(r * NMAX + n), u = total((r + R / 2) * NMAX + n);
+            *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = g;
+            *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = u;
+            *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(g, u);
+        }
+        return;
+    }
+    const tg_cuda_mmv_job &jb = p.job[j];
+    for (int i = threadIdx.x; i < R * NMAX; i += kThreads) {
+        const int r = i / NMAX, n = i % NMAX;
+        const long long m = m0 + r;
+        if (n >= N || m >= jb.a.ne[1]) continue;
+        const float v = total(i);
+        // r is read before d is written (s may be r or d: an add in place)
+        const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
+        *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
+        if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+    }
+}
+
+// The warp kernel (knob mmv_kernel = 1; the block kernel above is the
+// default, faster on the H200 than this kernel's persistent form at every
+// 1.1B shape measured): a warp per group of R rows (swiglu: R/2 gate rows and
+// the same up rows), looping groups w, w + nwarps, ... ; lanes split k in
+// 16-byte chunks, U*R = 4 loads per lane in flight per step; one warp-shuffle
+// reduction per group, no block barriers.
+template <typename TA, int NMAX, int R, bool VEC>
+__global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constant__ mmv_args args) {
+    constexpr int VE = 16 / sizeof(TA);
+    // 4 loads per lane per step (main's warp-per-row kernel had 4 in flight
+    // and more warps resident; 8 per lane measured slower at 64 registers)
+    constexpr int U = 4 / R > 0 ? 4 / R : 1;
+    const tg_cuda_mmv &p = args.p;
+    const int lane = threadIdx.x % 32;
+    const long long nw = (long long)gridDim.x * kWarps;
+    const long long ngroups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
+    const int RG = args.rows_per_block;
+    const tg_cuda_desc &dd = p.job[0].d;
+    const long long i2 = blockIdx.y % dd.ne[2], i3 = blockIdx.y / dd.ne[2];
+    const int N = (int)dd.ne[1];
+    const long long K = p.job[0].a.ne[0];
+    const float *bcol[NMAX];
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
+
+    for (long long g = (long long)blockIdx.x * kWarps + threadIdx.x / 32; g < ngroups; g += nw) {
+        int j = 0;
+        if (!p.swiglu)
+            while (j + 1 < p.njob && g >= args.blk_end[j]) j++;
+        const long long m0 = (g - (j ? args.blk_end[j - 1] : 0)) * RG;
+        const TA *arow[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
+            const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
+            const tg_cuda_desc &a = p.job[jr].a;
+            const long long M = a.ne[1];
+            const long long a2 = i2 / (dd.ne[2] / a.ne[2]), a3 = i3 / (dd.ne[3] / a.ne[3]);
+            arow[r] = (const TA *)tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+        }
+        float acc[R][NMAX];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+        if (VEC) {
+            const long long nchunk = K / VE;
+            for (long long c0 = lane; c0 < nchunk; c0 += 32LL * U) {
+                uint4 raw[U][R];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const long long c = c0 + 32LL * u;
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        if (c < nchunk) raw[u][r] = __ldg((const uint4 *)arow[r] + c);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const long long c = c0 + 32LL * u;
+                    if (c >= nchunk) break;
+                    float w[R][VE];
+#pragma unroll
+                    for (int r = 0; r < R; r++) tg_cuda_cvt16(raw[u][r], w[r], TA());
+#pragma unroll
+                    for (int n = 0; n < NMAX; n++) {
+                        if (n >= N) break;
+                        float x[VE];
+#pragma unroll
+                        for (int e = 0; e < VE; e += 4) {
+                            const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
+                            x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
+                        }
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+#pragma unroll
+                            for (int e = 0; e < VE; e++) acc[r][n] = fmaf(w[r][e], x[e], acc[r][n]);
+                    }
+                }
+            }
+        } else {
+            for (long long k = lane; k < K; k += 32) {
+                float w[R];
+#pragma unroll
+                for (int r = 0; r < R; r++) w[r] = to_f32(arow[r][k]);
+#pragma unroll
+                for (int n = 0; n < NMAX; n++) {
+                    if (n >= N) break;
+                    const float x = bcol[n][k];
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r][n] = fmaf(w[r], x, acc[r][n]);
+                }
+            }
+        }
+        // every lane gets every total; lane l writes output l = r * NMAX + n
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) acc[r][n] = tg_warp_sum(acc[r][n]);
+        if (p.swiglu) {
+            float gv = 0.0f, uv = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R / 2; r++)
+#pragma unroll
+                for (int n = 0; n < NMAX; n++)
+                    if (lane == r * NMAX + n) gv = acc[r][n], uv = acc[r + R / 2][n];
+            const int r = lane / NMAX, n = lane % NMAX;
+            const long long m = m0 + r;
+            if (r < R / 2 && n < N && m < p.job[0].a.ne[1]) {
+                *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = gv;
+                *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = uv;
+                *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(gv, uv);
+            }
+            continue;
+        }
+        float v = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int n = 0; n < NMAX; n++)
+                if (lane == r * NMAX + n) v = acc[r][n];
+        const int r = lane / NMAX, n = lane % NMAX;
+        const long long m = m0 + r;
+        const tg_cuda_mmv_job &jb = p.job[j];
+        if (r < R && n < N && m < jb.a.ne[1]) {
+            // r is read before d is written (s may be r or d: an add in place)
+            const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
+            *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
+            if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+        }
+    }
+}
+
+// Columns i1 + ne1 * (i2 + ne2 * i3) at one stride: merge them into dim 1.
+bool merge_columns(tg_cuda_desc &d) {
+    long long n = d.ne[1], st = d.nb[1];
+    for (int i = 2; i < 4; i++) {
+        if (d.ne[i] == 1) continue;
+        if (n == 1) {
+            n = d.ne[i], st = d.nb[i];
+            continue;
+        }
+        if (d.nb[i] != st * n) return false;
+        n *= d.ne[i];
+    }
+    d.ne[1] = n, d.nb[1] = st;
+    d.ne[2] = d.ne[3] = 1;
+    d.nb[2] = d.nb[3] = st * n;
+    return true;
+}
+
+bool aligned16(const tg_cuda_desc &t) {
+    if ((uintptr_t)t.data % 16 != 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (t.ne[i] > 1 && t.nb[i] % 16 != 0) return false;
+    return true;
+}
+
+struct mmv_launch {
+    cudaStream_t st;
+    bool block_kernel;  // the block kernel (default) or the warp kernel (knob)
+    long long batches;
+};
+
+template <typename TA, int NMAX, int R>
+void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
+    const long long groups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
+    if (L.block_kernel) {
+        const dim3 grid((unsigned)groups, (unsigned)L.batches);
+        if (vec) mmv_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
+        else mmv_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
+        return;
+    }
+    // one group per warp (a persistent grid measured slower)
+    const dim3 grid((unsigned)((groups + kWarps - 1) / kWarps), (unsigned)L.batches);
+    if (vec) mmv_warp_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
+    else mmv_warp_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
+}
+
+// R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
+template <typename TA, int NMAX>
+void launch_n(const mmv_launch &L, mmv_args &args, int R, bool vec) {
+    if constexpr (NMAX <= 2) {
+        if (R <= 1) return launch_r<TA, NMAX, 1>(L, args, vec);
+    }
+    if constexpr (NMAX <= 4) {
+        if (R <= 2) return launch_r<TA, NMAX, 2>(L, args, vec);
+    }
+    launch_r<TA, NMAX, 4>(L, args, vec);
+}
+
+template <typename TA> void launch_t(const mmv_launch &L, mmv_args &args, int N, int R, bool vec) {
+    if (N <= 1) launch_n<TA, 1>(L, args, R, vec);
+    else if (N <= 2) launch_n<TA, 2>(L, args, R, vec);
+    else if (N <= 4) launch_n<TA, 4>(L, args, R, vec);
+    else launch_n<TA, 8>(L, args, R, vec);
+}
+
+}  // namespace
+
+bool tg_cuda_mmv_job_of(const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b) {
+    const tg_tensor *a = mm->src[0], *tb = mm->src[1];
+    const size_t ts = tg_type_size(a->type);
+    if (a->type != TG_TYPE_F16 && a->type != TG_TYPE_BF16 && a->type != TG_TYPE_F32) return false;
+    if (tb->type != TG_TYPE_F32 || (tb->ne[0] > 1 && tb->nb[0] != 4) || (a->ne[0] > 1 && a->nb[0] != ts)) return false;
+    if (mm->type != TG_TYPE_F32 || mm->nb[0] != 4) return false;
+    job->a = tg_cuda_desc_of(a);
+    job->d = tg_cuda_desc_of(mm);
+    job->r = tg_cuda_desc_of(nullptr);
+    job->r.data = nullptr;
+    job->s = job->r;
+    *b = tg_cuda_desc_of(tb);
+    // weights shared by every batch: the batches are more columns (a batch of
+    // sequences decoding one token each reads the weights once, not per sequence)
+    if (a->ne[2] * a->ne[3] == 1 && mm->ne[2] * mm->ne[3] > 1) {
+        tg_cuda_desc bm = *b, dm = job->d;
+        if (merge_columns(bm) && merge_columns(dm) && dm.ne[1] <= 8) *b = bm, job->d = dm;
+    }
+    const long long blocks = a->ne[1];
+    return job->d.ne[1] <= 8 && job->d.ne[2] * job->d.ne[3] <= 65535 && blocks <= INT_MAX;
+}
+
+bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_tensor *t, tg_cuda_desc *out) {
+    if (!tg_same_shape(mm, t)) return false;
+    *out = tg_cuda_desc_of(t);
+    if (job.d.ne[1] == mm->ne[1]) return true;  // columns not merged
+    return merge_columns(*out) && out->ne[1] == job.d.ne[1];
+}
+
+bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p) {
+    if (p.njob < 1 || p.njob > TG_CUDA_MMV_MAX_JOBS || (p.swiglu && p.njob != 2)) return false;
+    const tg_cuda_mmv_job &j0 = p.job[0];
+    for (int j = 1; j < p.njob; j++) {
+        const tg_cuda_mmv_job &jj = p.job[j];
+        if (jj.a.type != j0.a.type || jj.a.ne[0] != j0.a.ne[0]) return false;
+        for (int i = 1; i < 4; i++)
+            if (jj.d.ne[i] != j0.d.ne[i]) return false;
+        for (int i = 2; i < 4; i++)
+            if (jj.a.ne[i] != j0.a.ne[i]) return false;
+        if (p.swiglu && jj.a.ne[1] != j0.a.ne[1]) return false;
+    }
+    return true;
+}
+
+tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    const int N = (int)p.job[0].d.ne[1];
+    const tg_type ta = p.job[0].a.type;
+    const size_t ts = tg_type_size(ta);
+    bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0 && aligned16(p.b);
+    long long rows = 0;
+    for (int j = 0; j < p.njob; j++) {
+        vec = vec && aligned16(p.job[j].a);
+        rows += p.job[j].a.ne[1];
+    }
+    const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
+    const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const bool block_kernel = impl->sig.mmv_kernel != 1;
+    // R: at least N / 2 (b's loads per weight byte); the block kernel doubles
+    // it while its grid still fills the GPU 4 times
+    int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
+    if (p.swiglu && R < 2) R = 2;
+    if (block_kernel)
+        while (R < 4 && rows * batches / (2 * R) >= 4LL * sms) R *= 2;
+    mmv_args args;
+    args.p = p;
+    args.rows_per_block = p.swiglu ? R / 2 : R;
+    long long groups = 0;
+    for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {
+        groups += (p.job[j].a.ne[1] + args.rows_per_block - 1) / args.rows_per_block;
+        args.blk_end[j] = groups;
+    }
+    for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = groups;
+    if (groups > INT_MAX || batches > 65535)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, groups, batches);
+    const mmv_launch L = {impl->stream, block_kernel, batches};
+    switch (ta) {
+        case TG_TYPE_F16: launch_t<__half>(L, args, N, R, vec); break;
+        case TG_TYPE_BF16: launch_t<__nv_bfloat16>(L, args, N, R, vec); break;
+        default: launch_t<float>(L, args, N, R, vec); break;
+    }
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}

@@ -1,0 +1,40 @@
+// mmv.cuh - the GEMV of mul_mat for N <= 8 columns (cuda/mmv.cu), with the
+// epilogues the backend's fusions need (cuda/fuse.cu): one launch computes
+// up to three products that share b (q, k, v), each optionally followed by
+// an add of a same-shape tensor (the residual), or the pair gate/up followed
+// by swiglu.
+#pragma once
+#include "common.cuh"
+
+// One product d = a b (mul_mat's shape rule) and its optional epilogue add:
+// s = d + r (r.data == nullptr: none). d is always written (so a fused
+// intermediate stays readable); s may be d itself (an add in place).
+struct tg_cuda_mmv_job {
+    tg_cuda_desc a, d, r, s;
+};
+
+constexpr int TG_CUDA_MMV_MAX_JOBS = 3;
+
+struct tg_cuda_mmv {
+    tg_cuda_mmv_job job[TG_CUDA_MMV_MAX_JOBS];
+    int njob = 0;
+    tg_cuda_desc b;      // shared by every job, F32
+    bool swiglu = false; // njob == 2: h = swiglu(job 0's d, job 1's d)
+    tg_cuda_desc h;
+};
+
+// The job of a mul_mat node when the GEMV takes it (F32/F16/BF16 weights with
+// unit stride along k, F32 b with unit stride along k, at most 8 columns,
+// possibly after merging b's batch dims into columns), with b's descriptor;
+// false otherwise. The descriptors may be reshaped views of the tensors
+// (batches merged into columns), so build epilogue descriptors with
+// tg_cuda_mmv_like.
+bool tg_cuda_mmv_job_of(const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b);
+// t's descriptor in the layout of job.d (t has d's shape): false when t's
+// strides cannot follow d's merged columns.
+bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_tensor *t, tg_cuda_desc *out);
+
+// Launch p. The jobs must share b, a's type, N and the batch dims (checked:
+// false when they do not, nothing launched).
+bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
+tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);

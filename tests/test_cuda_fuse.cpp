@@ -1,0 +1,324 @@
+// test_cuda_fuse.cpp - the CUDA backend's node fusions (cuda/fuse.cuh):
+// rms_norm*w, mul_mat+add, gate/up+swiglu, mul_mats sharing b.
+//
+// One llama layer (norm, q/k/v, o + residual, norm, gate/up/swiglu, down +
+// residual) runs on CUDA with fusion on, with fusion off, and on the CPU
+// backend, on the same random data, at the 1.1B model's sizes and at odd
+// ones (K not a multiple of 8, odd M, N 1..8, and N 9 where only the norm
+// fuses). The fused kernels compute the unfused kernels' arithmetic in the
+// same order, so fused and unfused results must be bit-identical; both
+// must match the CPU within 1e-4 relative L2 (F32 accumulation in another
+// order). The compute buffer is poisoned with NaN before each compute, every
+// output lands in a sink whose random tail must come back intact, and the
+// fused graph is computed three times (plain, captured, replayed). A variant
+// whose graph also outputs the intermediates (so those fusions must not
+// happen) must be just as correct. Llama models (a toy F16 one and the
+// shipped llama-recall) decode the same tokens with identical logits with
+// fusion on and off. TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "internal.h"
+#include "model_util.h"
+#include "test_util.h"
+#ifdef TG_HAVE_CUDA
+#include "../cuda/signature.cuh"
+#endif
+
+namespace {
+
+bool small() {
+    const char *e = getenv("TG_TEST_SMALL");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+#ifdef TG_HAVE_CUDA
+
+struct layer_case {
+    const char *name;
+    tg_type wt;
+    int64_t E, F, QD, KD, N;
+    bool use_intermediates;  // outputs also read the norm, the o product and the gate product
+    int mmv_kernel = 0;      // GEMV kernel knob: 0 the block kernel, 1 the warp kernel
+};
+void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
+
+// Host values of every leaf, generated once per case (stored-type exact).
+struct layer_data {
+    std::vector<std::vector<float>> vals;  // x, wn1, wn2, wq, wk, wv, wo, wg, wu, wd
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<tg_type> types;
+};
+
+layer_data make_data(const layer_case &c) {
+    layer_data d;
+    const tg_type F32 = TG_TYPE_F32;
+    d.shapes = {{c.E, c.N}, {c.E}, {c.E}, {c.E, c.QD}, {c.E, c.KD}, {c.E, c.KD},
+                {c.QD, c.E}, {c.E, c.F}, {c.E, c.F}, {c.F, c.E}};
+    d.types = {F32, F32, F32, c.wt, c.wt, c.wt, c.wt, c.wt, c.wt, c.wt};
+    std::mt19937 rng(1234 + (unsigned)c.E);
+    for (size_t i = 0; i < d.shapes.size(); i++) {
+        size_t n = 1;
+        for (int64_t x : d.shapes[i]) n *= (size_t)x;
+        const int64_t K = d.shapes[i][0];
+        // weights scaled by 1/sqrt(K) keep every layer's values O(1); norm weights near 1
+        const float s = i == 0 ? 2.0f : i <= 2 ? 0.2f : 1.0f / std::sqrt((float)K);
+        std::vector<float> v = tgt::random_floats(rng, n, -s, s);
+        if (i == 1 || i == 2)
+            for (float &x : v) x += 1.0f;
+        if (d.types[i] == TG_TYPE_F16)
+            for (float &x : v) x = tg_fp16_to_fp32(tg_fp32_to_fp16(x));
+        if (d.types[i] == TG_TYPE_BF16)
+            for (float &x : v) x = tg_bf16_to_fp32(tg_fp32_to_bf16(x));
+        d.vals.push_back(std::move(v));
+    }
+    return d;
+}
+
+tg_status upload(tg_tensor *t, const std::vector<float> &v) {
+    const tg_type type = tg_tensor_type(t);
+    if (type == TG_TYPE_F32) return tg_tensor_set(t, v.data(), 0, v.size() * 4);
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); i++) h[i] = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
+    return tg_tensor_set(t, h.data(), 0, h.size() * 2);
+}
+
+struct layer_result {
+    std::vector<std::vector<float>> outs;  // one per output, per compute
+    bool tails_ok = true;
+    int fusions[4] = {0, 0, 0, 0};
+};
+
+constexpr int kTail = 37;
+
+// Build the layer on backend be, compute it `runs` times, read the outputs.
+void run_layer(tg_backend *be, const layer_case &c, const layer_data &d, int runs, layer_result *r) {
+    tg_init_params ip = {256 * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    ASSERT_NE(ctx, nullptr);
+    std::unique_ptr<tg_context, void (*)(tg_context *)> ctx_guard(ctx, tg_free);
+    std::vector<tg_tensor *> lf;
+    for (size_t i = 0; i < d.shapes.size(); i++)
+        lf.push_back(tg_new_tensor(ctx, d.types[i], (int)d.shapes[i].size(), d.shapes[i].data()));
+    tg_tensor *x0 = lf[0], *wn1 = lf[1], *wn2 = lf[2], *wq = lf[3], *wk = lf[4], *wv = lf[5], *wo = lf[6],
+              *wg = lf[7], *wu = lf[8], *wd = lf[9];
+    // the layer's input as an intermediate (as in a model): the residual add
+    // may then run in place on it, so it does not take the storage of the
+    // o product's input (which would rule the mm+add fusion out)
+    tg_tensor *x = tg_scale(ctx, x0, 1.0f);
+    tg_tensor *n1 = tg_rms_norm(ctx, x, 1e-5f);
+    tg_tensor *xn = tg_mul(ctx, n1, wn1);
+    tg_tensor *q = tg_mul_mat(ctx, wq, xn);
+    tg_tensor *k = tg_mul_mat(ctx, wk, xn);
+    tg_tensor *v = tg_mul_mat(ctx, wv, xn);
+    tg_tensor *o = tg_mul_mat(ctx, wo, q);
+    tg_tensor *x1 = tg_add(ctx, x, o);  // the residual as src[0]
+    tg_tensor *n2 = tg_rms_norm(ctx, x1, 1e-5f);
+    tg_tensor *xm = tg_mul(ctx, n2, wn2);
+    tg_tensor *up = tg_mul_mat(ctx, wu, xm);  // up before gate: swiglu's operands in node order reversed
+    tg_tensor *gate = tg_mul_mat(ctx, wg, xm);
+    tg_tensor *h = tg_swiglu(ctx, gate, up);
+    tg_tensor *x2 = tg_add(ctx, tg_mul_mat(ctx, wd, h), x1);  // the product as src[0]
+    std::vector<tg_tensor *> outs = {x2, k, v};
+    if (c.use_intermediates) outs.push_back(n1), outs.push_back(o), outs.push_back(gate);
+    tg_graph *g = tg_graph_new(ctx);
+    std::vector<tg_tensor *> sinks;
+    for (tg_tensor *t : outs) {
+        ASSERT_NE(t, nullptr) << tg_last_error();
+        const int64_t n = tg_nelements(t);
+        tg_tensor *sink = tg_new_tensor_1d(ctx, TG_TYPE_F32, n + kTail);
+        sinks.push_back(sink);
+        ASSERT_EQ(tg_graph_expand(g, tg_cpy(ctx, t, tg_view_1d(ctx, sink, n, 0))), TG_OK) << tg_last_error();
+    }
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    ASSERT_NE(buf, nullptr) << tg_last_error();
+    std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> buf_guard(buf, tg_buffer_free);
+    for (size_t i = 0; i < lf.size(); i++) ASSERT_EQ(upload(lf[i], d.vals[i]), TG_OK) << tg_last_error();
+    ASSERT_EQ(tg_backend_reserve(be, g), TG_OK) << tg_last_error();
+    std::mt19937 trng(77);
+    for (int run = 0; run < runs; run++) {
+        std::vector<std::vector<uint32_t>> bits;
+        for (size_t s = 0; s < sinks.size(); s++) {
+            const int64_t n = tg_nelements(outs[s]);
+            std::vector<uint32_t> b((size_t)(n + kTail), 0x7fc00000u);
+            for (int64_t i = n; i < n + kTail; i++) b[(size_t)i] = (uint32_t)trng();
+            ASSERT_EQ(tg_tensor_set(sinks[s], b.data(), 0, b.size() * 4), TG_OK) << tg_last_error();
+            bits.push_back(std::move(b));
+        }
+        // NaN over the intermediates: an element a kernel forgets stays NaN
+        if (be->compute_buf) ASSERT_EQ(be->iface->memset(be, be->compute_buf, 0xff, be->compute_size), TG_OK);
+        ASSERT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
+        if (be->mem == TG_MEM_DEVICE) tg_cuda_fusions_last(be, r->fusions);
+        for (size_t s = 0; s < sinks.size(); s++) {
+            const int64_t n = tg_nelements(outs[s]);
+            std::vector<uint32_t> back(bits[s].size());
+            ASSERT_EQ(tg_tensor_get(sinks[s], back.data(), 0, back.size() * 4), TG_OK) << tg_last_error();
+            r->tails_ok = r->tails_ok && memcmp(back.data() + n, bits[s].data() + n, (size_t)kTail * 4) == 0;
+            std::vector<float> f((size_t)n);
+            memcpy(f.data(), back.data(), (size_t)n * 4);
+            r->outs.push_back(std::move(f));
+        }
+    }
+}
+
+double rel_l2(const std::vector<float> &a, const std::vector<float> &ref) {
+    std::vector<double> r(ref.begin(), ref.end());
+    return tgt::rel_error(a, r);
+}
+
+class CudaFuseLayer : public ::testing::TestWithParam<layer_case> {};
+
+TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    const layer_case &c = GetParam();
+    const layer_data d = make_data(c);
+    tg_backend *gpu = tg_backend_cuda(0);
+    ASSERT_NE(gpu, nullptr) << tg_last_error();
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> gpu_guard(gpu, tg_backend_free);
+    tg_backend *cpu = tg_backend_cpu(2);
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> cpu_guard(cpu, tg_backend_free);
+
+    layer_result fused, plain, ref;
+    tg_cuda_knobs(gpu)->mmv_kernel = c.mmv_kernel;
+    tg_cuda_set_fuse(gpu, true);
+    run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
+    if (HasFatalFailure()) return;
+    tg_cuda_set_fuse(gpu, false);
+    run_layer(gpu, c, d, 1, &plain);
+    if (HasFatalFailure()) return;
+    run_layer(cpu, c, d, 1, &ref);
+    if (HasFatalFailure()) return;
+    EXPECT_TRUE(fused.tails_ok && plain.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
+
+    // which fusions the fused graph took (the last enqueue: the capture)
+    const bool gemv = c.N <= 8;
+    const int expect[4] = {c.use_intermediates ? 1 : 2, gemv ? (c.use_intermediates ? 1 : 2) : 0,
+                           gemv && !c.use_intermediates ? 1 : 0, gemv ? (c.use_intermediates ? 2 : 1) : 0};
+    for (int k = 0; k < 4; k++) EXPECT_EQ(fused.fusions[k], expect[k]) << "fusion kind " << k;
+    for (int k = 0; k < 4; k++) EXPECT_EQ(plain.fusions[k], 0) << "fusion kind " << k << " with fusion off";
+
+    const size_t nout = ref.outs.size();
+    ASSERT_EQ(plain.outs.size(), nout);
+    ASSERT_EQ(fused.outs.size(), 3 * nout);
+    for (size_t o = 0; o < nout; o++) {
+        for (int run = 0; run < 3; run++) {
+            const std::vector<float> &f = fused.outs[run * nout + o];
+            ASSERT_EQ(f.size(), plain.outs[o].size());
+            EXPECT_EQ(memcmp(f.data(), plain.outs[o].data(), f.size() * 4), 0)
+                << "output " << o << " run " << run << ": fused differs from unfused";
+        }
+        const double e = rel_l2(plain.outs[o], ref.outs[o]);
+        printf("[ fuse     ] %-22s output %zu: relative L2 error vs CPU %.3g\n", c.name, o, e);
+        // N > 8: 16-bit weights multiply on tensor cores with b rounded to their type
+        const double tol = c.N > 8 && c.wt != TG_TYPE_F32 ? 4e-3 : 1e-4;
+        EXPECT_LE(e, tol) << "output " << o;
+    }
+}
+
+std::vector<layer_case> layer_cases() {
+    const tg_type F16 = TG_TYPE_F16, BF16 = TG_TYPE_BF16, F32 = TG_TYPE_F32;
+    const bool s = small();
+    // the 1.1B llama's shapes (n_embd 2048, ff 8192, 32/8 heads of 128)
+    const int64_t E = s ? 256 : 2048, F = s ? 512 : 8192, QD = E, KD = E / 4;
+    return {
+        {"llm_1p1b_f16_n1", F16, E, F, QD, KD, 1, false},
+        {"llm_1p1b_bf16_n4", BF16, E, F, QD, KD, 4, false},
+        {"llm_1p1b_f16_uses", F16, E, F, QD, KD, 1, true},
+        {"odd_f16_n1", F16, 1003, 517, 1003, 37, 1, false},
+        {"odd_bf16_n3", BF16, 1001, 333, 1001, 75, 3, false},
+        {"odd_f32_n8", F32, 999, 129, 999, 33, 8, false},
+        {"odd_f16_n5_uses", F16, 1003, 517, 1003, 37, 5, true},
+        {"odd_f32_n2", F32, 7, 5, 7, 3, 2, false},
+        {"odd_f16_n9_prefill", F16, 1003, 517, 1003, 37, 9, false},
+        {"f16_n7", F16, 256, 1024, 256, 64, 7, false},
+        {"llm_1p1b_f16_n1_warp", F16, E, F, QD, KD, 1, false, 1},
+        {"odd_bf16_n3_warp", BF16, 1001, 333, 1001, 75, 3, false, 1},
+        {"odd_f16_n5_uses_warp", F16, 1003, 517, 1003, 37, 5, true, 1},
+    };
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaFuseLayer, ::testing::ValuesIn(layer_cases()),
+                         [](const ::testing::TestParamInfo<layer_case> &i) { return std::string(i.param.name); });
+
+// TG_CUDA_FUSE=0 when the backend is created turns fusion off.
+TEST(CudaFuse, EnvironmentSwitchTurnsFusionOff) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    const char *old = getenv("TG_CUDA_FUSE");
+    const std::string saved = old ? old : "";
+    setenv("TG_CUDA_FUSE", "0", 1);
+    tg_backend *off = tg_backend_cuda(0);
+    if (old) setenv("TG_CUDA_FUSE", saved.c_str(), 1);
+    else unsetenv("TG_CUDA_FUSE");
+    ASSERT_NE(off, nullptr) << tg_last_error();
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> guard(off, tg_backend_free);
+    const layer_case c = {"env", TG_TYPE_F16, 64, 96, 64, 16, 1, false};
+    layer_result r;
+    run_layer(off, c, make_data(c), 1, &r);
+    for (int k = 0; k < 4; k++) EXPECT_EQ(r.fusions[k], 0) << "fusion kind " << k;
+}
+
+// Greedy decoding of a llama with fusion on and off: same tokens, same logits bit for bit.
+void decode_both(const std::string &path, int steps) {
+    tg_backend *gpu = tg_backend_cuda(0);
+    ASSERT_NE(gpu, nullptr) << tg_last_error();
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> guard(gpu, tg_backend_free);
+    tgm::model *m = tgm::model_load(path.c_str(), gpu);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    const int V = m->hp.n_vocab, P = 5;
+    std::vector<std::vector<int32_t>> toks(2);
+    std::vector<std::vector<float>> logits(2);
+    for (int pass = 0; pass < 2; pass++) {
+        tg_cuda_set_fuse(gpu, pass == 0);
+        tgm::session *s = tgm::session_new(m, 1, P + steps + 1);
+        ASSERT_NE(s, nullptr) << tg_last_error();
+        std::vector<int32_t> prompt = {1, 17, 42, 99, 7};
+        std::vector<float> l;
+        ASSERT_EQ(tgm::session_eval(s, 0, 1, prompt.data(), P, false, &l), TG_OK) << tg_last_error();
+        tgm::sampler greedy;
+        for (int i = 0; i < steps; i++) {
+            int32_t t = greedy.sample(l.data(), V);
+            toks[pass].push_back(t);
+            logits[pass].insert(logits[pass].end(), l.begin(), l.end());
+            ASSERT_EQ(tgm::session_eval(s, 0, 1, &t, 1, false, &l), TG_OK) << tg_last_error();
+        }
+        int f[4];
+        tg_cuda_fusions_last(gpu, f);
+        if (pass == 0) EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no fusion in a llama decode step";
+        else EXPECT_EQ(f[0] + f[1] + f[2] + f[3], 0);
+        tgm::session_free(s);
+    }
+    tgm::model_free(m);
+    EXPECT_EQ(toks[0], toks[1]);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0) << "logits differ";
+    for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST(CudaFuse, ToyLlamaSameTokensFusedAndUnfused) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tgt::toy_config cfg;
+    cfg.n_embd = small() ? 64 : 256, cfg.n_ff = small() ? 96 : 688, cfg.n_head = 8, cfg.n_head_kv = 2;
+    cfg.n_layer = 3, cfg.n_ctx = 64, cfg.wtype = TG_TYPE_F16;
+    const std::string path = tgt::write_temp_model(tgt::toy_model_writer(cfg, 21), "fuse_llama");
+    ASSERT_FALSE(path.empty()) << tg_last_error();
+    decode_both(path, small() ? 6 : 24);
+    std::remove(path.c_str());
+}
+
+TEST(CudaFuse, ShippedLlamaSameTokensFusedAndUnfused) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    decode_both(std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf", small() ? 6 : 32);
+}
+
+#else
+
+TEST(CudaFuse, NeedsCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif  // TG_HAVE_CUDA
+
+}  // namespace
