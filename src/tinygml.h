@@ -226,7 +226,9 @@ TG_API tg_tensor *tg_swiglu(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 // broadcast over dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0), as ggml_mul_mat.
 // With a quantized a the product is of the dequantized weights; the CPU fast
 // path quantizes b to 8 bits per block first, as ggml does (docs/ops.md:
-// relative error about 1/127 per block of b on top of the weights' own).
+// relative error about 1/127 per block of b on top of the weights' own); so
+// does CUDA for N <= 8 columns, and for more it rounds the dequantized
+// weights and b to F16 (tensor cores).
 // Every other op refuses quantized inputs ("[add] a is q4_0: quantized
 // tensors are only supported as mul_mat's a and get_rows' a").
 TG_API tg_tensor *tg_mul_mat(tg_context *ctx, tg_tensor *a, tg_tensor *b);
