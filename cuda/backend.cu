@@ -596,6 +596,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         const long long v = atoll(env);
         if (v >= 1024) impl->mm_budget = (size_t)v;
     }
+    if (const char *env = getenv("TG_CUDA_MMQ_Q8B_MIN_N")) impl->mmq_q8b_min_n = atoi(env);
     TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));

@@ -117,19 +117,33 @@ template <> __device__ inline void load_unit<TG_TYPE_Q4_K>(const char *row, int 
     }
 }
 
+// Byte k of w as a float: w's byte placed under the exponent of 2^23 (so the
+// float is 2^23 + byte, exactly), minus bias. One PRMT and one FADD: no
+// integer-to-float conversion, which runs at a quarter of the FMA rate.
+__device__ inline float byte_float(uint32_t w, int k, float bias) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - bias;
+}
+
 // grid: x over groups of (kWarps / wpr) * R rows, y over output batches
 // i2 + B2 * i3. wpr warps share a row (lanes over its units).
-template <tg_type T, int NMAX, int R>
-__global__ void __launch_bounds__(32 * kWarps)
-    mmq_vec_kernel(tg_cuda_desc a, const int8_t *bq, const float2 *bd, tg_cuda_desc d, int N, int wpr) {
+// F32B: b read as F32 (b.nb[0] == 4, 16-byte aligned columns) and the weights
+// widened to floats in registers; otherwise b comes quantized (bq, bd) and
+// the block dots are __dp4a.
+template <tg_type T, int NMAX, int R, bool F32B>
+__global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg_cuda_desc b, const int8_t *bq,
+                                                              const float2 *bd, tg_cuda_desc d, int N, int wpr) {
     constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
+    // F32B: a weight is d * (float(byte) - bias) - m (m only for Q4_K; Q8_0's
+    // bytes are flipped to unsigned first, Q4_0's - 8 is in the bias)
+    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
+    constexpr bool has_min = T == TG_TYPE_Q4_K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
     const long long M = a.ne[1], K = a.ne[0], kb = K / 32;
     const int nu = (int)(K / UE);
     const long long m0 = ((long long)blockIdx.x * (kWarps / wpr) + warp / wpr) * R;
     const long long i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
     const long long a2 = i2 / (d.ne[2] / a.ne[2]), a3 = i3 / (d.ne[3] / a.ne[3]);
-    const long long c0 = (long long)N * blockIdx.y;  // b's first column for this batch
+    const long long c0 = (long long)N * blockIdx.y;  // b's first column for this batch (quantized b)
     const char *arow[R];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -144,24 +158,56 @@ __global__ void __launch_bounds__(32 * kWarps)
         for (int u = lane + 32 * part; u < nu; u += 32 * wpr) {
             qunit<T> w[R];
 #pragma unroll
-            for (int r = 0; r < R; r++) load_unit<T>(arow[r], u, w[r]);
+            for (int r = 0; r < R; r++) {
+                load_unit<T>(arow[r], u, w[r]);
+                if (F32B && T == TG_TYPE_Q8_0)
+#pragma unroll
+                    for (int i = 0; i < 8; i++) w[r].q[i] ^= 0x80808080;  // signed bytes to byte + 128
+            }
 #pragma unroll
             for (int n = 0; n < NMAX; n++) {
                 if (n >= N) break;
-                const int8_t *xq = bq + (c0 + n) * K + (long long)u * UE;
-                const float2 *xd = bd + (c0 + n) * kb + (long long)u * SUB;
+                if (F32B) {
+                    const float *xf = (const float *)tg_cuda_ptr(b, (long long)u * UE, n, i2, i3);
 #pragma unroll
-                for (int s = 0; s < SUB; s++) {
-                    const uint4 x0 = *(const uint4 *)(xq + 32 * s), x1 = *(const uint4 *)(xq + 32 * s + 16);
-                    const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
-                                      (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
-                    const float2 ds = xd[s];
+                    for (int s = 0; s < SUB; s++) {
+                        float x[32];
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        int dot = 0;
+                        for (int i = 0; i < 8; i++) {
+                            const float4 v = *(const float4 *)(xf + 32 * s + 4 * i);
+                            x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
+                        }
+                        float sx = 0.0f;
+                        if (has_min)
 #pragma unroll
-                        for (int i = 0; i < 8; i++) dot = __dp4a(w[r].q[8 * s + i], x[i], dot);
-                        acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
+                            for (int i = 0; i < 32; i++) sx += x[i];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float dot = 0.0f;
+#pragma unroll
+                            for (int i = 0; i < 8; i++)
+#pragma unroll
+                                for (int k = 0; k < 4; k++)
+                                    dot = fmaf(byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], dot);
+                            acc[r][n] += w[r].d[s] * dot - (has_min ? w[r].m[s] * sx : 0.0f);
+                        }
+                    }
+                } else {
+                    const int8_t *xq = bq + (c0 + n) * K + (long long)u * UE;
+                    const float2 *xd = bd + (c0 + n) * kb + (long long)u * SUB;
+#pragma unroll
+                    for (int s = 0; s < SUB; s++) {
+                        const uint4 x0 = *(const uint4 *)(xq + 32 * s), x1 = *(const uint4 *)(xq + 32 * s + 16);
+                        const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                                          (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+                        const float2 ds = xd[s];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            int dot = 0;
+#pragma unroll
+                            for (int i = 0; i < 8; i++) dot = __dp4a(w[r].q[8 * s + i], x[i], dot);
+                            acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
+                        }
                     }
                 }
             }
@@ -189,30 +235,54 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
 }
 
-template <tg_type T, int NMAX>
-void launch_vec(cudaStream_t st, const tg_cuda_desc &a, const int8_t *bq, const float2 *bd, const tg_cuda_desc &d,
-                int wpr) {
+struct vec_args {
+    tg_cuda_desc a, b, d;
+    const int8_t *bq;  // b quantized (the dp4a kernel), else NULL
+    const float2 *bd;
+};
+
+template <tg_type T, int NMAX, bool F32B> void launch_vec(cudaStream_t st, const vec_args &v, int wpr) {
     constexpr int R = NMAX <= 2 ? 1 : NMAX / 2;
     const long long rows_per_block = kWarps / wpr * R;
-    const dim3 grid((unsigned)((a.ne[1] + rows_per_block - 1) / rows_per_block), (unsigned)(d.ne[2] * d.ne[3]));
-    mmq_vec_kernel<T, NMAX, R><<<grid, 32 * kWarps, 0, st>>>(a, bq, bd, d, (int)d.ne[1], wpr);
+    const dim3 grid((unsigned)((v.a.ne[1] + rows_per_block - 1) / rows_per_block), (unsigned)(v.d.ne[2] * v.d.ne[3]));
+    mmq_vec_kernel<T, NMAX, R, F32B><<<grid, 32 * kWarps, 0, st>>>(v.a, v.b, v.bq, v.bd, v.d, (int)v.d.ne[1], wpr);
 }
 
-template <tg_type T>
-void launch_vec_n(cudaStream_t st, const tg_cuda_desc &a, const int8_t *bq, const float2 *bd, const tg_cuda_desc &d) {
-    const long long nu = a.ne[0] / (T == TG_TYPE_Q4_K ? 64 : 32);
+template <tg_type T, bool F32B> void launch_vec_n(cudaStream_t st, const vec_args &v) {
+    const long long nu = v.a.ne[0] / (T == TG_TYPE_Q4_K ? 64 : 32);
     const int wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;
-    const long long N = d.ne[1];
-    if (N <= 1) launch_vec<T, 1>(st, a, bq, bd, d, wpr);
-    else if (N <= 2) launch_vec<T, 2>(st, a, bq, bd, d, wpr);
-    else if (N <= 4) launch_vec<T, 4>(st, a, bq, bd, d, wpr);
-    else launch_vec<T, 8>(st, a, bq, bd, d, wpr);
+    const long long N = v.d.ne[1];
+    if (N <= 1) launch_vec<T, 1, F32B>(st, v, wpr);
+    else if (N <= 2) launch_vec<T, 2, F32B>(st, v, wpr);
+    else if (N <= 4) launch_vec<T, 4, F32B>(st, v, wpr);
+    else launch_vec<T, 8, F32B>(st, v, wpr);
+}
+
+template <bool F32B> void launch_vec_t(cudaStream_t st, tg_type t, const vec_args &v) {
+    switch (t) {
+        case TG_TYPE_Q8_0: launch_vec_n<TG_TYPE_Q8_0, F32B>(st, v); break;
+        case TG_TYPE_Q4_0: launch_vec_n<TG_TYPE_Q4_0, F32B>(st, v); break;
+        default: launch_vec_n<TG_TYPE_Q4_K, F32B>(st, v); break;
+    }
+}
+
+bool f32_columns(const tg_tensor *b) {
+    if (b->type != TG_TYPE_F32 || (b->ne[0] > 1 && b->nb[0] != 4) || (uintptr_t)b->data % 16 != 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (b->ne[i] > 1 && b->nb[i] % 16 != 0) return false;
+    return true;
 }
 
 tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(b), tg_cuda_desc_of(dst), nullptr, nullptr};
+    if (dst->ne[1] < impl->mmq_q8b_min_n && f32_columns(b)) {
+        launch_vec_t<true>(impl->stream, a->type, v);
+        TG_CUDA_LAUNCHED(be, call);
+        return TG_OK;
+    }
     const long long K = a->ne[0], kb = K / 32, ncols = b->ne[1] * b->ne[2] * b->ne[3];
     const size_t q_bytes = align256((size_t)(ncols * K));
     char *scratch = nullptr;
@@ -221,14 +291,10 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
     int8_t *bq = (int8_t *)scratch;
     float2 *bd = (float2 *)(scratch + q_bytes);
     const long long nblk = ncols * kb;
-    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(tg_cuda_desc_of(b), bq, bd, nblk, kb);
+    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(v.b, bq, bd, nblk, kb);
     TG_CUDA_LAUNCHED(be, call);
-    const tg_cuda_desc da = tg_cuda_desc_of(a), dd = tg_cuda_desc_of(dst);
-    switch (a->type) {
-        case TG_TYPE_Q8_0: launch_vec_n<TG_TYPE_Q8_0>(impl->stream, da, bq, bd, dd); break;
-        case TG_TYPE_Q4_0: launch_vec_n<TG_TYPE_Q4_0>(impl->stream, da, bq, bd, dd); break;
-        default: launch_vec_n<TG_TYPE_Q4_K>(impl->stream, da, bq, bd, dd); break;
-    }
+    v.bq = bq, v.bd = bd;
+    launch_vec_t<false>(impl->stream, a->type, v);
     TG_CUDA_LAUNCHED(be, call);
     return TG_OK;
 }
