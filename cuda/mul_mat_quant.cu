@@ -124,6 +124,14 @@ __device__ inline float byte_float(uint32_t w, int k, float bias) {
     return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - bias;
 }
 
+// The sum of 32 values as 8 independent chains of 4.
+__device__ inline float sum8x4(const float *x) {
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) p[i] = (x[4 * i] + x[4 * i + 1]) + (x[4 * i + 2] + x[4 * i + 3]);
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
 // grid: x over groups of (kWarps / wpr) * R rows, y over output batches
 // i2 + B2 * i3. wpr warps share a row (lanes over its units).
 // F32B: b read as F32 (b.nb[0] == 4, 16-byte aligned columns) and the weights
@@ -177,18 +185,21 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
                             const float4 v = *(const float4 *)(xf + 32 * s + 4 * i);
                             x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
                         }
+                        // 8 independent partial sums: a single chain of 32
+                        // dependent FMAs would stall on their latency
                         float sx = 0.0f;
-                        if (has_min)
-#pragma unroll
-                            for (int i = 0; i < 32; i++) sx += x[i];
+                        if (has_min) sx = sum8x4(x);
 #pragma unroll
                         for (int r = 0; r < R; r++) {
-                            float dot = 0.0f;
+                            float p[8];
 #pragma unroll
-                            for (int i = 0; i < 8; i++)
+                            for (int i = 0; i < 8; i++) {
+                                p[i] = byte_float((uint32_t)w[r].q[8 * s + i], 0, bias) * x[4 * i];
 #pragma unroll
-                                for (int k = 0; k < 4; k++)
-                                    dot = fmaf(byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], dot);
+                                for (int k = 1; k < 4; k++)
+                                    p[i] = fmaf(byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], p[i]);
+                            }
+                            const float dot = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
                             acc[r][n] += w[r].d[s] * dot - (has_min ? w[r].m[s] * sx : 0.0f);
                         }
                     }
@@ -203,9 +214,11 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
                         const float2 ds = xd[s];
 #pragma unroll
                         for (int r = 0; r < R; r++) {
-                            int dot = 0;
+                            int p[4];
 #pragma unroll
-                            for (int i = 0; i < 8; i++) dot = __dp4a(w[r].q[8 * s + i], x[i], dot);
+                            for (int i = 0; i < 4; i++)
+                                p[i] = __dp4a(w[r].q[8 * s + i + 4], x[i + 4], __dp4a(w[r].q[8 * s + i], x[i], 0));
+                            const int dot = (p[0] + p[1]) + (p[2] + p[3]);
                             acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
                         }
                     }
@@ -301,30 +314,53 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
 
 // ---------------------------------------------------------------------------
 // Prefill: a's rows (desc src: {K, rows, n2, n3}) dequantized to dense F16,
-// 8 elements (one 16-byte store) per thread.
-template <tg_type T> __global__ void dequant_f16_kernel(tg_cuda_desc src, __half *out, long long n8) {
-    const long long per_row = src.ne[0] / 8;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < n8; g += stride) {
-        const long long r = g / per_row, e0 = (g % per_row) * 8;
+// exactly as tg_dequantize (F32 products, no fusing) and then rounded. A
+// thread per unit (as the GEMV reads them), x over a row's units, y over rows.
+template <tg_type T> __global__ void dequant_f16_kernel(tg_cuda_desc src, __half *out, long long nrows) {
+    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
+    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
+    const long long K = src.ne[0];
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= K / UE) return;
+    for (long long r = blockIdx.y; r < nrows; r += gridDim.y) {
         const long long i1 = r % src.ne[1], i2 = (r / src.ne[1]) % src.ne[2], i3 = r / (src.ne[1] * src.ne[2]);
-        const char *row = tg_cuda_ptr(src, 0, i1, i2, i3);
-        __half2 h[4];
+        qunit<T> w;
+        load_unit<T>(tg_cuda_ptr(src, 0, i1, i2, i3), u, w);
+        if (T == TG_TYPE_Q8_0)
 #pragma unroll
-        for (int j = 0; j < 4; j++)
-            h[j] = __floats2half2_rn(tg_cuda_dequant<T>(row, e0 + 2 * j), tg_cuda_dequant<T>(row, e0 + 2 * j + 1));
-        *(uint4 *)(out + g * 8) = *(const uint4 *)h;
+            for (int i = 0; i < 8; i++) w.q[i] ^= 0x80808080;  // signed bytes to byte + 128 (see bias)
+        uint4 *dst = (uint4 *)(out + r * K + (long long)u * UE);
+#pragma unroll
+        for (int s = 0; s < SUB; s++)
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {  // elements 32 s + 4 i .. + 8: one 16-byte store
+                __half2 h[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float v[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int k = 2 * j + e;  // element 4 i + k of the sub-block
+                        const float q = byte_float((uint32_t)w.q[8 * s + i + k / 4], k % 4, bias);
+                        v[e] = T == TG_TYPE_Q4_K ? __fsub_rn(__fmul_rn(w.d[s], q), w.m[s]) : __fmul_rn(w.d[s], q);
+                    }
+                    h[j] = __floats2half2_rn(v[0], v[1]);
+                }
+                dst[(32 * s + 4 * i) / 8] = *(const uint4 *)h;
+            }
     }
 }
 
 tg_status dequant_f16(tg_backend *be, const tg_cuda_desc &src, __half *out) {
-    const long long n8 = tg_cuda_nelements(src) / 8;
-    const unsigned blocks = tg_cuda_blocks(n8, 256);
+    const long long nrows = src.ne[1] * src.ne[2] * src.ne[3];
+    const long long units = src.ne[0] / (src.type == TG_TYPE_Q4_K ? 64 : 32);
+    const int threads = units >= 128 ? 128 : (int)((units + 31) / 32 * 32);
+    const dim3 grid((unsigned)((units + threads - 1) / threads), (unsigned)std::min(nrows, 65535LL));
     cudaStream_t st = tg_cuda(be)->stream;
     switch (src.type) {
-        case TG_TYPE_Q8_0: dequant_f16_kernel<TG_TYPE_Q8_0><<<blocks, 256, 0, st>>>(src, out, n8); break;
-        case TG_TYPE_Q4_0: dequant_f16_kernel<TG_TYPE_Q4_0><<<blocks, 256, 0, st>>>(src, out, n8); break;
-        default: dequant_f16_kernel<TG_TYPE_Q4_K><<<blocks, 256, 0, st>>>(src, out, n8); break;
+        case TG_TYPE_Q8_0: dequant_f16_kernel<TG_TYPE_Q8_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
+        case TG_TYPE_Q4_0: dequant_f16_kernel<TG_TYPE_Q4_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
+        default: dequant_f16_kernel<TG_TYPE_Q4_K><<<grid, threads, 0, st>>>(src, out, nrows); break;
     }
     TG_CUDA_LAUNCHED(be, "mul_mat");
     return TG_OK;
