@@ -1,7 +1,10 @@
 // mul_mat_quant.cu - mul_mat with quantized weights a (Q8_0, Q4_0, Q4_K) and
 // a float b (see mul_mat.cuh, docs/ops.md "Quantized types").
 //
-// Decode (N <= 8 columns): b is quantized once per call into the backend's
+// Decode (N <= 8 columns), by default (tg_cuda_impl::mmq_q8b_min_n; the
+// other variant, F32 b with the weights widened to floats in registers, is
+// kept for the tests and the bench: it measured 2.5x slower): b is quantized
+// once per call into the backend's
 // scratch as 8-bit blocks of 32 (int8 q, F32 scale d and d * sum(q): ggml's
 // Q8_1 idea), then a GEMV kernel reads every weight block once and takes the
 // block dot products with __dp4a (4 int8 products per instruction), scaling
