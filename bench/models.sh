@@ -13,14 +13,15 @@
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
-#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH, QUANTIZE (BUILD/tinygml-quantize)
+#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH,
+#        QUANTIZE (BUILD/tinygml-quantize: the 125M CPU and 1.1B CUDA Q8_0 / Q4_0 rows)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench/models.json}
 RUN="$BUILD/tinygml-run"
 SYNTH=${SYNTH:-$BUILD/tinygml-synth}
-SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
 QUANTIZE=${QUANTIZE:-$BUILD/tinygml-quantize}
+SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
 if [ -z "${LLAMA_BENCH:-}" ] && [ -x /work/peers/llama-cpu/build/bin/llama-bench ]; then
   LLAMA_BENCH=/work/peers/llama-cpu/build/bin/llama-bench
 fi
@@ -81,7 +82,9 @@ fi
 # other tinygml-synth presets, e.g. 0.26m for a quick check). The 1.1B rows print
 # the weight-read floor beside the generation rate: weight bytes (the GGUF's
 # size) / the device-to-device copy bandwidth measured in this run by
-# tinygml-bench (read + write, as bench/README.md counts it).
+# tinygml-bench (read + write, as bench/README.md counts it). With
+# tinygml-quantize built (the quant branch), the 1.1B file is also quantized
+# to Q8_0 and Q4_0 and run the same way, floor beside it.
 SYNTH_BIN="$SYNTH"
 if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" ]; then
   mkdir -p "$SYNTH_DIR"
@@ -97,13 +100,9 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" 
   while [ ${#P512} -lt 511 ]; do i=$((i + 1)); P512+="the quick brown fox $i "; done
   P512=${P512:0:511}
   printf '\n%-22s %-5s %5s %14s %14s %18s\n' model dev batch "prompt tok/s" "gen tok/s" "weight floor tok/s"
-  for preset in ${SYNTH_PRESETS:-125m 1.1b}; do
-    [ -n "$sdev" ] || break
-    f="$SYNTH_DIR/tinygml-synth-$preset.gguf"
-    [ -s "$f" ] || "$SYNTH_BIN" --preset "$preset" -o "$f" >/dev/null
+  realsize_rows() {  # file label preset: batch 1 and 16 on each device
+    local f=$1 label=$2 preset=$3 wbytes log pp tg floor dev b
     wbytes=$(stat -c %s "$f")
-    ty=f16
-    [ "$preset" != 0.26m ] || ty=f32
     for dev in $sdev; do
       for b in 1 16; do
         log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --temp 0 --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
@@ -113,12 +112,33 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" 
         if [ "$preset" = 1.1b ] && [ "$dev" = cuda ] && [ "$b" = 1 ] && [ -n "$copy_gbs" ]; then
           floor=$(awk -v c="$copy_gbs" -v w="$wbytes" 'BEGIN { printf "%.0f", c * 1e9 / w }')
         fi
-        printf '%-22s %-5s %5d %14s %14s %18s\n' "synth-$preset-$ty" "$dev" "$b" "$pp" "$tg" "$floor"
+        printf '%-22s %-5s %5d %14s %14s %18s\n' "$label" "$dev" "$b" "$pp" "$tg" "$floor"
         [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
-        printf '  {"model": "synth-%s-%s", "device": "%s", "batch": %d, "prompt_tokens": 512, "gen_tokens": 128, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "weight_bytes": %s, "copy_gbs": %s, "weight_floor_tokens_per_s": %s}' \
-          "$preset" "$ty" "$dev" "$b" "${pp:-null}" "${tg:-null}" "$wbytes" "${copy_gbs:-null}" "${floor:-null}" >> "$OUT"
+        printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens": 512, "gen_tokens": 128, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "weight_bytes": %s, "copy_gbs": %s, "weight_floor_tokens_per_s": %s}' \
+          "$label" "$dev" "$b" "${pp:-null}" "${tg:-null}" "$wbytes" "${copy_gbs:-null}" "${floor:-null}" >> "$OUT"
       done
     done
+  }
+  for preset in ${SYNTH_PRESETS:-125m 1.1b}; do
+    [ -n "$sdev" ] || break
+    f="$SYNTH_DIR/tinygml-synth-$preset.gguf"
+    [ -s "$f" ] || "$SYNTH_BIN" --preset "$preset" -o "$f" >/dev/null
+    ty=f16
+    [ "$preset" != 0.26m ] || ty=f32
+    realsize_rows "$f" "synth-$preset-$ty" "$preset"
+    # the 1.1B llama quantized (issue 13: batch-1 CUDA decode >= 75% of the
+    # weight floor): needs tinygml-quantize (QUANTIZE=path; skipped without it)
+    if [ "$preset" = 1.1b ]; then
+      if [ -x "$QUANTIZE" ]; then
+        for q in q8_0 q4_0; do
+          qf="$SYNTH_DIR/tinygml-synth-$preset-$q.gguf"
+          [ -s "$qf" ] || "$QUANTIZE" "$f" "$qf" "$q" >/dev/null
+          realsize_rows "$qf" "synth-$preset-$q" "$preset"
+        done
+      else
+        echo "(synth-1.1b q8_0/q4_0 rows skipped: no $QUANTIZE)"
+      fi
+    fi
   done
 fi
 printf '\n]\n' >> "$OUT"

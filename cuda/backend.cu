@@ -306,17 +306,45 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
     return TG_OK;
 }
 
+// Quantized tensors (the op constructors already refuse them elsewhere; this
+// keeps a graph built some other way from reaching a kernel that would read
+// blocks as elements): mul_mat's and get_rows' a, and cont/cpy's same-type
+// contiguous copies. The kernels read Q8_0/Q4_0 blocks with 2-byte alignment
+// and Q4_K blocks with 16-byte loads (cuda/quant.cuh); tensors and whole-row
+// views of them always are, unless a view was placed by hand.
+tg_status check_quantized(const tg_tensor *node, const tg_tensor *t, int src) {
+    const char *op = tg_op_get(node->op).name;
+    const bool weights = (node->op == TG_OP_MUL_MAT || node->op == TG_OP_GET_ROWS) && src == 0;
+    const bool copy = node->op == TG_OP_CONT || node->op == TG_OP_CPY;
+    if (!weights && !copy)
+        return tg_err(TG_ERR_UNSUPPORTED,
+                      "[%s] tensor '%s' is %s: quantized tensors are only supported as mul_mat's a and get_rows' a", op,
+                      t->name, tg_type_name(t->type));
+    if (!t->data) return TG_OK;
+    const size_t align = t->type == TG_TYPE_Q4_K ? 16 : 2;
+    bool ok = (uintptr_t)t->data % align == 0;
+    for (int d = 1; ok && d < TG_MAX_DIMS; d++) ok = t->ne[d] == 1 || t->nb[d] % align == 0;
+    if (!ok)
+        return tg_err(TG_ERR_UNSUPPORTED,
+                      "[%s] %s tensor '%s' %s is not %zu-byte aligned (view offset or stride): the CUDA kernels need it",
+                      op, tg_type_name(t->type), t->name, tg_shape_str(t).c_str(), align);
+    return TG_OK;
+}
+
 // Kernels read elements with their natural alignment: a view at an offset
 // that is not a multiple of its element size is refused up front (a misaligned
 // access would poison the context), never computed wrong (RELIABILITY 17).
 tg_status check_layout(const tg_tensor *node) {
     const tg_tensor *ts[TG_MAX_SRC + 1] = {node};
     for (int i = 0; i < TG_MAX_SRC; i++) ts[i + 1] = node->src[i];
-    for (const tg_tensor *t : ts) {
+    for (int i = 0; i <= TG_MAX_SRC; i++) {
+        const tg_tensor *t = ts[i];
         if (!t) continue;
-        if (tg_type_is_quantized(t->type))  // the CPU backend has the quantized kernels; no CUDA ones yet
-            return tg_err(TG_ERR_UNSUPPORTED, "[%s] tensor '%s' is %s: the CUDA backend has no quantized kernels yet",
-                          tg_op_get(node->op).name, t->name, tg_type_name(t->type));
+        if (tg_type_is_quantized(t->type)) {
+            tg_status s = check_quantized(node, t, i - 1);
+            if (s != TG_OK) return s;
+            continue;
+        }
         if (!t->data) continue;
         const size_t es = tg_type_size(t->type);
         bool ok = es != 0 && (uintptr_t)t->data % es == 0;
@@ -568,6 +596,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         const long long v = atoll(env);
         if (v >= 1024) impl->mm_budget = (size_t)v;
     }
+    if (const char *env = getenv("TG_CUDA_MMQ_Q8B_MIN_N")) impl->mmq_q8b_min_n = atoi(env);
     TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));

@@ -1,6 +1,7 @@
 // copy.cu - cont, cpy (with type conversion), get_rows, and the no-op of views.
 #include "common.cuh"
 #include "ops.h"
+#include "quant.cuh"
 
 // ---------------------------------------------------------------------------
 // Element copies: element i of src (row-major order of its shape) goes to
@@ -67,13 +68,40 @@ tg_status tg_cuda_copy(tg_backend *be, const tg_cuda_desc &src, const tg_cuda_de
 
 tg_status tg_cuda_noop(tg_backend *, const tg_tensor *) { return TG_OK; }
 
+// Quantized cont/cpy: both sides contiguous and of one type (checked when the
+// op was built), so the blocks move as bytes: as 16-bit words (every block
+// size is even, blocks are 2-byte aligned), 16 bytes at a time when aligned.
+__global__ void copy_u16_kernel(const uint16_t *src, uint16_t *dst, long long n, const tg_cuda_err *err) {
+    if (!tg_cuda_record_clear(err)) return;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+
+static tg_status copy_quantized(tg_backend *be, const tg_tensor *src, const tg_tensor *dst, bool skip_on_error,
+                         const char *call) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    const size_t n = tg_nbytes(dst);
+    const tg_cuda_err *err = skip_on_error ? impl->d_err : nullptr;
+    if (n == 0) return TG_OK;
+    if ((uintptr_t)src->data % 16 == 0 && (uintptr_t)dst->data % 16 == 0 && n % 16 == 0)
+        copy_vec16_kernel<<<tg_cuda_blocks((long long)(n / 16), 256), 256, 0, impl->stream>>>(
+            (const uint4 *)src->data, (uint4 *)dst->data, (long long)(n / 16), err);
+    else
+        copy_u16_kernel<<<tg_cuda_blocks((long long)(n / 2), 256), 256, 0, impl->stream>>>(
+            (const uint16_t *)src->data, (uint16_t *)dst->data, (long long)(n / 2), err);
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
 tg_status tg_cuda_cont(tg_backend *be, const tg_tensor *dst) {
+    if (tg_type_is_quantized(dst->type)) return copy_quantized(be, dst->src[0], dst, false, "cont");
     return tg_cuda_copy(be, tg_cuda_desc_of(dst->src[0]), tg_cuda_desc_of(dst), false, "cont");
 }
 
 // cpy writes b (often a persistent cache or output): skipped when an earlier
 // check of this graph failed, so a failed graph leaves b as it was.
 tg_status tg_cuda_cpy(tg_backend *be, const tg_tensor *dst) {
+    if (tg_type_is_quantized(dst->type)) return copy_quantized(be, dst->src[0], dst, true, "cpy");
     return tg_cuda_copy(be, tg_cuda_desc_of(dst->src[0]), tg_cuda_desc_of(dst), true, "cpy");
 }
 
@@ -121,14 +149,47 @@ __global__ void get_rows_kernel(tg_cuda_desc a, tg_cuda_desc ids, tg_cuda_desc d
     }
 }
 
+// A quantized a: each picked row dequantized element by element, exactly as
+// tg_dequantize (a row's blocks are contiguous whatever a's row stride).
+template <tg_type T>
+__global__ void get_rows_q_kernel(tg_cuda_desc a, tg_cuda_desc ids, tg_cuda_desc dst, long long nrows,
+                                  tg_cuda_err *err) {
+    const long long V = a.ne[1], E = a.ne[0];
+    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
+        const long long i1 = r % dst.ne[1], i2 = (r / dst.ne[1]) % dst.ne[2], i3 = r / (dst.ne[1] * dst.ne[2]);
+        const int id = *(const int *)tg_cuda_ptr(ids, i1, i2, i3, 0);
+        if (id < 0 || id >= V) {
+            if (threadIdx.x == 0) tg_cuda_report(err, TG_CUDA_ERR_ID_RANGE, TG_OP_GET_ROWS, id, V, r, 0);
+            continue;
+        }
+        const char *src = a.data + (long long)id * a.nb[1];
+        char *out = tg_cuda_ptr(dst, 0, i1, i2, i3);
+        for (long long e = threadIdx.x; e < E; e += blockDim.x)
+            *(float *)(out + e * dst.nb[0]) = tg_cuda_dequant<T>(src, e);
+    }
+}
+
 tg_status tg_cuda_get_rows(tg_backend *be, const tg_tensor *dst) {
     tg_cuda_impl *impl = tg_cuda(be);
     const long long nrows = dst->ne[1] * dst->ne[2] * dst->ne[3];
     const long long E = dst->ne[0];
     const int threads = E >= 256 ? 256 : (int)((E + 31) / 32 * 32);
     const unsigned blocks = (unsigned)(nrows < 65535LL * 16 ? nrows : 65535LL * 16);
-    get_rows_kernel<<<blocks, threads, 0, impl->stream>>>(tg_cuda_desc_of(dst->src[0]), tg_cuda_desc_of(dst->src[1]),
-                                                          tg_cuda_desc_of(dst), nrows, impl->d_err);
+    const tg_cuda_desc a = tg_cuda_desc_of(dst->src[0]), ids = tg_cuda_desc_of(dst->src[1]), d = tg_cuda_desc_of(dst);
+    switch (a.type) {
+        case TG_TYPE_Q8_0:
+            get_rows_q_kernel<TG_TYPE_Q8_0><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            break;
+        case TG_TYPE_Q4_0:
+            get_rows_q_kernel<TG_TYPE_Q4_0><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            break;
+        case TG_TYPE_Q4_K:
+            get_rows_q_kernel<TG_TYPE_Q4_K><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            break;
+        default:
+            get_rows_kernel<<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            break;
+    }
     TG_CUDA_LAUNCHED(be, "get_rows");
     return TG_OK;
 }

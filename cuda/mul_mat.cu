@@ -9,7 +9,8 @@
 // dense F32 in the backend's scratch (exact), weights in row chunks of at most
 // mm_budget bytes. That is the generic path; two fast paths come first
 // (cuda/mul_mat_fast.cu): a GEMV kernel for N <= 8 columns that reads the
-// weights once, and 16-bit tensor-core GEMM for F16/BF16 weights.
+// weights once, and 16-bit tensor-core GEMM for F16/BF16 weights. Quantized
+// weights always take their own paths (cuda/mul_mat_quant.cu).
 #include <climits>
 #include <cstdlib>
 
@@ -61,6 +62,7 @@ tg_status gemm(tg_backend *be, long long M, long long N, long long K, const floa
 
 tg_status tg_cuda_mul_mat(tg_backend *be, const tg_tensor *dst) {
     tg_status st;
+    if (tg_cuda_mm_quant(be, dst, &st)) return st;
     if (tg_cuda_mm_vec(be, dst, &st)) return st;
     if (tg_cuda_mm_tc(be, dst, &st)) return st;
     return tg_cuda_mul_mat_generic(be, dst);

@@ -25,11 +25,9 @@ bool tg_cuda_mm_vec(tg_backend *be, const tg_tensor *dst, tg_status *st) {
 // ---------------------------------------------------------------------------
 // Tensor cores
 
-namespace {
-
-tg_status gemm16(tg_backend *be, cudaDataType_t t, long long M, long long N, long long K, const void *A, long long lda,
-                 long long sA, const void *B, long long ldb, long long sB, float *C, long long ldc, long long sC,
-                 long long batch) {
+tg_status tg_cuda_gemm16(tg_backend *be, cudaDataType_t t, long long M, long long N, long long K, const void *A,
+                         long long lda, long long sA, const void *B, long long ldb, long long sB, float *C,
+                         long long ldc, long long sC, long long batch) {
     cublasHandle_t h = tg_cuda(be)->cublas;
     const float one = 1.0f, zero = 0.0f;
     if (batch == 1)
@@ -44,12 +42,41 @@ tg_status gemm16(tg_backend *be, cudaDataType_t t, long long M, long long N, lon
     return TG_OK;
 }
 
-tg_status mm_tc(tg_backend *be, const tg_tensor *dst, long long lda, long long sa2, long long sa3) {
-    const char *call = "mul_mat";
+tg_status tg_cuda_gemm16_batches(tg_backend *be, cudaDataType_t t, const tg_tensor *dst, const void *A, long long lda,
+                                 long long sa2, long long sa3, const void *B) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
     const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     const long long r2 = B2 / A2, r3 = B3 / A3;
+    const char *Ab = (const char *)A, *Bb = (const char *)B;
+    float *C = (float *)dst->data;
+    const long long sb2 = K * N, sb3 = K * N * B2, sc2 = M * N, sc3 = M * N * B2;
+    tg_status s;
+    for (long long i3 = 0; i3 < B3; i3++) {
+        const char *Ai = Ab + (i3 / r3) * sa3 * 2;
+        const char *Bi = Bb + i3 * sb3 * 2;
+        float *Ci = C + i3 * sc3;
+        if (r2 == 1) {
+            s = tg_cuda_gemm16(be, t, M, N, K, Ai, lda, sa2, Bi, K, sb2, Ci, M, sc2, B2);
+            if (s != TG_OK) return s;
+            continue;
+        }
+        // r2 consecutive b batches share one a batch
+        for (long long a2 = 0; a2 < A2; a2++) {
+            s = tg_cuda_gemm16(be, t, M, N, K, Ai + a2 * sa2 * 2, lda, 0, Bi + a2 * r2 * sb2 * 2, K, sb2,
+                               Ci + a2 * r2 * sc2, M, sc2, r2);
+            if (s != TG_OK) return s;
+        }
+    }
+    return TG_OK;
+}
+
+namespace {
+
+tg_status mm_tc(tg_backend *be, const tg_tensor *dst, long long lda, long long sa2, long long sa3) {
+    const char *call = "mul_mat";
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    const long long K = a->ne[0], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
         return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
     // b rounded to the weight's type, dense {K, N, B2, B3}
@@ -60,27 +87,7 @@ tg_status mm_tc(tg_backend *be, const tg_tensor *dst, long long lda, long long s
     s = tg_cuda_copy(be, tg_cuda_desc_of(b), tg_cuda_desc_dense(bs, a->type, ne), false, call);
     if (s != TG_OK) return s;
     const cudaDataType_t t = a->type == TG_TYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-    const char *A = (const char *)a->data;
-    const char *B = (const char *)bs;
-    float *C = (float *)dst->data;
-    const long long sb2 = K * N, sb3 = K * N * B2, sc2 = M * N, sc3 = M * N * B2;
-    for (long long i3 = 0; i3 < B3; i3++) {
-        const char *Ai = A + (i3 / r3) * sa3 * 2;
-        const char *Bi = B + i3 * sb3 * 2;
-        float *Ci = C + i3 * sc3;
-        if (r2 == 1) {
-            s = gemm16(be, t, M, N, K, Ai, lda, sa2, Bi, K, sb2, Ci, M, sc2, B2);
-            if (s != TG_OK) return s;
-            continue;
-        }
-        // r2 consecutive b batches share one a batch
-        for (long long a2 = 0; a2 < A2; a2++) {
-            s = gemm16(be, t, M, N, K, Ai + a2 * sa2 * 2, lda, 0, Bi + a2 * r2 * sb2 * 2, K, sb2, Ci + a2 * r2 * sc2, M,
-                       sc2, r2);
-            if (s != TG_OK) return s;
-        }
-    }
-    return TG_OK;
+    return tg_cuda_gemm16_batches(be, t, dst, a->data, lda, sa2, sa3, bs);
 }
 
 }  // namespace

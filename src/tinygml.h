@@ -227,7 +227,9 @@ TG_API tg_tensor *tg_swiglu(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 // With a quantized a the product is of the dequantized weights; for up to 4
 // tokens (decode) the CPU fast path quantizes b to 8 bits per block first, as
 // ggml does (docs/ops.md: per output at most sum over blocks of
-// absmax(b block) / 254 * sum |w| more error than the exact product).
+// absmax(b block) / 254 * sum |w| more error than the exact product); so
+// does CUDA for N <= 8 columns, and for more it rounds the dequantized
+// weights and b to F16 (tensor cores).
 // Every other op refuses quantized inputs ("[add] a is q4_0: quantized
 // tensors are only supported as mul_mat's a and get_rows' a").
 TG_API tg_tensor *tg_mul_mat(tg_context *ctx, tg_tensor *a, tg_tensor *b);

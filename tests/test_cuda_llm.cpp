@@ -68,23 +68,6 @@ tg_status upload(const leaf &l) {
     return tg_tensor_set(l.t, h.data(), 0, n * 2);
 }
 
-// Fill the first `bytes` of be's compute buffer with NaN: a graph whose only
-// intermediate has exactly that size runs first.
-void poison_compute_buffer(tg_backend *be, size_t bytes) {
-    if (bytes < 4) return;
-    tg_init_params ip = {1 << 20, nullptr, true};
-    tg_context *ctx = tg_init(ip);
-    tg_tensor *y = tg_scale(ctx, tg_new_tensor_1d(ctx, TG_TYPE_F32, (int64_t)(bytes / 4)), 1.0f);
-    tg_graph *g = tg_graph_new(ctx);
-    tg_graph_expand(g, y);
-    tg_buffer *buf = tg_backend_alloc(be, ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    ASSERT_EQ(tg_buffer_clear(buf, 0xFF), TG_OK) << tg_last_error();
-    ASSERT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
-    tg_buffer_free(buf);
-    tg_free(ctx);
-}
-
 // Run y (built by `build` from leaves it creates) on the GPU; out gets y's
 // values (read back through the sink), tail_ok whether the sink's tail is intact.
 struct gpu_result {
@@ -114,7 +97,7 @@ void run_gpu(tg_backend *gpu, const std::function<tg_tensor *(tg_context *, std:
     ASSERT_EQ(tg_tensor_set(sink, bits.data(), 0, bits.size() * 4), TG_OK);
     tg_graph_stats st{};
     ASSERT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
-    poison_compute_buffer(gpu, st.planned_bytes);
+    tgt::poison_compute_buffer(gpu, st.planned_bytes);
     ASSERT_EQ(tg_graph_compute(gpu, g), TG_OK) << tg_last_error();
     std::vector<uint32_t> back(bits.size());
     ASSERT_EQ(tg_tensor_get(sink, back.data(), 0, back.size() * 4), TG_OK);

@@ -89,24 +89,6 @@ tg_status upload(tg_tensor *t, const std::vector<double> &v) {
     }
 }
 
-// Fill the first `bytes` of be's compute buffer with NaN (0xFF bytes): a
-// graph whose only intermediate has exactly that size runs first.
-void poison_compute_buffer(tg_backend *be, size_t bytes) {
-    if (bytes < 4) return;
-    tg_init_params ip = {1 << 20, nullptr, true};
-    tg_context *ctx = tg_init(ip);
-    tg_tensor *x = tg_new_tensor_1d(ctx, TG_TYPE_F32, (int64_t)(bytes / 4));
-    tg_tensor *y = tg_scale(ctx, x, 1.0f);
-    tg_graph *g = tg_graph_new(ctx);
-    tg_graph_expand(g, y);
-    tg_buffer *buf = tg_backend_alloc(be, ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    ASSERT_EQ(tg_buffer_clear(buf, 0xFF), TG_OK) << tg_last_error();
-    ASSERT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
-    tg_buffer_free(buf);
-    tg_free(ctx);
-}
-
 struct run_out {
     tg_status status = TG_OK;
     std::string err;
@@ -161,7 +143,7 @@ run_out run_case(const op_case &c, tg_backend *be, uint32_t seed = 1234) {
     for (int64_t i = n; i < n + tail; i++) sink_bits[i] = (uint32_t)trng();
     tg_tensor_set(sink, sink_bits.data(), 0, sink_bits.size() * 4);
     tg_graph_plan(g, &r.stats);
-    poison_compute_buffer(be, r.stats.planned_bytes);
+    tgt::poison_compute_buffer(be, r.stats.planned_bytes);
     if ((r.status = tg_graph_compute(be, g)) != TG_OK) {
         r.err = tg_last_error();
         return r;

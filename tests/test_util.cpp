@@ -40,4 +40,19 @@ tg_buffer *env::alloc(tg_backend *be) {
     return b;
 }
 
+void poison_compute_buffer(tg_backend *be, size_t bytes) {
+    if (bytes < 4) return;
+    tg_init_params ip = {1 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    tg_tensor *y = tg_scale(ctx, tg_new_tensor_1d(ctx, TG_TYPE_F32, (int64_t)(bytes / 4)), 1.0f);
+    tg_graph *g = tg_graph_new(ctx);
+    tg_graph_expand(g, y);
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    ASSERT_NE(buf, nullptr) << tg_last_error();
+    ASSERT_EQ(tg_buffer_clear(buf, 0xFF), TG_OK) << tg_last_error();
+    ASSERT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
+    tg_buffer_free(buf);
+    tg_free(ctx);
+}
+
 }  // namespace tgt

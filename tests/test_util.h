@@ -38,4 +38,9 @@ struct env {
     tg_buffer *alloc(tg_backend *be = nullptr);  // tg_backend_alloc of ctx's tensors
 };
 
+// Fill the first `bytes` of be's compute buffer with NaN (0xFF bytes): a
+// graph whose only intermediate has exactly that size runs first. Used
+// before a graph whose intermediates must all be written by it.
+void poison_compute_buffer(tg_backend *be, size_t bytes);
+
 }  // namespace tgt

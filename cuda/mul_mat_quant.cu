@@ -1,0 +1,432 @@
+// mul_mat_quant.cu - mul_mat with quantized weights a (Q8_0, Q4_0, Q4_K) and
+// a float b (see mul_mat.cuh, docs/ops.md "Quantized types").
+//
+// Decode (N <= 8 columns), by default (tg_cuda_impl::mmq_q8b_min_n; the
+// other variant, F32 b with the weights widened to floats in registers, is
+// kept for the tests and the bench: it measured 2.5x slower): b is quantized
+// once per call into the backend's
+// scratch as 8-bit blocks of 32 (int8 q, F32 scale d and d * sum(q): ggml's
+// Q8_1 idea), then a GEMV kernel reads every weight block once and takes the
+// block dot products with __dp4a (4 int8 products per instruction), scaling
+// in F32. A weight read as floats would need ~4 instructions per element
+// (unpack, convert, subtract, FMA), which at HBM speed makes the kernel
+// issue-bound for Q4_0; the int8 dot product needs about one per 4 elements.
+//   A unit is what one lane decodes at a time: a Q8_0 or Q4_0 block (32
+// elements), a pair of Q4_K sub-blocks (64 elements: one 32-byte group of qs,
+// two 16-byte loads). Q8_0/Q4_0 blocks are 34/18 bytes, only 2-byte aligned:
+// their quants are read with aligned 4-byte loads and funnel shifts
+// (tg_cuda_words_a2). Lanes of a warp take consecutive units, so a warp's
+// loads cover a contiguous stretch of the row. Long rows (>= 128 units) are
+// split over 2 or 4 warps of the block (a shared-memory sum at the end) so
+// that a 2048-row matrix still gives every SM many warps; R rows per warp
+// (1, 1, 2, 4 for N up to 1, 2, 4, 8) share each b load.
+//
+// Prefill (N > 8): a is dequantized to F16 (exactly as tg_dequantize, then
+// rounded to nearest) into the scratch, whole when it fits the backend's
+// mm_budget, else in row chunks of at most mm_budget bytes; b is rounded to
+// F16 once; cublasGemmEx multiplies on tensor cores with F32 accumulation
+// (tg_cuda_gemm16, as the F16-weight path).
+#include <algorithm>
+#include <climits>
+
+#include "mul_mat.cuh"
+#include "ops.h"
+#include "quant.cuh"
+
+namespace {
+
+constexpr int kWarps = 4;  // warps per block of the GEMV kernel
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+// ---------------------------------------------------------------------------
+// b quantized to 8 bits: column c = n + N * (i2 + B2 * i3) keeps its K int8
+// at qs + c * K and its K / 32 pairs (d, d * sum of the block's q) at
+// ds + c * K / 32. One warp per block of 32, a lane per element. A block with
+// a NaN or inf gets d = NaN, so the products it enters are NaN.
+__global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long long nblk, long long kb) {
+    const int lane = threadIdx.x % 32;
+    const long long nw = (long long)gridDim.x * blockDim.x / 32;
+    for (long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; blk < nblk; blk += nw) {
+        const long long col = blk / kb, j = blk % kb;
+        const long long n = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
+        const float x = tg_cuda_load(tg_cuda_ptr(b, j * 32 + lane, n, i2, i3), b.type);
+        const bool finite = __all_sync(0xffffffffu, isfinite(x));
+        const float amax = tg_warp_max(fabsf(x));
+        const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+        const int q = finite ? max(-127, min(127, (int)roundf(x * id))) : 0;  // |x * id| <= 127
+        int sum = q;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        qs[blk * 32 + lane] = (int8_t)q;
+        if (lane == 0) {
+            const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
+            ds[blk] = make_float2(d, d * (float)sum);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One unit of weights as int8 quads: q[8 * s + i] holds elements 4i..4i+3 of
+// sub-block s (32 elements); the unit's value is sum over s of
+// d[s] * (q . x) - m[s] * sum(x) for the 32 matching elements x.
+template <tg_type T> struct qunit {
+    static constexpr int subs = T == TG_TYPE_Q4_K ? 2 : 1;
+    int q[8 * subs];
+    float d[subs], m[subs];
+};
+
+template <tg_type T> __device__ inline void load_unit(const char *row, int u, qunit<T> &w);
+
+template <> __device__ inline void load_unit<TG_TYPE_Q8_0>(const char *row, int u, qunit<TG_TYPE_Q8_0> &w) {
+    const char *blk = row + (long long)u * sizeof(tg_block_q8_0);
+    tg_cuda_words_a2<8>(blk + 2, (uint32_t *)w.q);
+    w.d[0] = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
+    w.m[0] = 0.0f;
+}
+
+template <> __device__ inline void load_unit<TG_TYPE_Q4_0>(const char *row, int u, qunit<TG_TYPE_Q4_0> &w) {
+    const char *blk = row + (long long)u * sizeof(tg_block_q4_0);
+    uint32_t v[4];
+    tg_cuda_words_a2<4>(blk + 2, v);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);             // elements 4i..4i+3: low nibbles
+        w.q[4 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);  // elements 16+4i..: high nibbles
+    }
+    const float d = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
+    w.d[0] = d;
+    w.m[0] = 8.0f * d;  // x = d * (q - 8)
+}
+
+template <> __device__ inline void load_unit<TG_TYPE_Q4_K>(const char *row, int u, qunit<TG_TYPE_Q4_K> &w) {
+    const tg_block_q4_k *blk = (const tg_block_q4_k *)row + u / 4;
+    const int g = u % 4;  // qs group g: sub-blocks 2g (low nibbles) and 2g + 1 (high)
+    const uint4 *qs = (const uint4 *)(blk->qs + 32 * g);
+    const uint4 lo = __ldg(qs), hi = __ldg(qs + 1);
+    const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);
+        w.q[8 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
+    }
+    const uint32_t dd = __ldg((const unsigned int *)blk);
+    const float d = tg_cuda_half_bits((uint16_t)(dd & 0xffff)), dmin = tg_cuda_half_bits((uint16_t)(dd >> 16));
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        uint8_t sc, m;
+        tg_get_scale_min_k4(2 * g + s, blk->scales, &sc, &m);
+        w.d[s] = d * (float)sc;
+        w.m[s] = dmin * (float)m;
+    }
+}
+
+// Byte k of w as a float: w's byte placed under the exponent of 2^23 (so the
+// float is 2^23 + byte, exactly), minus bias. One PRMT and one FADD: no
+// integer-to-float conversion, which runs at a quarter of the FMA rate.
+__device__ inline float byte_float(uint32_t w, int k, float bias) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - bias;
+}
+
+// The sum of 32 values as 8 independent chains of 4.
+__device__ inline float sum8x4(const float *x) {
+    float p[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) p[i] = (x[4 * i] + x[4 * i + 1]) + (x[4 * i + 2] + x[4 * i + 3]);
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+// grid: x over groups of (kWarps / wpr) * R rows, y over output batches
+// i2 + B2 * i3. wpr warps share a row (lanes over its units).
+// F32B: b read as F32 (b.nb[0] == 4, 16-byte aligned columns) and the weights
+// widened to floats in registers; otherwise b comes quantized (bq, bd) and
+// the block dots are __dp4a.
+template <tg_type T, int NMAX, int R, bool F32B>
+__global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg_cuda_desc b, const int8_t *bq,
+                                                              const float2 *bd, tg_cuda_desc d, int N, int wpr) {
+    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
+    // F32B: a weight is d * (float(byte) - bias) - m (m only for Q4_K; Q8_0's
+    // bytes are flipped to unsigned first, Q4_0's - 8 is in the bias)
+    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
+    constexpr bool has_min = T == TG_TYPE_Q4_K;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
+    const long long M = a.ne[1], K = a.ne[0], kb = K / 32;
+    const int nu = (int)(K / UE);
+    const long long m0 = ((long long)blockIdx.x * (kWarps / wpr) + warp / wpr) * R;
+    const long long i2 = blockIdx.y % d.ne[2], i3 = blockIdx.y / d.ne[2];
+    const long long a2 = i2 / (d.ne[2] / a.ne[2]), a3 = i3 / (d.ne[3] / a.ne[3]);
+    const long long c0 = (long long)N * blockIdx.y;  // b's first column for this batch (quantized b)
+    const char *arow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        arow[r] = a.data + (m0 + r < M ? m0 + r : M - 1) * a.nb[1] + a2 * a.nb[2] + a3 * a.nb[3];
+    float acc[R][NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+    if (m0 < M) {
+#pragma unroll 2
+        for (int u = lane + 32 * part; u < nu; u += 32 * wpr) {
+            qunit<T> w[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                load_unit<T>(arow[r], u, w[r]);
+                if (F32B && T == TG_TYPE_Q8_0)
+#pragma unroll
+                    for (int i = 0; i < 8; i++) w[r].q[i] ^= 0x80808080;  // signed bytes to byte + 128
+            }
+#pragma unroll
+            for (int n = 0; n < NMAX; n++) {
+                if (n >= N) break;
+                if (F32B) {
+                    const float *xf = (const float *)tg_cuda_ptr(b, (long long)u * UE, n, i2, i3);
+#pragma unroll
+                    for (int s = 0; s < SUB; s++) {
+                        float x[32];
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            const float4 v = *(const float4 *)(xf + 32 * s + 4 * i);
+                            x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
+                        }
+                        // 8 independent partial sums: a single chain of 32
+                        // dependent FMAs would stall on their latency
+                        float sx = 0.0f;
+                        if (has_min) sx = sum8x4(x);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            float p[8];
+#pragma unroll
+                            for (int i = 0; i < 8; i++) {
+                                p[i] = byte_float((uint32_t)w[r].q[8 * s + i], 0, bias) * x[4 * i];
+#pragma unroll
+                                for (int k = 1; k < 4; k++)
+                                    p[i] = fmaf(byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], p[i]);
+                            }
+                            const float dot = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+                            acc[r][n] += w[r].d[s] * dot - (has_min ? w[r].m[s] * sx : 0.0f);
+                        }
+                    }
+                } else {
+                    const int8_t *xq = bq + (c0 + n) * K + (long long)u * UE;
+                    const float2 *xd = bd + (c0 + n) * kb + (long long)u * SUB;
+#pragma unroll
+                    for (int s = 0; s < SUB; s++) {
+                        const uint4 x0 = *(const uint4 *)(xq + 32 * s), x1 = *(const uint4 *)(xq + 32 * s + 16);
+                        const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                                          (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+                        const float2 ds = xd[s];
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            int p[4];
+#pragma unroll
+                            for (int i = 0; i < 4; i++)
+                                p[i] = __dp4a(w[r].q[8 * s + i + 4], x[i + 4], __dp4a(w[r].q[8 * s + i], x[i], 0));
+                            const int dot = (p[0] + p[1]) + (p[2] + p[3]);
+                            acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // a row's sum: each warp's, then over the wpr warps of the row
+    __shared__ float red[kWarps][R][NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) {
+            const float s = tg_warp_sum(acc[r][n]);
+            if (lane == 0) red[warp][r][n] = s;
+        }
+    if (wpr > 1) __syncthreads();  // wpr is the same for the whole block
+    if (part != 0 || lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) {
+            if (n >= N || m0 + r >= M) continue;
+            float s = red[warp][r][n];
+            for (int p = 1; p < wpr; p++) s += red[warp + p][r][n];
+            *(float *)tg_cuda_ptr(d, m0 + r, n, i2, i3) = s;
+        }
+}
+
+struct vec_args {
+    tg_cuda_desc a, b, d;
+    const int8_t *bq;  // b quantized (the dp4a kernel), else NULL
+    const float2 *bd;
+};
+
+template <tg_type T, int NMAX, bool F32B> void launch_vec(cudaStream_t st, const vec_args &v, int wpr) {
+    constexpr int R = NMAX <= 2 ? 1 : NMAX / 2;
+    const long long rows_per_block = kWarps / wpr * R;
+    const dim3 grid((unsigned)((v.a.ne[1] + rows_per_block - 1) / rows_per_block), (unsigned)(v.d.ne[2] * v.d.ne[3]));
+    mmq_vec_kernel<T, NMAX, R, F32B><<<grid, 32 * kWarps, 0, st>>>(v.a, v.b, v.bq, v.bd, v.d, (int)v.d.ne[1], wpr);
+}
+
+template <tg_type T, bool F32B> void launch_vec_n(cudaStream_t st, const vec_args &v) {
+    const long long nu = v.a.ne[0] / (T == TG_TYPE_Q4_K ? 64 : 32);
+    const int wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;
+    const long long N = v.d.ne[1];
+    if (N <= 1) launch_vec<T, 1, F32B>(st, v, wpr);
+    else if (N <= 2) launch_vec<T, 2, F32B>(st, v, wpr);
+    else if (N <= 4) launch_vec<T, 4, F32B>(st, v, wpr);
+    else launch_vec<T, 8, F32B>(st, v, wpr);
+}
+
+template <bool F32B> void launch_vec_t(cudaStream_t st, tg_type t, const vec_args &v) {
+    switch (t) {
+        case TG_TYPE_Q8_0: launch_vec_n<TG_TYPE_Q8_0, F32B>(st, v); break;
+        case TG_TYPE_Q4_0: launch_vec_n<TG_TYPE_Q4_0, F32B>(st, v); break;
+        default: launch_vec_n<TG_TYPE_Q4_K, F32B>(st, v); break;
+    }
+}
+
+bool f32_columns(const tg_tensor *b) {
+    if (b->type != TG_TYPE_F32 || (b->ne[0] > 1 && b->nb[0] != 4) || (uintptr_t)b->data % 16 != 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (b->ne[i] > 1 && b->nb[i] % 16 != 0) return false;
+    return true;
+}
+
+tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
+    const char *call = "mul_mat";
+    tg_cuda_impl *impl = tg_cuda(be);
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(b), tg_cuda_desc_of(dst), nullptr, nullptr};
+    if (dst->ne[1] < impl->mmq_q8b_min_n && f32_columns(b)) {
+        launch_vec_t<true>(impl->stream, a->type, v);
+        TG_CUDA_LAUNCHED(be, call);
+        return TG_OK;
+    }
+    const long long K = a->ne[0], kb = K / 32, ncols = b->ne[1] * b->ne[2] * b->ne[3];
+    const size_t q_bytes = align256((size_t)(ncols * K));
+    char *scratch = nullptr;
+    tg_status s = tg_cuda_scratch(be, q_bytes + (size_t)(ncols * kb) * sizeof(float2), (void **)&scratch, call);
+    if (s != TG_OK) return s;
+    int8_t *bq = (int8_t *)scratch;
+    float2 *bd = (float2 *)(scratch + q_bytes);
+    const long long nblk = ncols * kb;
+    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(v.b, bq, bd, nblk, kb);
+    TG_CUDA_LAUNCHED(be, call);
+    v.bq = bq, v.bd = bd;
+    launch_vec_t<false>(impl->stream, a->type, v);
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Prefill: a's rows (desc src: {K, rows, n2, n3}) dequantized to dense F16,
+// exactly as tg_dequantize (F32 products, no fusing) and then rounded. A
+// thread per unit (as the GEMV reads them), x over a row's units, y over rows.
+template <tg_type T> __global__ void dequant_f16_kernel(tg_cuda_desc src, __half *out, long long nrows) {
+    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
+    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
+    const long long K = src.ne[0];
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= K / UE) return;
+    for (long long r = blockIdx.y; r < nrows; r += gridDim.y) {
+        const long long i1 = r % src.ne[1], i2 = (r / src.ne[1]) % src.ne[2], i3 = r / (src.ne[1] * src.ne[2]);
+        qunit<T> w;
+        load_unit<T>(tg_cuda_ptr(src, 0, i1, i2, i3), u, w);
+        if (T == TG_TYPE_Q8_0)
+#pragma unroll
+            for (int i = 0; i < 8; i++) w.q[i] ^= 0x80808080;  // signed bytes to byte + 128 (see bias)
+        uint4 *dst = (uint4 *)(out + r * K + (long long)u * UE);
+#pragma unroll
+        for (int s = 0; s < SUB; s++)
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {  // elements 32 s + 4 i .. + 8: one 16-byte store
+                __half2 h[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float v[2];
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int k = 2 * j + e;  // element 4 i + k of the sub-block
+                        const float q = byte_float((uint32_t)w.q[8 * s + i + k / 4], k % 4, bias);
+                        v[e] = T == TG_TYPE_Q4_K ? __fsub_rn(__fmul_rn(w.d[s], q), w.m[s]) : __fmul_rn(w.d[s], q);
+                    }
+                    h[j] = __floats2half2_rn(v[0], v[1]);
+                }
+                dst[(32 * s + 4 * i) / 8] = *(const uint4 *)h;
+            }
+    }
+}
+
+tg_status dequant_f16(tg_backend *be, const tg_cuda_desc &src, __half *out) {
+    const long long nrows = src.ne[1] * src.ne[2] * src.ne[3];
+    const long long units = src.ne[0] / (src.type == TG_TYPE_Q4_K ? 64 : 32);
+    const int threads = units >= 128 ? 128 : (int)((units + 31) / 32 * 32);
+    const dim3 grid((unsigned)((units + threads - 1) / threads), (unsigned)std::min(nrows, 65535LL));
+    cudaStream_t st = tg_cuda(be)->stream;
+    switch (src.type) {
+        case TG_TYPE_Q8_0: dequant_f16_kernel<TG_TYPE_Q8_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
+        case TG_TYPE_Q4_0: dequant_f16_kernel<TG_TYPE_Q4_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
+        default: dequant_f16_kernel<TG_TYPE_Q4_K><<<grid, threads, 0, st>>>(src, out, nrows); break;
+    }
+    TG_CUDA_LAUNCHED(be, "mul_mat");
+    return TG_OK;
+}
+
+tg_status mmq_prefill(tg_backend *be, const tg_tensor *dst) {
+    const char *call = "mul_mat";
+    tg_cuda_impl *impl = tg_cuda(be);
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
+    const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
+    const long long r2 = B2 / A2, r3 = B3 / A3;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || B2 > INT_MAX)
+        return tg_err(TG_ERR_UNSUPPORTED, "[mul_mat] dims of a %s, b %s exceed cuBLAS's int range",
+                      tg_shape_str(a).c_str(), tg_shape_str(b).c_str());
+    if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
+        return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
+    // F16 weights: all of a when it fits the budget, else chunks of rows of one batch
+    const size_t a_full = (size_t)(K * M * A2 * A3) * 2;
+    const bool chunked = a_full > impl->mm_budget;
+    long long chunk_rows = M;
+    if (chunked) chunk_rows = std::max(1LL, std::min(M, (long long)(impl->mm_budget / 2) / K));
+    const size_t a_bytes = chunked ? (size_t)(K * chunk_rows) * 2 : a_full;
+    const size_t b_bytes = align256((size_t)(K * N * B2 * B3) * 2);
+    char *scratch = nullptr;
+    tg_status s = tg_cuda_scratch(be, b_bytes + a_bytes, (void **)&scratch, call);
+    if (s != TG_OK) return s;
+    const long long bne[4] = {K, N, B2, B3};
+    s = tg_cuda_copy(be, tg_cuda_desc_of(b), tg_cuda_desc_dense(scratch, TG_TYPE_F16, bne), false, call);
+    if (s != TG_OK) return s;
+    const char *B = scratch;
+    __half *as = (__half *)(scratch + b_bytes);
+    float *C = (float *)dst->data;
+    const long long sb2 = K * N, sb3 = K * N * B2, sc2 = M * N, sc3 = M * N * B2;
+    if (!chunked) {
+        if ((s = dequant_f16(be, tg_cuda_desc_of(a), as)) != TG_OK) return s;
+        return tg_cuda_gemm16_batches(be, CUDA_R_16F, dst, as, K, K * M, K * M * A2, B);
+    }
+    for (long long a3 = 0; a3 < A3; a3++)
+        for (long long a2 = 0; a2 < A2; a2++)
+            for (long long m0 = 0; m0 < M; m0 += chunk_rows) {
+                const long long mt = std::min(chunk_rows, M - m0);
+                tg_cuda_desc src = tg_cuda_desc_of(a);
+                src.data += m0 * (long long)a->nb[1] + a2 * (long long)a->nb[2] + a3 * (long long)a->nb[3];
+                src.ne[1] = mt;
+                src.ne[2] = src.ne[3] = 1;
+                if ((s = dequant_f16(be, src, as)) != TG_OK) return s;
+                for (long long i3 = a3 * r3; i3 < (a3 + 1) * r3; i3++) {
+                    s = tg_cuda_gemm16(be, CUDA_R_16F, mt, N, K, as, K, 0, B + (a2 * r2 * sb2 + i3 * sb3) * 2, K, sb2,
+                                       C + m0 + a2 * r2 * sc2 + i3 * sc3, M, sc2, r2);
+                    if (s != TG_OK) return s;
+                }
+            }
+    return TG_OK;
+}
+
+}  // namespace
+
+bool tg_cuda_mm_quant(tg_backend *be, const tg_tensor *dst, tg_status *st) {
+    const tg_tensor *a = dst->src[0];
+    if (!tg_type_is_quantized(a->type)) return false;
+    const bool vec = dst->ne[1] <= 8 && dst->ne[2] * dst->ne[3] <= 65535 && a->ne[0] <= INT_MAX &&
+                     a->ne[1] <= INT_MAX;  // grid.x up to M blocks (4 warps on one row)
+    *st = vec ? mmq_vec(be, dst) : mmq_prefill(be, dst);
+    return true;
+}

@@ -1,0 +1,51 @@
+// quant.cuh - reading the quantized blocks of src/quant.h on the device
+// (get_rows, the prefill dequantization and the decode GEMV of
+// cuda/mul_mat_quant.cu).
+//
+// Alignment (check_layout in cuda/backend.cu refuses anything else): Q8_0 and
+// Q4_0 blocks (34 and 18 bytes) are 2-byte aligned, Q4_K blocks (144 bytes)
+// 16-byte aligned.
+#pragma once
+#include "common.cuh"
+#include "quant.h"
+
+__device__ inline float tg_cuda_half_bits(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// Element e of a quantized row of type T, exactly as tg_dequantize computes
+// it (F32 products; __fmul_rn / __fsub_rn keep nvcc from fusing them into an
+// FMA, which would round differently).
+template <tg_type T> __device__ inline float tg_cuda_dequant(const char *row, long long e) {
+    if (T == TG_TYPE_Q8_0) {
+        const tg_block_q8_0 *b = (const tg_block_q8_0 *)row + e / TG_QK8_0;
+        return __fmul_rn(tg_cuda_half_bits(b->d), (float)b->qs[e % TG_QK8_0]);
+    } else if (T == TG_TYPE_Q4_0) {
+        const tg_block_q4_0 *b = (const tg_block_q4_0 *)row + e / TG_QK4_0;
+        const int i = (int)(e % TG_QK4_0);
+        const int q = i < TG_QK4_0 / 2 ? b->qs[i] & 15 : b->qs[i - TG_QK4_0 / 2] >> 4;
+        return __fmul_rn(tg_cuda_half_bits(b->d), (float)(q - 8));
+    } else {  // Q4_K
+        const tg_block_q4_k *b = (const tg_block_q4_k *)row + e / TG_QK_K;
+        const int i = (int)(e % TG_QK_K), j = i / 32, l = i % 32;
+        uint8_t sc, m;
+        tg_get_scale_min_k4(j, b->scales, &sc, &m);
+        const uint8_t byte = b->qs[32 * (j / 2) + l];
+        const int q = j % 2 ? byte >> 4 : byte & 15;
+        const float d = __fmul_rn(tg_cuda_half_bits(b->d), (float)sc);
+        const float mn = __fmul_rn(tg_cuda_half_bits(b->dmin), (float)m);
+        return __fsub_rn(__fmul_rn(d, (float)q), mn);
+    }
+}
+
+// The 4 * NW bytes at p (2-byte aligned) as NW 32-bit words, read with
+// aligned 4-byte loads (one 2-byte load for the tail when p is not 4-byte
+// aligned, so nothing past p + 4 * NW is touched).
+template <int NW> __device__ inline void tg_cuda_words_a2(const char *p, uint32_t *w) {
+    const uint32_t *base = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const unsigned sh = ((uintptr_t)p & 2) ? 16u : 0u;
+    uint32_t raw[NW + 1];
+#pragma unroll
+    for (int i = 0; i < NW; i++) raw[i] = __ldg(base + i);
+    raw[NW] = sh ? (uint32_t)__ldg((const unsigned short *)(base + NW)) : 0u;
+#pragma unroll
+    for (int i = 0; i < NW; i++) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
+}
