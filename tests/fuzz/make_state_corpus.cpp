@@ -2,7 +2,7 @@
 // session): the whole session, each sequence alone, an empty session and an
 // empty sequence. Regenerate after a format change (the test
 // SessionStateFuzzSeeds fails until then):
-//   cmake --build build --target state_make_corpus && build/state_make_corpus tests/fuzz/state_corpus
+//   cmake --build build --target state_make_corpus && build/tests/state_make_corpus tests/fuzz/state_corpus
 #include <cstdio>
 #include <string>
 
