@@ -328,7 +328,10 @@ void dr_rows(float *S, int64_t lds, int64_t Dkp, const float *k, const float *q,
     for (int64_t i = 0; i < Dkp; i += W) {
         const vf kv = vld(k + i), qv = vld(q + i);
         for (int r = 0; r < NR; r++) {
-            const vf x = vld(S + r * lds + i);
+            vf x = vld(S + r * lds + i);
+#if defined(TG_SIMD_AVX512)
+            __asm__("" : "+v"(x));  // one load for both FMAs (the compiler would fold it into each)
+#endif
             acc[r] = vfma(x, qv, acc[r]);
             if (DELTA) acc[NR + r] = vfma(x, kv, acc[NR + r]);
         }
