@@ -2,8 +2,9 @@
 // (bench/README.md, "CPU rows"). Measures, in one run on this machine:
 //   - memcpy bandwidth (bytes read + written), 1 thread and n threads;
 //   - the FMA peak of n threads (independent FMAs, widest vector the CPU has);
-//   - mul_mat 2048x2048 F16 x {1, 64} tokens: GB/s of weights read (% of the
-//     n-thread memcpy figure) and GFLOP/s (% of the FMA peak);
+//   - mul_mat 2048x2048 F16, Q8_0, Q4_0, Q4_K x {1, 64} tokens: GB/s of
+//     weights read (% of the n-thread memcpy figure) and GFLOP/s (% of the FMA
+//     peak);
 //   - the BENCHMARKS.md CPU rows as one-node graphs (median host wall time of
 //     tg_graph_compute);
 // prints a table and writes JSON. Usage:
@@ -193,31 +194,45 @@ double fma_peak(int nth, const char **isa) {
 
 // --- mul_mat -----------------------------------------------------------------
 
-// y = W x, W {K, M} F16 (nw copies rotated so that the set exceeds the caches), x {K, N} F32
-void bench_mul_mat(const char *id, int K, int M, int N, int nw) {
+// y = W x, W {K, M} of type wt (nw copies rotated so that the set exceeds the
+// caches; quantized: random F32 weights through tg_quantize), x {K, N} F32
+void bench_mul_mat(const char *id, int K, int M, int N, int nw, tg_type wt = TG_TYPE_F16) {
     if (skip(id)) return;
     row r;
     r.id = id;
     char buf[128];
-    snprintf(buf, sizeof buf, "mul_mat F16 %dx%d x %d tokens%s", K, M, N, nw > 1 ? ", weights rotated" : "");
+    snprintf(buf, sizeof buf, "mul_mat %s %dx%d x %d tokens%s", tg_type_name(wt), K, M, N,
+             nw > 1 ? ", weights rotated" : "");
     r.what = buf;
     tg_context *ctx = new_ctx(4 * nw + 8);
     std::vector<tg_tensor *> w(nw), y(nw);
     std::vector<tg_graph *> g(nw);
     tg_tensor *x = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N);
     for (int i = 0; i < nw; i++) {
-        w[i] = tg_new_tensor_2d(ctx, TG_TYPE_F16, K, M);
+        w[i] = tg_new_tensor_2d(ctx, wt, K, M);
         y[i] = tg_mul_mat(ctx, w[i], x);
         g[i] = tg_graph_new(ctx);
         OK_OR_DIE(tg_graph_expand(g[i], y[i]));
     }
     tg_buffer *b = tg_backend_alloc(g_be, ctx);
     if (!b) OK_OR_DIE(TG_ERR_OOM);
-    for (int i = 0; i < nw; i++) fill(w[i], -1, 1, 7 + i);
+    for (int i = 0; i < nw; i++) {
+        if (!tg_type_is_quantized(wt)) {
+            fill(w[i], -1, 1, 7 + i);
+            continue;
+        }
+        std::mt19937 rng(7 + i);
+        std::uniform_real_distribution<float> d(-1, 1);
+        std::vector<float> v((size_t)K * M);
+        for (auto &e : v) e = d(rng);
+        std::vector<uint8_t> q(tg_nbytes(w[i]));
+        OK_OR_DIE(tg_quantize(wt, v.data(), q.data(), (int64_t)v.size()));
+        OK_OR_DIE(tg_tensor_set(w[i], q.data(), 0, q.size()));
+    }
     fill(x, -1, 1, 3);
     int it = 0;
     time_it([&] { OK_OR_DIE(tg_graph_compute(g_be, g[it++ % nw])); }, g_quick ? 3e5 : 1.5e6, &r.us, &r.us_min);
-    r.bytes = 2.0 * K * M + 4.0 * K * N + 4.0 * M * N;
+    r.bytes = (double)tg_row_size(wt, K) * M + 4.0 * K * N + 4.0 * M * N;
     r.flops = 2.0 * K * M * N;
     g_rows.push_back(r);
     tg_buffer_free(b);
@@ -343,6 +358,14 @@ int main(int argc, char **argv) {
     bench_mul_mat("mm.f16.n1", 2048, 2048, 1, 1);
     bench_mul_mat("mm.f16.n1.cold", 2048, 2048, 1, 16);
     bench_mul_mat("mm.f16.n64", 2048, 2048, 64, 1);
+    // quantized weights (activations quantized to 8 bits inside the op: the
+    // FLOP/s count the weights' multiply-adds as for F16)
+    bench_mul_mat("mm.q8_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q8_0);
+    bench_mul_mat("mm.q8_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q8_0);
+    bench_mul_mat("mm.q4_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_0);
+    bench_mul_mat("mm.q4_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_0);
+    bench_mul_mat("mm.q4_k.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_K);
+    bench_mul_mat("mm.q4_k.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_K);
     bench_kv("kv.seed", 2, 16, 4, 32, 128, 11.1);
     bench_kv("kv.decode", 64, 1, 32, 128, 4096, 182);
     const tg_delta_mode GL = TG_DELTA_GATED_LINEAR, GD = TG_DELTA_GATED_DELTA;

@@ -8,17 +8,26 @@
 #    same run (llama-bench -t 2 -p 64 -n 32 -r 3 $LLAMA_BENCH_ARGS, default
 #    "--repack 0,1": with and without its extra (repacked / AMX) weight
 #    buffers), REPS times in turn with tinygml; the medians are printed at the
-#    end and every run is in the JSON (with the 1-minute load average).
+#    end and every run is in the JSON (with the 1-minute load average);
+#  - the 125M synthetic llama quantized by tinygml-quantize to Q8_0 and Q4_0,
+#    same prompt / generation, CPU -t 2, and llama.cpp on the same quantized
+#    files when llama-bench is there (LLAMA_BENCH, default
+#    /work/peers/llama-cpu/build/bin/llama-bench if it exists). SKIP_QUANT=1 skips.
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
-#        SKIP_SHIPPED=1, SKIP_SYNTH=1, LLAMA_BENCH, LLAMA_BENCH_ARGS, REPS (1)
+#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH, LLAMA_BENCH_ARGS, REPS (1),
+#        QUANTIZE (BUILD/tinygml-quantize)
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench/models.json}
 RUN="$BUILD/tinygml-run"
 SYNTH=${SYNTH:-$BUILD/tinygml-synth}
 SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
+QUANTIZE=${QUANTIZE:-$BUILD/tinygml-quantize}
+if [ -z "${LLAMA_BENCH:-}" ] && [ -x /work/peers/llama-cpu/build/bin/llama-bench ]; then
+  LLAMA_BENCH=/work/peers/llama-cpu/build/bin/llama-bench
+fi
 PROMPT=$(head -n 1 tests/fixtures/recall_heldout.txt | cut -f1)
 N=${N_GEN:-32}
 devices="cpu"
@@ -28,7 +37,7 @@ echo "[" > "$OUT"
 first=1
 row() {  # model dev batch prompt n_gen
   local log pp tg
-  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
+  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --temp 0 --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
   pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2" "$3" "$pp" "$tg"
@@ -72,6 +81,17 @@ for line in sys.stdin:
       fi
     done
   done
+  # the 125M llama quantized (CPU only: the CUDA backend has no quantized kernels yet)
+  if [ -z "${SKIP_QUANT:-}" ] && [ -x "$QUANTIZE" ]; then
+    for ty in q8_0 q4_0; do
+      q="$SYNTH_DIR/llama-125m-$ty.gguf"
+      [ -s "$q" ] || "$QUANTIZE" "$SYNTH_DIR/llama-125m-f16.gguf" "$q" "$ty" 2>/dev/null
+      row "$q" cpu 1 "$P64" "$N"
+      if [ -n "${LLAMA_BENCH:-}" ]; then
+        "$LLAMA_BENCH" -m "$q" -t 2 -p 64 -n "$N" 2>&1 | grep -E "pp64|tg$N|error|failed" | sed "s/^/llama.cpp llama-125m-$ty: /" || true
+      fi
+    done
+  fi
 fi
 
 
@@ -106,7 +126,7 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" 
     [ "$preset" != 0.26m ] || ty=f32
     for dev in $sdev; do
       for b in 1 16; do
-        log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
+        log=$("$RUN" -m "$f" -p "$P512" -n 128 --ignore-eos --warmup --temp 0 --device "$dev" -b "$b" -t 2 -q 2>&1 >/dev/null) || true
         pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
         tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
         floor=""

@@ -312,7 +312,11 @@ tg_status check_layout(const tg_tensor *node) {
     const tg_tensor *ts[TG_MAX_SRC + 1] = {node};
     for (int i = 0; i < TG_MAX_SRC; i++) ts[i + 1] = node->src[i];
     for (const tg_tensor *t : ts) {
-        if (!t || !t->data) continue;
+        if (!t) continue;
+        if (tg_type_is_quantized(t->type))  // the CPU backend has the quantized kernels; no CUDA ones yet
+            return tg_err(TG_ERR_UNSUPPORTED, "[%s] tensor '%s' is %s: the CUDA backend has no quantized kernels yet",
+                          tg_op_get(node->op).name, t->name, tg_type_name(t->type));
+        if (!t->data) continue;
         const size_t es = tg_type_size(t->type);
         bool ok = es != 0 && (uintptr_t)t->data % es == 0;
         for (int d = 0; ok && d < TG_MAX_DIMS; d++) ok = t->ne[d] == 1 || t->nb[d] % es == 0;

@@ -1,9 +1,11 @@
 // model.cpp - load a llama or hybrid model from GGUF onto a backend.
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <memory>
 
 namespace tgm {
@@ -110,6 +112,41 @@ tg_status read_hparams(loader &L, hparams &hp) {
     return TG_OK;
 }
 
+// tinygml's tokenizer is byte-level (token = byte, models/README.md). A file
+// that lists its vocabulary the way llama.cpp reads it ("gpt2": tokens,
+// merges) must list exactly that one: the 256 byte tokens first, no merges.
+// Files without a vocabulary ("tinygml-bytes", older files; "none", the
+// synthetic models) are taken as byte-level, as before.
+tg_status check_vocab(tg_gguf *g, const hparams &hp) {
+    const char *model = nullptr;
+    if (tg_gguf_find_key(g, "tokenizer.ggml.model") < 0 || tg_gguf_get_str(g, "tokenizer.ggml.model", &model) != TG_OK ||
+        strcmp(model, "gpt2") != 0)
+        return TG_OK;
+    uint64_t n_tok = 0, n_merges = 0;
+    tg_gguf_type et;
+    if (tg_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok, nullptr) != TG_OK || et != TG_GGUF_STRING)
+        return fail(TG_ERR_FORMAT, "[model_load] tokenizer 'gpt2' needs tokenizer.ggml.tokens, an array of strings");
+    if (n_tok != (uint64_t)hp.n_vocab)
+        return fail(TG_ERR_FORMAT, "[model_load] tokenizer.ggml.tokens has %llu entries, the vocabulary %d",
+                    (unsigned long long)n_tok, hp.n_vocab);
+    if (tg_gguf_find_key(g, "tokenizer.ggml.merges") >= 0 &&
+        tg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merges, nullptr) == TG_OK && n_merges > 0)
+        return fail(TG_ERR_UNSUPPORTED,
+                    "[model_load] tokenizer 'gpt2' with %llu merges: tinygml's tokenizer is byte-level "
+                    "(256 byte tokens, no merges)",
+                    (unsigned long long)n_merges);
+    for (int b = 0; b < 256 && b < hp.n_vocab; b++) {
+        const char *text;
+        if (tg_gguf_get_arr_str(g, "tokenizer.ggml.tokens", (uint64_t)b, &text) != TG_OK ||
+            byte_token_text(b) != text)
+            return fail(TG_ERR_UNSUPPORTED,
+                        "[model_load] tokenizer 'gpt2': token %d is not byte 0x%02x's (tinygml's tokenizer is "
+                        "byte-level: token b stands for byte b)",
+                        b, b);
+    }
+    return TG_OK;
+}
+
 struct pending_tensor {
     tg_tensor *t;
     int64_t index;  // in the GGUF file, or -1 for derived data
@@ -129,6 +166,11 @@ tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, c
     if (tg_gguf_tensor_info(g, i, &nm, &type, &n_dims, ne, &nbytes) != TG_OK)
         return fail(TG_ERR_FORMAT, "[model_load] tensor '%s': %s", name.c_str(), tg_last_error());
     if (type == TG_TYPE_I32) return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' must be a float type", name.c_str());
+    // matrices feed mul_mat or get_rows, which take quantized weights; vectors
+    // (norms, biases, A_log) feed element-wise ops, which do not
+    if (tg_type_is_quantized(type) && shape.size() < 2)
+        return fail(TG_ERR_FORMAT, "[model_load] tensor '%s' is %s: only matrices may be quantized (vectors stay f32/f16)",
+                    name.c_str(), tg_type_name(type));
     for (int d = 0; d < 4; d++) {
         int64_t expect = d < (int)shape.size() ? shape[d] : 1;
         int64_t got = d < n_dims ? ne[d] : 1;
@@ -150,7 +192,85 @@ tg_status want(tg_gguf *g, tg_context *ctx, std::vector<pending_tensor> &list, c
     return TG_OK;
 }
 
-tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
+// FNV-1a 64, the model identity's hash (and the state files' checksum).
+struct fnv {
+    uint64_t h = 1469598103934665603ull;
+    void add(const void *p, size_t n) {
+        const unsigned char *b = (const unsigned char *)p;
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    }
+    template <typename T> void add(const T &v) { add(&v, sizeof v); }
+};
+
+// The model's identity for state files: architecture, hyperparameters, each
+// tensor's name, type and shape, and 3 x 64 sampled bytes of its data (head,
+// middle, tail), so that another model or other weights of the same shape
+// are told apart without hashing every weight.
+uint64_t identity_of(const model &m, const std::vector<pending_tensor> &list, tg_gguf *g) {
+    const hparams &hp = m.hp;
+    fnv f;
+    f.add(hp.arch_name.data(), hp.arch_name.size());
+    for (int v : {hp.n_vocab, hp.n_ctx, hp.n_embd, hp.n_layer, hp.n_ff, hp.n_head, hp.n_head_kv, hp.head_dim,
+                  hp.n_rot, hp.attn_interval, hp.ssm_hk, hp.ssm_hv, hp.ssm_dk, hp.ssm_dv, hp.bos, hp.eos})
+        f.add(v);
+    f.add(hp.rope_base);
+    f.add(hp.rms_eps);
+    for (const pending_tensor &p : list) {
+        const char *nm = tg_get_name(p.t);
+        f.add(nm, strlen(nm));
+        f.add((int)tg_tensor_type(p.t));
+        for (int d = 0; d < 4; d++) f.add(tg_ne(p.t, d));
+        const size_t n = tg_nbytes(p.t);
+        const unsigned char *data =
+            (const unsigned char *)(p.index >= 0 ? tg_gguf_tensor_data(g, p.index) : p.derived.data());
+        if (!data) continue;
+        for (size_t at : {(size_t)0, n / 2, n > 64 ? n - 64 : 0}) f.add(data + at, std::min<size_t>(64, n - at));
+    }
+    return f.h;
+}
+
+// Give the file's tensors their bytes: used in place from the map (a host
+// backend with a mapped file), else uploaded from the file's bytes, in pieces
+// so that a device upload from a map touches a bounded window at a time.
+tg_status place_weights(model &m, tg_gguf *g, tg_backend *be, std::vector<pending_tensor> &list,
+                        const load_options &opt) {
+    size_t file_size = 0;
+    const char *base = (const char *)tg_gguf_file_data(g, &file_size);
+    if (tg_gguf_is_mapped(g) && tg_backend_is_host(be)) {
+        // read only: a PROT_READ map faults on a write, so tinygml refuses them
+        m.buf = tg_backend_buffer_from_host_ptr(be, const_cast<char *>(base), file_size, true);
+        if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        for (pending_tensor &p : list) {
+            if (p.index < 0) continue;
+            const char *data = (const char *)tg_gguf_tensor_data(g, p.index);
+            if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
+            if (tg_buffer_place(m.buf, p.t, (size_t)(data - base)) != TG_OK)
+                return fail(TG_ERR_FORMAT, "[model_load] %s", tg_last_error());
+            m.weight_bytes += tg_nbytes(p.t);
+        }
+        m.buf_derived = tg_backend_alloc(be, m.ctx);  // the derived tensors, not in the file
+        if (!m.buf_derived) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        m.weight_bytes += tg_buffer_size(m.buf_derived);
+    } else {
+        m.buf = tg_backend_alloc(be, m.ctx);
+        if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
+        m.weight_bytes = tg_buffer_size(m.buf);
+    }
+    const size_t piece = opt.upload_piece ? opt.upload_piece : (size_t)64 << 20;
+    for (pending_tensor &p : list) {
+        if (p.index >= 0 && m.buf_derived) continue;  // in place
+        const char *data = p.index >= 0 ? (const char *)tg_gguf_tensor_data(g, p.index)
+                                        : (const char *)p.derived.data();
+        if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
+        const size_t n = tg_nbytes(p.t);
+        for (size_t off = 0; off < n; off += piece)
+            if (tg_tensor_set(p.t, data + off, off, std::min(piece, n - off)) != TG_OK)
+                return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
+    }
+    return TG_OK;
+}
+
+tg_status load_into(model &m, tg_gguf *g, tg_backend *be, const load_options &opt) {
     loader L{g, ""};
     hparams &hp = m.hp;
     TRY(read_hparams(L, hp));
@@ -170,6 +290,7 @@ tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
     if (hp.bos < 0 || hp.bos >= hp.n_vocab || hp.eos < 0 || hp.eos >= hp.n_vocab)
         return fail(TG_ERR_FORMAT, "[model_load] bos/eos ids %d/%d outside the vocabulary of %d", hp.bos, hp.eos,
                     hp.n_vocab);
+    TRY(check_vocab(g, hp));
 
     const int n_tensors = 3 + hp.n_layer * 16;
     tg_init_params ip = {(size_t)n_tensors * tg_tensor_overhead() + 4096, nullptr, true};
@@ -227,42 +348,59 @@ tg_status load_into(model &m, tg_gguf *g, tg_backend *be) {
         TRY(want(g, m.ctx, list, p + "ffn_up.weight", {E, F}, &l.ffn_up));
         TRY(want(g, m.ctx, list, p + "ffn_down.weight", {F, E}, &l.ffn_down));
     }
-    m.buf = tg_backend_alloc(be, m.ctx);
-    if (!m.buf) return fail(TG_ERR_OOM, "[model_load] %s", tg_last_error());
     m.backend = be;
-    m.weight_bytes = tg_buffer_size(m.buf);
-    for (pending_tensor &p : list) {
-        const void *data = p.index >= 0 ? tg_gguf_tensor_data(g, p.index) : p.derived.data();
-        if (!data) return fail(TG_ERR_FORMAT, "[model_load] no data for tensor '%s'", tg_get_name(p.t));
-        if (tg_tensor_set(p.t, data, 0, tg_nbytes(p.t)) != TG_OK)
-            return fail(TG_ERR_BACKEND, "[model_load] %s", tg_last_error());
-    }
+    TRY(place_weights(m, g, be, list, opt));
+    m.identity = identity_of(m, list, g);
     return TG_OK;
 }
 
 }  // namespace
 
-model *model_load(const char *path, tg_backend *be) {
+model *model_load(const char *path, tg_backend *be, const load_options &opt) {
     if (!path || !be) {
         fail(TG_ERR_ARG, "[model_load] %s is NULL", path ? "backend" : "path");
         return nullptr;
     }
-    gguf_ptr g(tg_gguf_open(path));
+    gguf_ptr g(opt.use_mmap ? tg_gguf_open_mmap(path) : tg_gguf_open(path));
     if (!g) {
         fail(TG_ERR_FORMAT, "[model_load] %s: %s", path, tg_last_error());
         return nullptr;
     }
     auto *m = new model();
-    if (load_into(*m, g.get(), be) != TG_OK) {
+    if (load_into(*m, g.get(), be, opt) != TG_OK) {
         model_free(m);
         return nullptr;
     }
+    if (m->buf_derived) m->file = g.release();  // the weights live in the map: keep it
     return m;
+}
+
+std::string byte_token_text(int b) {
+    if (b < 0 || b > 255) return "";
+    // bytes that print (and are not space) stand for themselves; the other 68
+    // take the code points from U+0100 on, in byte order (GPT-2's table)
+    auto prints = [](int c) { return (c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae; };
+    int cp = b;
+    if (!prints(b)) {
+        cp = 0x100;
+        for (int c = 0; c < b; c++) cp += !prints(c);
+    }
+    std::string s;
+    if (cp < 0x80) {
+        s += (char)cp;
+    } else {  // two UTF-8 bytes cover U+0080..U+07FF
+        s += (char)(0xc0 | (cp >> 6));
+        s += (char)(0x80 | (cp & 0x3f));
+    }
+    return s;
 }
 
 void model_free(model *m) {
     if (!m) return;
+    // buffers before the map they point into
     tg_buffer_free(m->buf);
+    tg_buffer_free(m->buf_derived);
+    tg_gguf_close(m->file);
     tg_free(m->ctx);
     delete m;
 }

@@ -7,44 +7,72 @@
 
 namespace tgm {
 
-session *session_new(const model *m, int n_seq, int n_ctx) {
+static bool cache_type_ok(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
+
+session *session_new(const model *m, const session_params &p) {
     if (!m) {
         tg_set_error(TG_ERR_ARG, "[session_new] model is NULL");
         return nullptr;
     }
-    if (n_seq < 1 || n_seq > 4096 || n_ctx < 1 || n_ctx > m->hp.n_ctx) {
-        tg_set_error(TG_ERR_ARG, "[session_new] n_seq %d must be in [1, 4096] and n_ctx %d in [1, %d]", n_seq, n_ctx,
-                     m->hp.n_ctx);
+    const hparams &hp = m->hp;
+    const int n_ctx = p.n_ctx == 0 ? hp.n_ctx : p.n_ctx;
+    if (p.n_seq < 1 || p.n_seq > 4096 || n_ctx < 1 || n_ctx > hp.n_ctx) {
+        tg_set_error(TG_ERR_ARG, "[session_new] n_seq %d must be in [1, 4096] and n_ctx %d in [1, %d]", p.n_seq,
+                     n_ctx, hp.n_ctx);
         return nullptr;
     }
-    const hparams &hp = m->hp;
+    const int n_ubatch = p.n_ubatch == 0 ? std::min(n_ctx, 512) : p.n_ubatch;
+    if (n_ubatch < 1 || n_ubatch > n_ctx) {
+        tg_set_error(TG_ERR_ARG, "[session_new] n_ubatch %d outside [1, n_ctx = %d]", p.n_ubatch, n_ctx);
+        return nullptr;
+    }
+    if (!cache_type_ok(p.type_k) || !cache_type_ok(p.type_v) || !cache_type_ok(p.type_state)) {
+        tg_set_error(TG_ERR_ARG, "[session_new] cache and state types must be f32, f16 or bf16 (got %d, %d, %d)",
+                     (int)p.type_k, (int)p.type_v, (int)p.type_state);
+        return nullptr;
+    }
     auto *s = new session();
     s->m = m;
-    s->n_seq = n_seq;
+    s->n_seq = p.n_seq;
     s->n_ctx = n_ctx;
-    s->n_past.assign(n_seq, 0);
-    tg_init_params ip = {(size_t)(3 * hp.n_layer + 4) * tg_tensor_overhead() + 4096, nullptr, true};
+    s->n_ubatch = n_ubatch;
+    s->n_rows = n_ctx + n_ubatch;
+    s->type_k = p.type_k;
+    s->type_v = p.type_v;
+    s->type_state = p.type_state;
+    s->n_past.assign(p.n_seq, 0);
+    s->tokens.assign(p.n_seq, {});
+    tg_init_params ip = {(size_t)(4 * hp.n_layer + 4) * tg_tensor_overhead() + 4096, nullptr, true};
     s->ctx = tg_init(ip);
     s->k_cache.assign(hp.n_layer, nullptr);
     s->v_cache.assign(hp.n_layer, nullptr);
     s->state.assign(hp.n_layer, nullptr);
+    s->snap.assign(hp.n_layer, nullptr);
+    s->snap_pos.assign(p.n_seq, -1);
     bool ok = s->ctx != nullptr;
     for (int il = 0; ok && il < hp.n_layer; il++) {
         if (hp.is_attention(il)) {
-            s->k_cache[il] = tg_new_tensor_4d(s->ctx, TG_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx, n_seq);
-            s->v_cache[il] = tg_new_tensor_4d(s->ctx, TG_TYPE_F32, hp.head_dim, hp.n_head_kv, n_ctx, n_seq);
+            s->k_cache[il] = tg_new_tensor_4d(s->ctx, p.type_k, hp.head_dim, hp.n_head_kv, s->n_rows, p.n_seq);
+            s->v_cache[il] = tg_new_tensor_4d(s->ctx, p.type_v, hp.head_dim, hp.n_head_kv, s->n_rows, p.n_seq);
             ok = s->k_cache[il] && s->v_cache[il];
         } else {
-            s->state[il] = tg_new_tensor_4d(s->ctx, TG_TYPE_F32, hp.ssm_dk, hp.ssm_dv, hp.ssm_hv, n_seq);
+            s->state[il] = tg_new_tensor_4d(s->ctx, p.type_state, hp.ssm_dk, hp.ssm_dv, hp.ssm_hv, p.n_seq);
             ok = s->state[il] != nullptr;
+            if (ok && p.checkpoints) {
+                s->snap[il] = tg_new_tensor_4d(s->ctx, p.type_state, hp.ssm_dk, hp.ssm_dv, hp.ssm_hv, p.n_seq);
+                ok = s->snap[il] != nullptr;
+            }
         }
     }
     if (ok) {
-        s->inputs = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, 2 * (int64_t)n_ctx * n_seq);
-        ok = s->inputs != nullptr;
+        s->inputs = tg_new_tensor_1d(s->ctx, TG_TYPE_I32, 4 * (int64_t)n_ubatch * p.n_seq);
+        s->mask_table = tg_new_tensor_2d(s->ctx, TG_TYPE_F32, 1, 2);
+        ok = s->inputs && s->mask_table;
     }
     if (ok) s->buf = tg_backend_alloc(m->backend, s->ctx);
-    if (!ok || !s->buf || tg_buffer_clear(s->buf, 0) != TG_OK) {
+    const float table[2] = {0.0f, 1.0f};
+    if (!ok || !s->buf || tg_buffer_clear(s->buf, 0) != TG_OK ||
+        tg_tensor_set(s->mask_table, table, 0, sizeof table) != TG_OK) {
         tg_set_error(TG_ERR_OOM, "[session_new] %s", tg_last_error());
         session_free(s);
         return nullptr;
@@ -53,12 +81,26 @@ session *session_new(const model *m, int n_seq, int n_ctx) {
     return s;
 }
 
+session *session_new(const model *m, int n_seq, int n_ctx) {
+    session_params p;
+    p.n_seq = n_seq;
+    p.n_ctx = n_ctx;
+    if (n_ctx == 0) p.n_ctx = -1;  // 0 means "the model's" only in session_params
+    return session_new(m, p);
+}
+
+// The shape a graph is built for: columns [col0, col0 + ncol) of the caches,
+// T tokens per column (real ones first, then padding), R logit rows.
+struct shape {
+    int col0, ncol, T, R;
+    bool operator==(const shape &o) const { return col0 == o.col0 && ncol == o.ncol && T == o.T && R == o.R; }
+};
+
 struct session_graph {
-    int seq0, n, T;
-    bool all_logits;
+    shape sh;
     tg_context *ctx;  // the graph's tensors (metadata only: views of the slots, op results)
     tg_graph *g;
-    tg_tensor *out;  // logits {V, T or 1, n}
+    tg_tensor *out;  // logits {V, R}
     uint64_t last_use;
 };
 
@@ -94,6 +136,8 @@ tg_status session_reset(session *s, int seq) {
                 if (st != TG_OK) return st;
             }
     s->n_past[seq] = 0;
+    s->tokens[seq].clear();
+    s->snap_pos[seq] = -1;
     return TG_OK;
 }
 
@@ -111,11 +155,13 @@ struct builder {
     session &s;
     tg_context *ctx;
     int seq0, n, T;
-    tg_tensor *pos;  // {T, n} I32
+    tg_tensor *pos;   // {T, n} I32
+    tg_tensor *mask;  // {1, T, n} F32: 1 for a real token, 0 for padding
 
     tg_tensor *norm(tg_tensor *x, tg_tensor *w) { return tg_mul(ctx, tg_rms_norm(ctx, x, hp.rms_eps), w); }
 
-    // x {E, T, n} -> {E, T, n}
+    // x {E, T, n} -> {E, T, n}. Padding tokens write K/V rows past their
+    // sequence's end (scratch rows that no real query reads).
     tg_tensor *attention(int il, tg_tensor *xn) {
         const layer &l = m.layers[il];
         const int64_t D = hp.head_dim;
@@ -133,14 +179,17 @@ struct builder {
         return tg_mul_mat(ctx, l.wo, o);
     }
 
+    // Padding tokens get beta = 0 and log gate 0 (decay 1): S is left as it
+    // was, so a padded column's state equals its unpadded run.
     tg_tensor *delta(int il, tg_tensor *xn) {
         const layer &l = m.layers[il];
         tg_tensor *q = tg_reshape_4d(ctx, tg_mul_mat(ctx, l.ssm_q, xn), hp.ssm_dk, hp.ssm_hk, T, n);
         tg_tensor *k = tg_reshape_4d(ctx, tg_mul_mat(ctx, l.ssm_k, xn), hp.ssm_dk, hp.ssm_hk, T, n);
         tg_tensor *v = tg_reshape_4d(ctx, tg_mul_mat(ctx, l.ssm_v, xn), hp.ssm_dv, hp.ssm_hv, T, n);
-        tg_tensor *beta = tg_sigmoid(ctx, tg_mul_mat(ctx, l.ssm_beta, xn));  // {Hv, T, n}
+        tg_tensor *beta = tg_mul(ctx, tg_sigmoid(ctx, tg_mul_mat(ctx, l.ssm_beta, xn)), mask);  // {Hv, T, n}
         tg_tensor *g = tg_mul(ctx, tg_softplus(ctx, tg_add(ctx, tg_mul_mat(ctx, l.ssm_alpha, xn), l.ssm_dt_bias)),
                               l.ssm_neg_exp_a);  // log gate, {Hv, T, n}
+        g = tg_mul(ctx, g, mask);
         tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true,
                               TG_DELTA_ALGO_AUTO};
         tg_tensor *st = seq_slice(ctx, s.state[il], seq0, n);
@@ -155,16 +204,15 @@ struct builder {
         return tg_mul_mat(ctx, l.ffn_down, h);
     }
 
-    // tokens {T, n} I32 -> logits {V, T or 1, n}
-    tg_tensor *forward(tg_tensor *tokens, bool all_logits) {
+    // tokens {T, n} I32, rows {R} I32 (flat token indices t + T*col) -> logits {V, R}
+    tg_tensor *forward(tg_tensor *tokens, tg_tensor *rows) {
         tg_tensor *x = tg_get_rows(ctx, m.tok_embd, tokens);  // {E, T, n}
         for (int il = 0; il < hp.n_layer; il++) {
             tg_tensor *xn = norm(x, m.layers[il].attn_norm);
             x = tg_add(ctx, x, hp.is_attention(il) ? attention(il, xn) : delta(il, xn));
             x = tg_add(ctx, x, ffn(il, norm(x, m.layers[il].ffn_norm)));
         }
-        if (!all_logits && T > 1)  // only the last token of each sequence
-            x = tg_view_3d(ctx, x, hp.n_embd, 1, n, tg_nb(x, 1), tg_nb(x, 2), tg_nb(x, 1) * (size_t)(T - 1));
+        x = tg_get_rows(ctx, tg_reshape_2d(ctx, x, hp.n_embd, (int64_t)T * n), rows);  // {E, R}
         return tg_mul_mat(ctx, m.output, norm(x, m.out_norm));
     }
 };
@@ -172,37 +220,41 @@ struct builder {
 }  // namespace
 
 // Build the forward graph of one batch shape. Inputs are views of the
-// session's persistent input slot (token ids, then positions): a step
-// writes them with tg_tensor_set, so the graph does not depend on the values.
-static session_graph *build_graph(session *s, int seq0, int n, int T, bool all_logits) {
+// session's persistent input slot: a step writes them with tg_tensor_set,
+// so the graph does not depend on the values.
+static session_graph *build_graph(session *s, const shape &sh) {
     const hparams &hp = s->m->hp;
-    const size_t n_nodes = (size_t)hp.n_layer * 40 + 64;
+    const size_t n_nodes = (size_t)hp.n_layer * 44 + 64;
     tg_init_params ip = {n_nodes * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true};
     tg_context *ctx = tg_init(ip);
     if (!ctx) return nullptr;
+    const int T = sh.T, n = sh.ncol;
+    const size_t ct = (size_t)n * T * 4;
     tg_tensor *tok = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, 0);
-    tg_tensor *pv = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, (size_t)n * T * 4);
-    builder bld{*s->m, hp, *s, ctx, seq0, n, T, pv};
-    tg_tensor *out = tok && pv ? bld.forward(tok, all_logits) : nullptr;
+    tg_tensor *pv = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, ct);
+    tg_tensor *mv = tg_view_2d(ctx, s->inputs, T, n, (size_t)T * 4, 2 * ct);
+    tg_tensor *rows = tg_view_1d(ctx, s->inputs, sh.R, 3 * ct);
+    tg_tensor *mask = mv ? tg_get_rows(ctx, s->mask_table, mv) : nullptr;  // {1, T, n}
+    builder bld{*s->m, hp, *s, ctx, sh.col0, n, T, pv, mask};
+    tg_tensor *out = tok && pv && mask && rows ? bld.forward(tok, rows) : nullptr;
     tg_graph *g = out ? tg_graph_new(ctx) : nullptr;
     if (!g || tg_graph_expand(g, out) != TG_OK) {
-        tg_set_error(TG_ERR_ARG, "[session_eval] cannot build the graph: %s", tg_last_error());
+        tg_set_error(TG_ERR_ARG, "[session] cannot build the graph: %s", tg_last_error());
         tg_free(ctx);
         return nullptr;
     }
-    auto *sg = new session_graph{seq0, n, T, all_logits, ctx, g, out, 0};
-    return sg;
+    return new session_graph{sh, ctx, g, out, 0};
 }
 
 // The kept graph of this shape, built (and kept, dropping the least recently
 // used beyond session_max_graphs) when there is none.
-static session_graph *graph_for(session *s, int seq0, int n, int T, bool all_logits) {
+static session_graph *graph_for(session *s, const shape &sh) {
     for (session_graph *sg : s->graphs)
-        if (sg->seq0 == seq0 && sg->n == n && sg->T == T && sg->all_logits == all_logits) {
+        if (sg->sh == sh) {
             sg->last_use = ++s->clock;
             return sg;
         }
-    session_graph *sg = build_graph(s, seq0, n, T, all_logits);
+    session_graph *sg = build_graph(s, sh);
     if (!sg) return nullptr;
     sg->last_use = ++s->clock;
     if ((int)s->graphs.size() >= session_max_graphs) {
@@ -219,12 +271,130 @@ tg_status session_reserve(session *s, int T_max) {
     if (!s) return tg_set_error(TG_ERR_ARG, "[session_reserve] session is NULL");
     if (T_max < 1 || T_max > s->n_ctx)
         return tg_set_error(TG_ERR_ARG, "[session_reserve] T_max %d outside [1, %d]", T_max, s->n_ctx);
-    session_graph *sg = s->reuse_graphs ? graph_for(s, 0, s->n_seq, T_max, true) : build_graph(s, 0, s->n_seq, T_max, true);
+    const int T = std::min(T_max, s->n_ubatch);
+    const shape sh{0, s->n_seq, T, s->n_seq * T};
+    session_graph *sg = s->reuse_graphs ? graph_for(s, sh) : build_graph(s, sh);
     if (!sg) return tg_set_error(TG_ERR_OOM, "[session_reserve] %s", tg_last_error());
     tg_status st = tg_backend_reserve(s->m->backend, sg->g);
     if (st != TG_OK) st = tg_set_error(st, "[session_reserve] %s", tg_last_error());
     if (!s->reuse_graphs) free_graph(sg);
     return st;
+}
+
+static int pow2_at_least(int x) {
+    int p = 1;
+    while (p < x) p *= 2;
+    return p;
+}
+
+// One graph's worth of a batch: per sequence, the batch indices of its
+// tokens in this round.
+static tg_status run_round(session *s, const std::vector<std::vector<int>> &idx, const batch &b,
+                           const std::vector<int> &out_slot, std::vector<float> *logits, const char *who) {
+    int lo = s->n_seq, hi = -1, tmax = 0;
+    for (int q = 0; q < s->n_seq; q++)
+        if (!idx[q].empty()) {
+            lo = std::min(lo, q), hi = std::max(hi, q);
+            tmax = std::max(tmax, (int)idx[q].size());
+        }
+    const int C = hi - lo + 1;
+    bool ragged = false;
+    for (int c = 0; c < C; c++) ragged |= (int)idx[lo + c].size() != tmax;
+    // a ragged round is padded to a power of two, so that few shapes recur
+    const int T = ragged ? std::min(pow2_at_least(tmax), s->n_ubatch) : tmax;
+    const size_t ct = (size_t)C * T;
+    std::vector<int32_t> in(3 * ct, 0);
+    std::vector<int> want;  // batch indices of the logit rows, in batch order
+    std::vector<int32_t> rows;
+    for (int c = 0; c < C; c++) {
+        const int q = lo + c;
+        for (int t = 0; t < T; t++) {
+            const bool real = t < (int)idx[q].size();
+            in[(size_t)c * T + t] = real ? b.token[idx[q][t]] : 0;
+            in[ct + (size_t)c * T + t] = s->n_past[q] + t;  // padding continues past the end (scratch rows)
+            in[2 * ct + (size_t)c * T + t] = real ? 1 : 0;
+            if (real && b.logits[idx[q][t]]) want.push_back(idx[q][t]), rows.push_back(c * T + t);
+        }
+    }
+    // rows in batch order (the columns above are in sequence order)
+    std::vector<size_t> order(want.size());
+    for (size_t i = 0; i < order.size(); i++) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t c) { return want[a] < want[c]; });
+    const int n_want = (int)want.size();
+    int R = n_want;
+    if (R != C && R != (int)ct) R = std::min(pow2_at_least(std::max(R, 1)), (int)ct);
+    for (size_t i = 0; i < order.size(); i++) in.push_back(rows[order[i]]);
+    while ((int)in.size() < (int)(3 * ct) + R) in.push_back(0);
+
+    const shape sh{lo, C, T, R};
+    session_graph *sg = s->reuse_graphs ? graph_for(s, sh) : build_graph(s, sh);
+    if (!sg) return tg_set_error(TG_ERR_OOM, "[%s] %s", who, tg_last_error());
+    tg_status st = tg_tensor_set(s->inputs, in.data(), 0, in.size() * 4);
+    if (st == TG_OK) st = tg_graph_compute(s->m->backend, sg->g);
+    const size_t V = (size_t)s->m->hp.n_vocab;
+    std::vector<float> got((size_t)n_want * V);
+    if (st == TG_OK && n_want > 0) st = tg_tensor_get(sg->out, got.data(), 0, got.size() * 4);
+    if (st == TG_OK) {
+        for (int i = 0; i < n_want; i++)
+            memcpy(&(*logits)[(size_t)out_slot[want[order[i]]] * V], &got[(size_t)i * V], V * 4);
+        for (int q = lo; q <= hi; q++)
+            for (int i : idx[q]) {
+                s->tokens[q].push_back(b.token[i]);
+                s->n_past[q]++;
+            }
+    } else {
+        st = tg_set_error(st, "[%s] %s", who, tg_last_error());
+    }
+    if (!s->reuse_graphs) free_graph(sg);
+    return st;
+}
+
+// Check a batch and run it in rounds of at most n_ubatch tokens per sequence.
+static tg_status decode(session *s, const batch &b, std::vector<float> *logits, const char *who) {
+    if (!s || !logits) return tg_set_error(TG_ERR_ARG, "[%s] NULL argument", who);
+    const int n = b.size();
+    if (n < 1 || b.pos.size() != (size_t)n || b.seq.size() != (size_t)n || b.logits.size() != (size_t)n)
+        return tg_set_error(TG_ERR_ARG, "[%s] the batch is empty or its arrays differ in length", who);
+    const hparams &hp = s->m->hp;
+    std::vector<std::vector<int>> per(s->n_seq);
+    std::vector<int> out_slot(n, -1);
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        const int q = b.seq[i];
+        if (q < 0 || q >= s->n_seq)
+            return tg_set_error(TG_ERR_ARG, "[%s] token %d: sequence %d outside [0, %d)", who, i, q, s->n_seq);
+        if (b.token[i] < 0 || b.token[i] >= hp.n_vocab)
+            return tg_set_error(TG_ERR_ARG, "[%s] token id %d at %d outside [0, %d)", who, b.token[i], i,
+                                hp.n_vocab);
+        const int expect = s->n_past[q] + (int)per[q].size();
+        if (expect >= s->n_ctx)
+            return tg_set_error(TG_ERR_ARG, "[%s] sequence %d: %d + %zu tokens exceed the context of %d", who, q,
+                                s->n_past[q], per[q].size() + 1, s->n_ctx);
+        if (b.pos[i] != expect)
+            return tg_set_error(TG_ERR_ARG,
+                                "[%s] token %d of sequence %d is at position %d; its sequence continues at %d", who,
+                                i, q, b.pos[i], expect);
+        per[q].push_back(i);
+        if (b.logits[i]) out_slot[i] = n_out++;
+    }
+    logits->assign((size_t)n_out * hp.n_vocab, 0.0f);
+    for (size_t r0 = 0;; r0 += (size_t)s->n_ubatch) {
+        std::vector<std::vector<int>> idx(s->n_seq);
+        bool any = false;
+        for (int q = 0; q < s->n_seq; q++)
+            if (per[q].size() > r0) {
+                const size_t r1 = std::min(per[q].size(), r0 + (size_t)s->n_ubatch);
+                idx[q].assign(per[q].begin() + (long)r0, per[q].begin() + (long)r1);
+                any = true;
+            }
+        if (!any) return TG_OK;
+        tg_status st = run_round(s, idx, b, out_slot, logits, who);
+        if (st != TG_OK) return st;
+    }
+}
+
+tg_status session_decode(session *s, const batch &b, std::vector<float> *logits) {
+    return decode(s, b, logits, "session_decode");
 }
 
 tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T, bool all_logits,
@@ -233,40 +403,162 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
     if (n < 1 || seq0 < 0 || seq0 + n > s->n_seq || T < 1)
         return tg_set_error(TG_ERR_ARG, "[session_eval] sequences [%d, %d) or T = %d invalid for %d sequences", seq0,
                             seq0 + n, T, s->n_seq);
-    const hparams &hp = s->m->hp;
+    batch bt;
     for (int b = 0; b < n; b++)
-        if (s->n_past[seq0 + b] + T > s->n_ctx)
-            return tg_set_error(TG_ERR_ARG, "[session_eval] sequence %d: %d + %d tokens exceed the context of %d",
-                                seq0 + b, s->n_past[seq0 + b], T, s->n_ctx);
-    for (int i = 0; i < n * T; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp.n_vocab)
-            return tg_set_error(TG_ERR_ARG, "[session_eval] token id %d at %d outside [0, %d)", tokens[i], i,
-                                hp.n_vocab);
-    // token ids, then positions: the graph's inputs, one upload
-    const size_t nt = (size_t)n * T;
-    std::vector<int32_t> in(2 * nt);
-    memcpy(in.data(), tokens, nt * 4);
-    for (int b = 0; b < n; b++)
-        for (int t = 0; t < T; t++) in[nt + (size_t)b * T + t] = s->n_past[seq0 + b] + t;
+        for (int t = 0; t < T; t++)
+            bt.add(tokens[(size_t)b * T + t], s->n_past[seq0 + b] + t, seq0 + b, all_logits || t == T - 1);
+    return decode(s, bt, logits, "session_eval");
+}
 
-    session_graph *sg = s->reuse_graphs ? graph_for(s, seq0, n, T, all_logits) : build_graph(s, seq0, n, T, all_logits);
-    if (!sg) return tg_set_error(TG_ERR_OOM, "[session_eval] %s", tg_last_error());
-    tg_status st = tg_tensor_set(s->inputs, in.data(), 0, in.size() * 4);
-    if (st == TG_OK) st = tg_graph_compute(s->m->backend, sg->g);
-    if (st == TG_OK) {
-        logits->resize((size_t)tg_nelements(sg->out));
-        st = tg_tensor_get(sg->out, logits->data(), 0, logits->size() * 4);
+// ---------------------------------------------------------------------------
+// sequence operations
+
+static bool has_recurrent(const session *s) {
+    for (tg_tensor *t : s->state)
+        if (t) return true;
+    return false;
+}
+
+// Forget sequence q: its state zeroed (a fresh start), its length 0. Its KV
+// rows are left: no query reads a row at or past its sequence's length.
+static tg_status clear_seq(session *s, int q) {
+    for (tg_tensor *t : s->state)
+        if (t) {
+            tg_status st = zero_sequence(t, q);
+            if (st != TG_OK) return st;
+        }
+    s->n_past[q] = 0;
+    s->tokens[q].clear();
+    s->snap_pos[q] = -1;
+    return TG_OK;
+}
+
+// Copy sequence src's slice of per-sequence tensor a into dst's slice of b
+// (the same shape), first `bytes` of it, through the host.
+static tg_status copy_slice(tg_tensor *a, int src, tg_tensor *b, int dst, size_t bytes) {
+    std::vector<char> tmp(bytes);
+    tg_status st = tg_tensor_get(a, tmp.data(), tg_nb(a, 3) * (size_t)src, bytes);
+    return st == TG_OK ? tg_tensor_set(b, tmp.data(), tg_nb(b, 3) * (size_t)dst, bytes) : st;
+}
+
+static tg_status check_seq(const session *s, int seq, bool all_ok, const char *who) {
+    if (!s) return tg_set_error(TG_ERR_ARG, "[%s] session is NULL", who);
+    if ((seq < 0 && !(all_ok && seq == -1)) || seq >= s->n_seq)
+        return tg_set_error(TG_ERR_ARG, "[%s] sequence %d outside [0, %d)%s", who, seq, s->n_seq,
+                            all_ok ? " (or -1: all)" : "");
+    return TG_OK;
+}
+
+// Cut sequence q to its first p0 tokens.
+static tg_status truncate_seq(session *s, int q, int p0) {
+    if (p0 >= s->n_past[q]) return TG_OK;
+    if (!has_recurrent(s) || p0 == 0) {
+        if (p0 == 0) return clear_seq(s, q);
+        s->n_past[q] = p0;
+        s->tokens[q].resize((size_t)p0);
+        return TG_OK;
     }
-    if (st == TG_OK)
-        for (int b = 0; b < n; b++) s->n_past[seq0 + b] += T;
-    else
-        st = tg_set_error(st, "[session_eval] %s", tg_last_error());
-    if (!s->reuse_graphs) free_graph(sg);
+    // the recurrent state cannot be rewound: run the kept tokens again, from
+    // the checkpoint when it is at or before p0, else from zero
+    std::vector<int32_t> keep(s->tokens[q].begin(), s->tokens[q].begin() + p0);
+    const int from = s->snap_pos[q] >= 0 && s->snap_pos[q] <= p0 ? s->snap_pos[q] : 0;
+    tg_status st = TG_OK;
+    if (from > 0) {
+        for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++)
+            if (s->snap[il]) st = copy_slice(s->snap[il], q, s->state[il], q, tg_nb(s->state[il], 3));
+        s->n_past[q] = from;
+        s->tokens[q].resize((size_t)from);
+    } else {
+        st = clear_seq(s, q);
+    }
+    batch b;
+    for (int t = from; t < p0; t++) b.add(keep[t], t, q, false);
+    std::vector<float> unused;
+    if (st == TG_OK && b.size() > 0) st = decode(s, b, &unused, "session_seq_rm");
+    s->n_replayed += b.size();
+    if (st != TG_OK) {
+        clear_seq(s, q);  // a half-replayed sequence is worse than an empty one
+        return tg_set_error(st, "[session_seq_rm] sequence %d: re-evaluating its first %d tokens failed (the "
+                                "sequence is now empty): %s", q, p0, tg_last_error());
+    }
+    return TG_OK;
+}
+
+tg_status session_seq_checkpoint(session *s, int seq) {
+    tg_status st = check_seq(s, seq, false, "session_seq_checkpoint");
+    if (st != TG_OK || !has_recurrent(s)) return st;
+    bool any = false;
+    for (tg_tensor *t : s->snap) any |= t != nullptr;
+    if (!any)
+        return tg_set_error(TG_ERR_ARG, "[session_seq_checkpoint] the session was made without checkpoints "
+                                        "(session_params.checkpoints)");
+    for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++)
+        if (s->snap[il]) st = copy_slice(s->state[il], seq, s->snap[il], seq, tg_nb(s->state[il], 3));
+    s->snap_pos[seq] = st == TG_OK ? s->n_past[seq] : -1;
+    return st == TG_OK ? TG_OK : tg_set_error(st, "[session_seq_checkpoint] %s", tg_last_error());
+}
+
+tg_status session_seq_rm(session *s, int seq, int p0, int p1) {
+    tg_status st = check_seq(s, seq, true, "session_seq_rm");
+    if (st != TG_OK) return st;
+    if (p0 < 0) p0 = 0;
+    const int q0 = seq < 0 ? 0 : seq, q1 = seq < 0 ? s->n_seq : seq + 1;
+    // all checks first: a refused range changes nothing in any sequence
+    for (int q = q0; q < q1; q++) {
+        const int len = s->n_past[q];
+        if (p1 >= 0 && p1 < len && p0 < p1)
+            return tg_set_error(TG_ERR_UNSUPPORTED,
+                                "[session_seq_rm] sequence %d: removing [%d, %d) of its %d positions would leave a "
+                                "hole; only a tail [p0, end) can be removed",
+                                q, p0, p1, len);
+    }
+    for (int q = q0; q < q1 && st == TG_OK; q++)
+        if (p1 < 0 || p0 < p1) st = truncate_seq(s, q, p0);
+    return st;
+}
+
+tg_status session_seq_cp(session *s, int src, int dst) {
+    tg_status st = check_seq(s, src, false, "session_seq_cp");
+    if (st == TG_OK) st = check_seq(s, dst, false, "session_seq_cp");
+    if (st != TG_OK || src == dst) return st;
+    const int len = s->n_past[src];
+    for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++) {
+        if (s->state[il]) {
+            st = copy_slice(s->state[il], src, s->state[il], dst, tg_nb(s->state[il], 3));
+            if (st == TG_OK && s->snap[il] && s->snap_pos[src] >= 0)
+                st = copy_slice(s->snap[il], src, s->snap[il], dst, tg_nb(s->snap[il], 3));
+        } else {
+            st = copy_slice(s->k_cache[il], src, s->k_cache[il], dst, tg_nb(s->k_cache[il], 2) * (size_t)len);
+            if (st == TG_OK)
+                st = copy_slice(s->v_cache[il], src, s->v_cache[il], dst, tg_nb(s->v_cache[il], 2) * (size_t)len);
+        }
+    }
+    if (st != TG_OK) {
+        clear_seq(s, dst);
+        return tg_set_error(st, "[session_seq_cp] %d -> %d failed (sequence %d is now empty): %s", src, dst, dst,
+                            tg_last_error());
+    }
+    s->n_past[dst] = len;
+    s->tokens[dst] = s->tokens[src];
+    s->snap_pos[dst] = s->snap_pos[src];
+    return TG_OK;
+}
+
+tg_status session_seq_keep(session *s, int seq) {
+    tg_status st = check_seq(s, seq, false, "session_seq_keep");
+    for (int q = 0; q < (s ? s->n_seq : 0) && st == TG_OK; q++)
+        if (q != seq) st = clear_seq(s, q);
+    return st;
+}
+
+tg_status session_clear(session *s) {
+    tg_status st = check_seq(s, -1, true, "session_clear");
+    for (int q = 0; q < (s ? s->n_seq : 0) && st == TG_OK; q++) st = clear_seq(s, q);
     return st;
 }
 
 // ---------------------------------------------------------------------------
-// tokenizer and sampling
+// tokenizer (the sampler is in sampler.cpp)
 
 std::vector<int32_t> tokenize(const std::string &text, bool add_bos) {
     std::vector<int32_t> t;
@@ -276,36 +568,5 @@ std::vector<int32_t> tokenize(const std::string &text, bool add_bos) {
 }
 
 std::string detokenize(int32_t token) { return token >= 0 && token < 256 ? std::string(1, (char)token) : ""; }
-
-int32_t sampler::sample(const float *logits, int n_vocab) {
-    // only finite logits are candidates: a NaN or inf is never drawn
-    int best = -1;
-    for (int i = 0; i < n_vocab; i++)
-        if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
-    if (best < 0) return -1;
-    if (!(temp >= kMinTemp)) return best;  // greedy (also for a NaN temp)
-    std::vector<std::pair<double, int>> c;
-    c.reserve((size_t)n_vocab);
-    for (int i = 0; i < n_vocab; i++)
-        if (std::isfinite(logits[i])) c.push_back({(double)logits[i] / temp, i});  // finite in double
-    std::sort(c.begin(), c.end(), [](auto &a, auto &b) { return a.first > b.first; });
-    const int n = (int)c.size();
-    int k = top_k > 0 ? std::min(top_k, n) : n;
-    c.resize((size_t)k);
-    double sum = 0.0;
-    std::vector<double> p((size_t)k);
-    for (int i = 0; i < k; i++) sum += (p[i] = std::exp(c[i].first - c[0].first));
-    double cum = 0.0;
-    int keep = k;
-    for (int i = 0; i < k; i++) {
-        cum += p[i] / sum;
-        if (cum >= top_p) {
-            keep = i + 1;
-            break;
-        }
-    }
-    std::discrete_distribution<int> d(p.begin(), p.begin() + keep);
-    return c[(size_t)d(rng)].second;
-}
 
 }  // namespace tgm

@@ -15,10 +15,10 @@ static std::mutex g_reg_mutex;
 static std::unordered_map<uint64_t, tg_buffer_entry> g_registry;
 static uint64_t g_next_buffer_id = 1;
 
-uint64_t tg_registry_add(tg_backend *be, void *base, size_t size) {
+uint64_t tg_registry_add(tg_backend *be, void *base, size_t size, bool read_only) {
     std::lock_guard<std::mutex> lock(g_reg_mutex);
     uint64_t id = g_next_buffer_id++;
-    g_registry[id] = tg_buffer_entry{be, base, size};
+    g_registry[id] = tg_buffer_entry{be, base, size, read_only};
     return id;
 }
 void tg_registry_remove(uint64_t id) {
@@ -46,6 +46,11 @@ tg_status tg_check_storage(const char *call, const tg_tensor *t, tg_backend **ow
     return TG_OK;
 }
 
+bool tg_storage_read_only(const tg_tensor *t) {
+    tg_buffer_entry e;
+    return t->data && t->buffer_id != 0 && tg_registry_lookup(t->buffer_id, &e) && e.read_only;
+}
+
 // ---------------------------------------------------------------------------
 // buffers
 
@@ -56,6 +61,8 @@ struct tg_buffer {
     void *base;
     size_t size;
     uint64_t id;
+    bool owned = true;       // false: caller memory (from_host_ptr), never deallocated here
+    bool read_only = false;  // caller memory that must not be written
 };
 
 static std::mutex g_handles_mu;
@@ -85,10 +92,27 @@ static bool buffer_live(const tg_buffer *buf) {
 // Release buf's storage (registry entry first, so no tensor reaches it).
 static void buffer_release(tg_buffer *buf) {
     tg_registry_remove(buf->id);
-    buf->backend->iface->dealloc(buf->backend, buf->base);
+    if (buf->owned) buf->backend->iface->dealloc(buf->backend, buf->base);
     buf->backend = nullptr;
     buf->base = nullptr;
     buf->size = 0;
+}
+
+// Register buf (allocated, its fields set) with backend b and the live-handle
+// set; on failure release its storage and delete it.
+static tg_buffer *buffer_register(tg_backend *b, tg_buffer *buf, const char *call) {
+    buf->id = tg_registry_add(b, buf->base, buf->size, buf->read_only);
+    try {
+        b->buffers.push_back(buf);
+        std::lock_guard<std::mutex> lock(g_handles_mu);
+        g_buffers.insert(buf);
+    } catch (...) {
+        b->buffers.erase(std::remove(b->buffers.begin(), b->buffers.end(), buf), b->buffers.end());
+        buffer_release(buf);
+        delete buf;
+        TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of host memory", call);
+    }
+    return buf;
 }
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -121,17 +145,7 @@ tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
     buf->backend = b;
     buf->base = base;
     buf->size = total;
-    buf->id = tg_registry_add(b, base, total);
-    try {
-        b->buffers.push_back(buf);
-        std::lock_guard<std::mutex> lock(g_handles_mu);
-        g_buffers.insert(buf);
-    } catch (...) {
-        b->buffers.erase(std::remove(b->buffers.begin(), b->buffers.end(), buf), b->buffers.end());
-        buffer_release(buf);
-        delete buf;
-        TG_FAIL_NULL(TG_ERR_OOM, "[backend_alloc] out of host memory");
-    }
+    if (!buffer_register(b, buf, "backend_alloc")) return nullptr;
     size_t off = 0;
     for (tg_tensor *t : todo) {
         t->data = (char *)base + off;
@@ -146,6 +160,70 @@ tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx) {
         if (t->view_src && tg_tensor_live(t)) tg_resolve_view(t);
     return buf;
 }
+
+tg_buffer *tg_backend_buffer_from_host_ptr(tg_backend *b, void *ptr, size_t size, bool read_only) {
+    const char *call = "backend_buffer_from_host_ptr";
+    if (tg_check_backend(call, b) != TG_OK) return nullptr;
+    if (b->mem != TG_MEM_HOST)
+        TG_FAIL_NULL(TG_ERR_UNSUPPORTED,
+                     "[%s] backend %s cannot use host memory in place: allocate with tg_backend_alloc and upload "
+                     "with tg_tensor_set",
+                     call, b->name.c_str());
+    if (!ptr) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ptr is NULL", call);
+    if (size == 0) TG_FAIL_NULL(TG_ERR_ARG, "[%s] size is 0", call);
+    uintptr_t end;
+    if (__builtin_add_overflow((uintptr_t)ptr, size, &end))
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] range %p + %zu wraps the address space", call, ptr, size);
+    tg_buffer *buf = new (std::nothrow) tg_buffer();
+    if (!buf) TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of host memory", call);
+    buf->backend = b;
+    buf->base = ptr;
+    buf->size = size;
+    buf->owned = false;
+    buf->read_only = read_only;
+    return buffer_register(b, buf, call);
+}
+
+tg_status tg_buffer_place(tg_buffer *buf, tg_tensor *t, size_t offset) {
+    const char *call = "buffer_place";
+    if (!buf) return tg_err(TG_ERR_ARG, "[%s] buffer is NULL", call);
+    if (!buffer_live(buf)) return tg_err(TG_ERR_ARG, "[%s] buffer %p was freed", call, (void *)buf);
+    if (!buf->backend) return tg_err(TG_ERR_ARG, "[%s] the buffer's backend was freed", call);
+    if (buf->owned)
+        return tg_err(TG_ERR_ARG, "[%s] only buffers from tg_backend_buffer_from_host_ptr take placed tensors", call);
+    if (!t) return tg_err(TG_ERR_ARG, "[%s] tensor is NULL", call);
+    if (!tg_tensor_live(t))
+        return tg_err(TG_ERR_ARG, "[%s] tensor %p is not live: its context was freed", call, (const void *)t);
+    if (!tg_is_leaf(t))
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s' is a view or an op result: only leaves take storage", call,
+                      t->name);
+    tg_backend *owner;
+    if (t->data && tg_check_storage(call, t, &owner) == TG_OK)
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s' already has storage", call, t->name);
+    const size_t nbytes = tg_nbytes(t);
+    size_t end;
+    if (__builtin_add_overflow(offset, nbytes, &end) || end > buf->size)
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s' of %zu bytes at offset %zu ends past the buffer's %zu bytes",
+                      call, t->name, nbytes, offset, buf->size);
+    char *data = (char *)buf->base + offset;
+    // element alignment, as the kernels' loads assume (a block type whose size
+    // is not a power of two needs none beyond its parts', read bytewise)
+    size_t align = tg_type_size(t->type);
+    if (align & (align - 1)) align = 1;
+    if ((uintptr_t)data % align != 0)
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s' at offset %zu is not aligned to its %zu-byte elements", call,
+                      t->name, offset, align);
+    t->data = data;
+    t->mem = buf->backend->mem;
+    t->device = buf->backend->device;
+    t->buffer_id = buf->id;
+    tg_context *ctx = tg_tensor_context(t);
+    for (tg_tensor *v : ctx->tensors)
+        if (v->view_src && tg_tensor_live(v) && tg_view_root(v) == t) tg_resolve_view(v);
+    return TG_OK;
+}
+
+bool tg_buffer_is_read_only(const tg_buffer *buf) { return buffer_live(buf) && buf->read_only; }
 
 // Either order of tg_buffer_free and tg_backend_free is fine: the backend
 // frees its buffers' storage when it goes first, and the handles stay (empty)
@@ -168,6 +246,9 @@ tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value) {
     if (!buf) return tg_err(TG_ERR_ARG, "[buffer_clear] buffer is NULL");
     if (!buffer_live(buf)) return tg_err(TG_ERR_ARG, "[buffer_clear] buffer %p was freed", (void *)buf);
     if (!buf->backend) return tg_err(TG_ERR_ARG, "[buffer_clear] the buffer's backend was freed (its storage with it)");
+    if (buf->read_only)
+        return tg_err(TG_ERR_ARG, "[buffer_clear] buffer %p is read-only memory (tg_backend_buffer_from_host_ptr)",
+                      (void *)buf);
     return buf->backend->iface->memset(buf->backend, buf->base, value, buf->size);
 }
 
@@ -192,6 +273,11 @@ tg_status tg_tensor_set(tg_tensor *t, const void *data, size_t offset, size_t si
     if (s != TG_OK) return s;
     tg_backend *owner;
     if ((s = tg_check_storage("tensor_set", t, &owner)) != TG_OK) return s;
+    if (tg_storage_read_only(t))
+        return tg_err(TG_ERR_ARG,
+                      "[tensor_set] tensor '%s' is in read-only memory (a read-only buffer from "
+                      "tg_backend_buffer_from_host_ptr, e.g. a mapped file)",
+                      t->name);
     if (size == 0) return TG_OK;
     if (t->mem == TG_MEM_HOST) {
         memcpy((char *)t->data + offset, data, size);
@@ -229,6 +315,7 @@ void tg_backend_free(tg_backend *b) {
 }
 
 const char *tg_backend_name(const tg_backend *b) { return tg_backend_live(b) ? b->name.c_str() : ""; }
+bool tg_backend_is_host(const tg_backend *b) { return tg_backend_live(b) && b->mem == TG_MEM_HOST; }
 size_t tg_backend_compute_buffer_size(const tg_backend *b) { return tg_backend_live(b) ? b->compute_size : 0; }
 
 tg_status tg_backend_set_tf32(tg_backend *b, bool enabled) {

@@ -169,7 +169,13 @@ static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type typ
         if (__builtin_mul_overflow(n, ne[i], &n) || n > INT64_MAX / 8)
             TG_FAIL_NULL(TG_ERR_ARG, "[%s] element count overflows", call);
     }
-    size_t bytes = (size_t)n * tg_type_size(type);
+    // quantized rows are whole blocks
+    const int64_t bs = tg_type_block_size(type);
+    if (full[0] % bs != 0)
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne[0] %lld is not a multiple of %s's block size %lld", call,
+                     (long long)full[0], tg_type_name(type), (long long)bs);
+    const size_t row = tg_row_size(type, full[0]);
+    size_t bytes = row * (size_t)(n / full[0]);
     size_t need = tg_tensor_overhead() + (with_data ? bytes + k_data_align : 0);
     size_t free_bytes = ctx->mem_size > ctx->used ? ctx->mem_size - ctx->used : 0;
     if (need > free_bytes)
@@ -186,8 +192,9 @@ static tg_tensor *new_tensor_impl(tg_context *ctx, const char *call, tg_type typ
     memset(t, 0, sizeof(*t));
     t->type = type;
     for (int i = 0; i < TG_MAX_DIMS; i++) t->ne[i] = full[i];
-    t->nb[0] = tg_type_size(type);
-    for (int i = 1; i < TG_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
+    t->nb[0] = tg_type_size(type);  // a block's bytes (one element unless quantized)
+    t->nb[1] = row;
+    for (int i = 2; i < TG_MAX_DIMS; i++) t->nb[i] = t->nb[i - 1] * (size_t)t->ne[i - 1];
     t->op = TG_OP_NONE;
     t->id = g_next_tensor_id++;
     t->ctx = ctx;
@@ -243,12 +250,18 @@ tg_tensor *tg_new_view_of(tg_context *ctx, const char *call, tg_op op, tg_tensor
                           const size_t *nb, size_t offset) {
     if (!tg_check_not_null(call, "source", src)) return nullptr;
     if (n_dims < 1 || n_dims > TG_MAX_DIMS) TG_FAIL_NULL(TG_ERR_ARG, "[%s] n_dims %d not in [1, 4]", call, n_dims);
+    // quantized: dim 0 is whole blocks of bytes nb[0] (the callers keep rows whole)
+    const int64_t bs = tg_type_block_size(src->type);
+    if (ne[0] % bs != 0 || (bs > 1 && nb[0] != tg_type_size(src->type)))
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] view of %s '%s' must keep whole blocks in dim 0", call,
+                     tg_type_name(src->type), src->name);
     // bounds first: the view's last byte must lie within the source's span
     size_t span = tg_type_size(src->type);
     for (int i = 0; i < n_dims; i++) {
         if (ne[i] < 1) TG_FAIL_NULL(TG_ERR_ARG, "[%s] ne[%d] = %lld must be >= 1", call, i, (long long)ne[i]);
+        const int64_t units = i == 0 ? ne[0] / bs : ne[i];  // dim 0 steps block by block
         size_t step;
-        if (__builtin_mul_overflow((size_t)(ne[i] - 1), nb[i], &step) || __builtin_add_overflow(span, step, &span))
+        if (__builtin_mul_overflow((size_t)(units - 1), nb[i], &step) || __builtin_add_overflow(span, step, &span))
             span = SIZE_MAX;
     }
     size_t end;
@@ -296,18 +309,23 @@ int tg_n_dims(const tg_tensor *t) {
 int64_t tg_ne(const tg_tensor *t, int dim) { return tg_tensor_live(t) && dim >= 0 && dim < TG_MAX_DIMS ? t->ne[dim] : 0; }
 size_t tg_nb(const tg_tensor *t, int dim) { return tg_tensor_live(t) && dim >= 0 && dim < TG_MAX_DIMS ? t->nb[dim] : 0; }
 int64_t tg_nelements(const tg_tensor *t) { return t ? t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] : 0; }
+// Dim 0 counts blocks (ne[0] / block size of nb[0] bytes each): elements for
+// the unquantized types.
+static int64_t units(const tg_tensor *t, int dim) {
+    return dim == 0 ? t->ne[0] / tg_type_block_size(t->type) : t->ne[dim];
+}
 size_t tg_nbytes(const tg_tensor *t) {
-    if (!t) return 0;
+    if (!t || tg_type_block_size(t->type) == 0) return 0;
     size_t n = tg_type_size(t->type);
-    for (int i = 0; i < TG_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    for (int i = 0; i < TG_MAX_DIMS; i++) n += (size_t)(units(t, i) - 1) * t->nb[i];
     return n;
 }
 bool tg_is_contiguous(const tg_tensor *t) {
-    if (!t) return false;
+    if (!t || tg_type_block_size(t->type) == 0) return false;
     size_t expect = tg_type_size(t->type);
     for (int i = 0; i < TG_MAX_DIMS; i++) {
-        if (t->ne[i] != 1 && t->nb[i] != expect) return false;
-        expect *= (size_t)t->ne[i];
+        if (units(t, i) != 1 && t->nb[i] != expect) return false;
+        expect *= (size_t)units(t, i);
     }
     return true;
 }
@@ -344,11 +362,18 @@ bool tg_check_not_null(const char *call, const char *what, const tg_tensor *t) {
 bool tg_check_type(const char *call, const char *what, const tg_tensor *t, tg_type type) {
     if (!tg_check_not_null(call, what, t)) return false;
     if (t->type == type) return true;
+    if (!tg_check_not_quantized(call, what, t)) return false;
     tg_err(TG_ERR_ARG, "[%s] %s must be %s, got %s", call, what, tg_type_name(type), tg_type_name(t->type));
     return false;
 }
+bool tg_check_not_quantized(const char *call, const char *what, const tg_tensor *t) {
+    if (!tg_type_is_quantized(t->type)) return true;
+    tg_err(TG_ERR_ARG, "[%s] %s is %s: quantized tensors are only supported as mul_mat's a and get_rows' a", call,
+           what, tg_type_name(t->type));
+    return false;
+}
 bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t) {
-    if (!tg_check_not_null(call, what, t)) return false;
+    if (!tg_check_not_null(call, what, t) || !tg_check_not_quantized(call, what, t)) return false;
     if (t->type == TG_TYPE_F32 || t->type == TG_TYPE_F16 || t->type == TG_TYPE_BF16) return true;
     tg_err(TG_ERR_ARG, "[%s] %s must be f32, f16 or bf16, got %s", call, what, tg_type_name(t->type));
     return false;
@@ -360,6 +385,19 @@ bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t)
 static tg_tensor *view_nd(tg_context *ctx, const char *call, tg_tensor *a, int n_dims, const int64_t *ne,
                           const size_t *nb_in, size_t offset) {
     if (!tg_check_not_null(call, "a", a)) return nullptr;
+    if (tg_type_is_quantized(a->type)) {
+        // whole rows only: a row's blocks are only meaningful together
+        const size_t row = tg_row_size(a->type, a->ne[0]);
+        if (ne[0] != a->ne[0])
+            TG_FAIL_NULL(TG_ERR_ARG, "[%s] view of %s tensor '%s' must keep whole rows: ne0 %lld != %lld", call,
+                         tg_type_name(a->type), a->name, (long long)ne[0], (long long)a->ne[0]);
+        bool ok = offset % row == 0;
+        for (int i = 1; i < n_dims; i++) ok = ok && nb_in[i - 1] % row == 0;
+        if (!ok)
+            TG_FAIL_NULL(TG_ERR_ARG,
+                         "[%s] view of %s tensor '%s': offset %zu and strides must be multiples of its row size %zu",
+                         call, tg_type_name(a->type), a->name, offset, row);
+    }
     // as ggml: offset and strides are bytes from a's first element, and rows
     // are element-contiguous whatever a's own strides (a may be permuted)
     size_t nb[TG_MAX_DIMS];
@@ -401,9 +439,13 @@ tg_tensor *tg_reshape(tg_context *ctx, tg_tensor *a, int n_dims, const int64_t *
     }
     if (n != tg_nelements(a))
         TG_FAIL_NULL(TG_ERR_ARG, "[reshape] %lld elements cannot become %lld", (long long)tg_nelements(a), (long long)n);
+    if (tg_type_is_quantized(a->type) && ne[0] != a->ne[0])
+        TG_FAIL_NULL(TG_ERR_ARG, "[reshape] %s tensor '%s' must keep ne0 %lld (whole rows), got %lld",
+                     tg_type_name(a->type), a->name, (long long)a->ne[0], (long long)ne[0]);
     size_t nb[TG_MAX_DIMS];
     nb[0] = a->nb[0];
-    for (int i = 1; i < TG_MAX_DIMS; i++) nb[i] = nb[i - 1] * (size_t)(i - 1 < n_dims ? ne[i - 1] : 1);
+    nb[1] = tg_type_is_quantized(a->type) ? tg_row_size(a->type, ne[0]) : nb[0] * (size_t)ne[0];
+    for (int i = 2; i < TG_MAX_DIMS; i++) nb[i] = nb[i - 1] * (size_t)(i - 1 < n_dims ? ne[i - 1] : 1);
     return tg_new_view_of(ctx, "reshape", TG_OP_VIEW, a, n_dims, ne, nb, 0);
 }
 tg_tensor *tg_reshape_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1) {
@@ -429,6 +471,9 @@ tg_tensor *tg_permute(tg_context *ctx, tg_tensor *a, int axis0, int axis1, int a
                          axis2, axis3);
         seen[ax[i]] = true;
     }
+    if (tg_type_is_quantized(a->type) && ax[0] != 0)
+        TG_FAIL_NULL(TG_ERR_ARG, "[permute] %s tensor '%s': dim 0 (its blocks) cannot move", tg_type_name(a->type),
+                     a->name);
     int64_t ne[4];
     size_t nb[4];
     for (int i = 0; i < 4; i++) {

@@ -56,6 +56,9 @@ const char *tg_type_name(tg_type t) {
         case TG_TYPE_F16: return "f16";
         case TG_TYPE_BF16: return "bf16";
         case TG_TYPE_I32: return "i32";
+        case TG_TYPE_Q8_0: return "q8_0";
+        case TG_TYPE_Q4_0: return "q4_0";
+        case TG_TYPE_Q4_K: return "q4_k";
         default: return nullptr;
     }
 }
@@ -66,8 +69,34 @@ size_t tg_type_size(tg_type t) {
         case TG_TYPE_F16: return 2;
         case TG_TYPE_BF16: return 2;
         case TG_TYPE_I32: return 4;
+        case TG_TYPE_Q8_0: return 34;  // bytes per block (src/quant.h)
+        case TG_TYPE_Q4_0: return 18;
+        case TG_TYPE_Q4_K: return 144;
         default: return 0;
     }
+}
+
+int64_t tg_type_block_size(tg_type t) {
+    switch (t) {
+        case TG_TYPE_F32:
+        case TG_TYPE_F16:
+        case TG_TYPE_BF16:
+        case TG_TYPE_I32: return 1;
+        case TG_TYPE_Q8_0: return 32;
+        case TG_TYPE_Q4_0: return 32;
+        case TG_TYPE_Q4_K: return 256;
+        default: return 0;
+    }
+}
+
+bool tg_type_is_quantized(tg_type t) { return t == TG_TYPE_Q8_0 || t == TG_TYPE_Q4_0 || t == TG_TYPE_Q4_K; }
+
+size_t tg_row_size(tg_type t, int64_t ne) {
+    const int64_t bs = tg_type_block_size(t);
+    if (bs == 0 || ne < 0 || ne % bs != 0) return 0;
+    size_t n;
+    if (__builtin_mul_overflow((size_t)(ne / bs), tg_type_size(t), &n)) return 0;
+    return n;
 }
 
 // IEEE half <-> float, round to nearest even, with subnormals, inf and NaN.

@@ -77,16 +77,17 @@ struct tg_gguf {
     tg_gguf_name_index kv_index;
     std::vector<tg_gguf_tensor_entry> tensors;
     tg_gguf_name_index tensor_index;
-    unsigned char *buf = nullptr;  // the whole file, TG_GGUF_BUF_ALIGN-aligned
+    // The whole file: a TG_GGUF_BUF_ALIGN-aligned copy, or (mapped) a
+    // read-only private map of it, page-aligned, unmapped by the destructor.
+    unsigned char *buf = nullptr;
     size_t size = 0;
     size_t data_offset = 0;
+    bool mapped = false;
 
     tg_gguf() = default;
     tg_gguf(const tg_gguf &) = delete;
     tg_gguf &operator=(const tg_gguf &) = delete;
-    ~tg_gguf() {
-        if (buf) ::operator delete(buf, std::align_val_t(TG_GGUF_BUF_ALIGN));
-    }
+    ~tg_gguf();  // gguf_read.cpp
 };
 
 // Index of name in a sorted index, or -1.

@@ -5,7 +5,10 @@
 // first problem found is reported as "[call] 'file': where: what". Containers
 // only grow as bytes are consumed, so memory stays within a small multiple of
 // the file's size whatever its header declares.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -90,6 +93,9 @@ bool tg_gguf_type_from_ggml(uint32_t id, tg_type *out) {
         case 1: *out = TG_TYPE_F16; return true;
         case 30: *out = TG_TYPE_BF16; return true;
         case 26: *out = TG_TYPE_I32; return true;
+        case 8: *out = TG_TYPE_Q8_0; return true;
+        case 2: *out = TG_TYPE_Q4_0; return true;
+        case 12: *out = TG_TYPE_Q4_K; return true;
         default: return false;
     }
 }
@@ -100,6 +106,9 @@ uint32_t tg_gguf_type_to_ggml(tg_type t) {
         case TG_TYPE_F16: return 1;
         case TG_TYPE_BF16: return 30;
         case TG_TYPE_I32: return 26;
+        case TG_TYPE_Q8_0: return 8;
+        case TG_TYPE_Q4_0: return 2;
+        case TG_TYPE_Q4_K: return 12;
         default: return UINT32_MAX;
     }
 }
@@ -356,13 +365,18 @@ bool parse_tensor_info(Parser &ps, tg_gguf *g, uint64_t i) {
         const char *name = tg_gguf_ggml_type_name(ggml_type);
         if (name)
             return ps.fail(TG_ERR_UNSUPPORTED,
-                           "ggml type %u (%s) is not supported (tinygml reads f32, f16, bf16 and i32)", ggml_type,
+                           "ggml type %u (%s) is not supported (tinygml reads f32, f16, bf16, i32, q8_0, q4_0 and q4_K)", ggml_type,
                            name);
         return ps.fail(TG_ERR_FORMAT, "unknown ggml type %u", ggml_type);
     }
+    // quantized rows are whole blocks; bytes = rows * row size
+    const int64_t bs = tg_type_block_size(t.type);
+    if (t.ne[0] % bs != 0)
+        return ps.fail(TG_ERR_FORMAT, "ne[0] %" PRId64 " is not a multiple of %s's block size %" PRId64, t.ne[0],
+                       tg_type_name(t.type), bs);
     uint64_t nbytes, padded;
-    if (__builtin_mul_overflow((uint64_t)nelem, (uint64_t)tg_type_size(t.type), &nbytes) ||
-        (uint64_t)(size_t)nbytes != nbytes)
+    if (__builtin_mul_overflow((uint64_t)(nelem / t.ne[0]), (uint64_t)tg_row_size(t.type, t.ne[0]), &nbytes) ||
+        (uint64_t)(size_t)nbytes != nbytes || tg_row_size(t.type, t.ne[0]) == 0)
         return ps.fail(TG_ERR_FORMAT, "byte size of %" PRId64 " %s elements overflows", nelem,
                        tg_type_name(t.type));
     if (__builtin_add_overflow(nbytes, (uint64_t)g->alignment - 1, &padded))
@@ -518,7 +532,46 @@ struct file_closer {
     void operator()(FILE *f) const { fclose(f); }
 };
 
+// What tg_gguf_open and tg_gguf_open_mmap check before reading or mapping:
+// the path names a non-empty regular file that fits the address space.
+bool check_stat(const char *call, const std::string &where, int fd, size_t *size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        tg_err(TG_ERR_IO, "[%s] %scannot stat: %s", call, where.c_str(), strerror(errno));
+        return false;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tg_err(TG_ERR_IO, "[%s] %snot a regular file", call, where.c_str());
+        return false;
+    }
+    if (st.st_size <= 0) {
+        tg_err(TG_ERR_FORMAT, "[%s] %sfile is empty", call, where.c_str());
+        return false;
+    }
+    if ((uint64_t)st.st_size != (uint64_t)(size_t)st.st_size) {
+        tg_err(TG_ERR_OOM, "[%s] %sfile too large for this address space", call, where.c_str());
+        return false;
+    }
+    *size = (size_t)st.st_size;
+    return true;
+}
+
+struct fd_closer {
+    int fd;
+    ~fd_closer() {
+        if (fd >= 0) close(fd);
+    }
+};
+
 }  // namespace
+
+tg_gguf::~tg_gguf() {
+    if (!buf) return;
+    if (mapped)
+        munmap(buf, size);
+    else
+        ::operator delete(buf, std::align_val_t(TG_GGUF_BUF_ALIGN));
+}
 
 // ---------------------------------------------------------------------------
 // Opening
@@ -533,15 +586,10 @@ tg_gguf *tg_gguf_open(const char *path) {
         Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
         std::unique_ptr<FILE, file_closer> f(fopen(path, "rb"));
         if (!f) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
-        struct stat st;
-        if (fstat(fileno(f.get()), &st) != 0)
-            TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot stat: %s", call, ps.where.c_str(), strerror(errno));
-        if (!S_ISREG(st.st_mode)) TG_FAIL_NULL(TG_ERR_IO, "[%s] %snot a regular file", call, ps.where.c_str());
-        if (st.st_size <= 0) TG_FAIL_NULL(TG_ERR_FORMAT, "[%s] %sfile is empty", call, ps.where.c_str());
-        if ((uint64_t)st.st_size != (uint64_t)(size_t)st.st_size)
-            TG_FAIL_NULL(TG_ERR_OOM, "[%s] %sfile too large for this address space", call, ps.where.c_str());
+        size_t file_size;
+        if (!check_stat(call, ps.where, fileno(f.get()), &file_size)) return nullptr;
         std::unique_ptr<tg_gguf> g(new tg_gguf);
-        if ((uint64_t)st.st_size >= TG_GGUF_HEADER_BYTES) {
+        if (file_size >= TG_GGUF_HEADER_BYTES) {
             // the header first, from a small read: a file that is not GGUF (or
             // whose counts cannot fit) fails before the whole file is read
             unsigned char hdr[TG_GGUF_HEADER_BYTES];
@@ -551,12 +599,12 @@ tg_gguf *tg_gguf_open(const char *path) {
                              sizeof hdr, ferror(f.get()) ? strerror(errno) : "the file shrank while being read");
             Parser hp(call, ps.where);
             hp.p = hdr;
-            hp.size = (size_t)st.st_size;
+            hp.size = file_size;
             uint64_t n_tensors, n_kv;
             if (!parse_header(hp, g.get(), &n_tensors, &n_kv)) return nullptr;
             rewind(f.get());
         }
-        if (!alloc_buffer(call, ps.where, g.get(), (size_t)st.st_size)) return nullptr;
+        if (!alloc_buffer(call, ps.where, g.get(), file_size)) return nullptr;
         size_t got = fread(g->buf, 1, g->size, f.get());
         if (got != g->size)
             TG_FAIL_NULL(TG_ERR_IO, "[%s] %sread %zu of %zu bytes (%s)", call, ps.where.c_str(), got, g->size,
@@ -565,6 +613,51 @@ tg_gguf *tg_gguf_open(const char *path) {
     } catch (const std::exception &e) {
         TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory (%s)", call, e.what());
     }
+}
+
+// tg_gguf_open_mmap validates from the map itself, with the same parser and
+// checks as tg_gguf_open (the header first, then everything), so no pointer
+// into a file that fails is ever handed out: a failed open unmaps (the
+// tg_gguf's destructor). The map is private and read-only: writing through a
+// tensor pointer faults, which is why a buffer over it is read-only
+// (tg_backend_buffer_from_host_ptr). A file truncated while mapped raises
+// SIGBUS on the first touch of a page past its new end (tinygml.h).
+tg_gguf *tg_gguf_open_mmap(const char *path) {
+    const char *call = "gguf_open_mmap";
+    if (!path) TG_FAIL_NULL(TG_ERR_ARG, "[%s] path is NULL", call);
+    try {
+        Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
+        fd_closer fd{open(path, O_RDONLY | O_CLOEXEC)};
+        if (fd.fd < 0) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
+        size_t file_size;
+        if (!check_stat(call, ps.where, fd.fd, &file_size)) return nullptr;
+        void *map = mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+        if (map == MAP_FAILED)
+            TG_FAIL_NULL(errno == ENOMEM ? TG_ERR_OOM : TG_ERR_IO, "[%s] %scannot map %zu bytes: %s", call,
+                         ps.where.c_str(), file_size, strerror(errno));
+        std::unique_ptr<tg_gguf> g(new (std::nothrow) tg_gguf);
+        if (!g) {
+            munmap(map, file_size);
+            TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory", call);
+        }
+        g->buf = (unsigned char *)map;
+        g->size = file_size;
+        g->mapped = true;
+        return finish(ps, g);  // the header's checks come first in parse, as in tg_gguf_open
+    } catch (const std::exception &e) {
+        TG_FAIL_NULL(TG_ERR_OOM, "[%s] out of memory (%s)", call, e.what());
+    }
+}
+
+bool tg_gguf_is_mapped(const tg_gguf *g) { return g && g->mapped; }
+
+const void *tg_gguf_file_data(const tg_gguf *g, size_t *size) {
+    if (!g) {
+        if (size) *size = 0;
+        TG_FAIL_NULL(TG_ERR_ARG, "[gguf_file_data] file is NULL");
+    }
+    if (size) *size = g->size;
+    return g->buf;
 }
 
 tg_gguf *tg_gguf_open_memory(const void *data, size_t size) {

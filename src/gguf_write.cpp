@@ -223,8 +223,13 @@ static tg_status add_tensor(const char *call, tg_gguf_writer *w, const char *nam
         if (__builtin_mul_overflow(nelem, ne[d], &nelem))
             return tg_err(TG_ERR_ARG, "[%s] tensor '%s': element count overflows int64", call, name);
     }
+    const int64_t bs = tg_type_block_size(type);
+    if (ne[0] % bs != 0)
+        return tg_err(TG_ERR_ARG, "[%s] tensor '%s': ne[0] %" PRId64 " is not a multiple of %s's block size %" PRId64,
+                      call, name, ne[0], tg_type_name(type), bs);
     uint64_t nbytes;
-    if (__builtin_mul_overflow((uint64_t)nelem, (uint64_t)tg_type_size(type), &nbytes) ||
+    const size_t row = tg_row_size(type, ne[0]);
+    if (row == 0 || __builtin_mul_overflow((uint64_t)(nelem / ne[0]), (uint64_t)row, &nbytes) ||
         nbytes > (uint64_t)PTRDIFF_MAX)
         return tg_err(TG_ERR_ARG, "[%s] tensor '%s': byte size overflows", call, name);
     try {

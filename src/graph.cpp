@@ -114,6 +114,21 @@ static int written_roots(tg_tensor *t, tg_tensor **out) {
     return n;
 }
 
+// No op may write read-only caller memory (a mapped file's weights): refused
+// before any node runs, where the write would fault.
+static tg_status check_writes(const std::vector<tg_tensor *> &nodes) {
+    for (tg_tensor *t : nodes) {
+        tg_tensor *w[2];
+        for (int k = 0, n = written_roots(t, w); k < n; k++)
+            if (tg_is_leaf(w[k]) && tg_storage_read_only(w[k]))
+                return tg_err(TG_ERR_ARG,
+                              "[graph_compute] %s '%s' writes tensor '%s' in place, but it is in read-only memory "
+                              "(a read-only buffer from tg_backend_buffer_from_host_ptr, e.g. a mapped file)",
+                              tg_op_get(t->op).name, t->name, w[k]->name);
+    }
+    return TG_OK;
+}
+
 void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes) {
     std::vector<tg_tensor *> written;  // few: the caches, states and cpy targets
     for (tg_tensor *t : nodes) {
@@ -154,6 +169,7 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     for (const tg_tensor *t : g->nodes)
         if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
             return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
+    if ((s = check_writes(g->nodes)) != TG_OK) return s;
     if (!g->plan.valid && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
     tg_graph_mark_prechecks(g->nodes);
 

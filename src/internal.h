@@ -177,6 +177,15 @@ bool tg_is_leaf(const tg_tensor *t);           // op NONE and not a view
 bool tg_check_not_null(const char *call, const char *what, const tg_tensor *t);
 bool tg_check_type(const char *call, const char *what, const tg_tensor *t, tg_type type);
 bool tg_check_float_type(const char *call, const char *what, const tg_tensor *t);  // F32/F16/BF16
+// Refuse a quantized tensor with the message every op but mul_mat's and
+// get_rows' a gives ("[add] a is q4_0: quantized tensors are only ...").
+bool tg_check_not_quantized(const char *call, const char *what, const tg_tensor *t);
+
+// ---------------------------------------------------------------------------
+// Quantized rows (src/quant.cpp): n elements, n a multiple of t's block size,
+// t quantized (checked by the callers).
+void tg_quantize_row(tg_type t, const float *src, void *dst, int64_t n);
+void tg_dequantize_row(tg_type t, const void *src, float *dst, int64_t n);
 
 // ---------------------------------------------------------------------------
 // Element access for the CPU reference kernels (any type, any strides).
@@ -273,8 +282,11 @@ struct tg_buffer_entry {
     tg_backend *backend;
     void *base;
     size_t size;
+    bool read_only;  // caller memory that must not be written (tg_backend_buffer_from_host_ptr)
 };
-uint64_t tg_registry_add(tg_backend *be, void *base, size_t size);
+uint64_t tg_registry_add(tg_backend *be, void *base, size_t size, bool read_only = false);
+// The tensor's storage is read-only caller memory (false when it has none).
+bool tg_storage_read_only(const tg_tensor *t);
 void tg_registry_remove(uint64_t id);
 bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out);
 // Storage check used by tensor_set/get and graph_compute: the tensor has data

@@ -7,7 +7,8 @@
 //  - Tensors have up to 4 dims in ggml order: ne[0] is the innermost,
 //    contiguous dim; nb[i] are byte strides. PyTorch [B, T, H, D] is
 //    ne = {D, H, T, B}.
-//  - Compute is F32. F16/BF16 are storage types (weights, caches, states).
+//  - Compute is F32. F16/BF16 are storage types (weights, caches, states);
+//    Q8_0/Q4_0/Q4_K are weight types (mul_mat's and get_rows' a only).
 //  - Every call that can fail returns tg_status (or NULL); tg_last_error()
 //    then holds a message that starts with the call's name in brackets,
 //    e.g. "[add] cannot broadcast b {3,1,1,1} to a {4,2,1,1}". A failed call
@@ -60,14 +61,42 @@ typedef enum tg_type {
     TG_TYPE_F16 = 1,
     TG_TYPE_BF16 = 2,
     TG_TYPE_I32 = 3,
+    // Quantized weight types, ggml's block layouts (docs/ops.md "Quantized
+    // types"): a row of ne[0] elements is ne[0] / block blocks, each one scale
+    // (and min) plus packed integers. Allowed as mul_mat's a and get_rows' a
+    // only; every other op refuses them.
+    TG_TYPE_Q8_0 = 4,  // 32 elements in 34 bytes: f16 d, int8 q[32]; x = d * q
+    TG_TYPE_Q4_0 = 5,  // 32 elements in 18 bytes: f16 d, 16 bytes of nibbles; x = d * (q - 8)
+    TG_TYPE_Q4_K = 6,  // 256 elements in 144 bytes: f16 d, dmin, 8 sub-blocks of 32 with 6-bit
+                       // scale and min; x = d * sc * q - dmin * m
     TG_TYPE_COUNT
 } tg_type;
 
 #define TG_MAX_DIMS 4
 #define TG_MAX_NAME 64  // names are at most 63 bytes + NUL (as GGUF)
 
-TG_API const char *tg_type_name(tg_type t);  // "f32", "f16", "bf16", "i32"; NULL if invalid
-TG_API size_t tg_type_size(tg_type t);       // bytes per element; 0 if invalid
+TG_API const char *tg_type_name(tg_type t);  // "f32", "f16", "bf16", "i32", "q8_0", "q4_0", "q4_k"; NULL if invalid
+// Bytes per block: per element for F32/F16/BF16/I32 (block size 1), 34 / 18 /
+// 144 for Q8_0 / Q4_0 / Q4_K; 0 if invalid.
+TG_API size_t tg_type_size(tg_type t);
+TG_API int64_t tg_type_block_size(tg_type t);  // elements per block: 1, 32 (Q8_0, Q4_0), 256 (Q4_K); 0 if invalid
+TG_API bool tg_type_is_quantized(tg_type t);   // Q8_0, Q4_0, Q4_K
+// Bytes of ne consecutive elements (a row of ne[0] = ne); 0 if t is invalid,
+// ne < 0 or ne is not a multiple of the block size.
+TG_API size_t tg_row_size(tg_type t, int64_t ne);
+// Reference (de)quantization of n elements (n a multiple of the block size;
+// src and dst do not overlap), for tools and tests. Quantizing is ggml's
+// reference rounding: Q8_0 d = absmax / 127, q = round(x / d); Q4_0 d = v / -8
+// for v the element of largest magnitude, q = min(15, trunc(x / d + 8.5));
+// Q4_K: per sub-block scale and min fitted by ggml's iterative search, then
+// 6-bit quantized against the super-block's d and dmin, every element then
+// rounded to the nearest of its sub-block's 16 levels. Per element, Q8_0 and
+// Q4_0 are within d/2 of x (Q4_0's values near -v, which would need level
+// 16, within d) plus |q| times the F16 rounding of d (docs/ops.md). NaN or
+// inf in a block gives a NaN scale (the block dequantizes to NaN). TG_ERR_ARG
+// for a type that is not quantized, NULL pointers or a bad n.
+TG_API tg_status tg_quantize(tg_type t, const float *src, void *dst, int64_t n);
+TG_API tg_status tg_dequantize(tg_type t, const void *src, float *dst, int64_t n);
 
 // Scalar conversions (round to nearest even), usable by apps and tests.
 TG_API uint16_t tg_fp32_to_fp16(float f);
@@ -106,6 +135,9 @@ TG_API size_t tg_graph_overhead(void);
 // ---------------------------------------------------------------------------
 // Tensors
 
+// A quantized type needs ne[0] a multiple of its block size ("[new_tensor]
+// ne[0] 33 is not a multiple of q4_0's block size 32"); then nb[0] is the
+// bytes of one block, nb[1] = tg_row_size(type, ne[0]), nb[i+1] = nb[i] * ne[i].
 TG_API tg_tensor *tg_new_tensor(tg_context *ctx, tg_type type, int n_dims, const int64_t *ne);
 TG_API tg_tensor *tg_new_tensor_1d(tg_context *ctx, tg_type type, int64_t ne0);
 TG_API tg_tensor *tg_new_tensor_2d(tg_context *ctx, tg_type type, int64_t ne0, int64_t ne1);
@@ -141,7 +173,9 @@ TG_API tg_status tg_tensor_get(const tg_tensor *t, void *data, size_t offset, si
 // Views (metadata only; the view shares its source's storage) and copies.
 // view_Nd: offset and nb1..nb3 are bytes from a's first element; ne0 is
 // element-contiguous (nb0 = type size) even when a is permuted, as in ggml.
-// The view must lie within a's bytes (tg_nbytes(a)).
+// The view must lie within a's bytes (tg_nbytes(a)). A view of a quantized
+// tensor keeps whole rows: ne0 == a's ne0, offset and nb1..nb3 multiples of
+// its row size; reshape must keep ne0; permute/transpose may not move dim 0.
 
 TG_API tg_tensor *tg_view_1d(tg_context *ctx, tg_tensor *a, int64_t ne0, size_t offset);
 TG_API tg_tensor *tg_view_2d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
@@ -157,19 +191,22 @@ TG_API tg_tensor *tg_reshape_4d(tg_context *ctx, tg_tensor *a, int64_t ne0, int6
 // permute (ggml semantics): source dim i becomes result dim axis_i.
 TG_API tg_tensor *tg_permute(tg_context *ctx, tg_tensor *a, int axis0, int axis1, int axis2, int axis3);
 TG_API tg_tensor *tg_transpose(tg_context *ctx, tg_tensor *a);  // swap dims 0 and 1
-// cont: contiguous copy of a (same type).
+// cont: contiguous copy of a (same type). A quantized a must be contiguous
+// already (else TG_ERR_UNSUPPORTED).
 TG_API tg_tensor *tg_cont(tg_context *ctx, tg_tensor *a);
 // cpy: copy a into b (same element count, any types; F32 compute). a and b
 // may not share bytes (cpy(transpose(m), m) is refused: copy tg_cont(a)),
-// unless a is the very same view as b. The
+// unless a is the very same view as b. From or to a quantized tensor: only
+// a same-type copy between contiguous tensors of one ne0 (else
+// TG_ERR_UNSUPPORTED; quantize with tg_quantize). The
 // result is a view of b that runs the copy; b is written in place.
 TG_API tg_tensor *tg_cpy(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 
 // ---------------------------------------------------------------------------
 // Ops. Results are F32 unless stated. Shapes in ne order.
 
-// get_rows: a {E, V} (any type), ids {n0, n1, n2} I32 -> {E, n0, n1, n2}; row
-// ids[i] of a. Ids outside [0, V) make tg_graph_compute fail, writing nothing.
+// get_rows: a {E, V} (F32/F16/BF16 or quantized), ids {n0, n1, n2} I32 ->
+// {E, n0, n1, n2}; row ids[i] of a (a quantized row dequantized exactly). Ids outside [0, V) make tg_graph_compute fail, writing nothing.
 TG_API tg_tensor *tg_get_rows(tg_context *ctx, tg_tensor *a, tg_tensor *ids);
 // add / mul: elementwise a (+|*) b, b broadcast over a: a.ne[i] % b.ne[i] == 0.
 TG_API tg_tensor *tg_add(tg_context *ctx, tg_tensor *a, tg_tensor *b);
@@ -184,9 +221,15 @@ TG_API tg_tensor *tg_sigmoid(tg_context *ctx, tg_tensor *a);   // 1 / (1 + exp(-
 TG_API tg_tensor *tg_softplus(tg_context *ctx, tg_tensor *a);  // log(1 + exp(x)), = x for x > 20
 // swiglu: silu(a) * b, a and b of the same shape.
 TG_API tg_tensor *tg_swiglu(tg_context *ctx, tg_tensor *a, tg_tensor *b);
-// mul_mat: a {K, M, A2, A3} (F32/F16/BF16), b {K, N, B2, B3} (F32/F16/BF16)
-// -> {M, N, B2, B3}; out[m, n] = sum_k a[k, m] * b[k, n]; a broadcast over
-// dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0), as ggml_mul_mat.
+// mul_mat: a {K, M, A2, A3} (F32/F16/BF16 or quantized), b {K, N, B2, B3}
+// (F32/F16/BF16) -> {M, N, B2, B3}; out[m, n] = sum_k a[k, m] * b[k, n]; a
+// broadcast over dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0), as ggml_mul_mat.
+// With a quantized a the product is of the dequantized weights; for up to 4
+// tokens (decode) the CPU fast path quantizes b to 8 bits per block first, as
+// ggml does (docs/ops.md: per output at most sum over blocks of
+// absmax(b block) / 254 * sum |w| more error than the exact product).
+// Every other op refuses quantized inputs ("[add] a is q4_0: quantized
+// tensors are only supported as mul_mat's a and get_rows' a").
 TG_API tg_tensor *tg_mul_mat(tg_context *ctx, tg_tensor *a, tg_tensor *b);
 // softmax over ne0 of (a * scale). -inf entries are a mask: 0 out, whatever
 // the scale; a row of all -inf gives zeros; a NaN entry makes its row NaN.
@@ -339,6 +382,7 @@ TG_API tg_backend *tg_backend_cuda(int device);
 // until tg_buffer_free. Freeing twice is ignored.
 TG_API void tg_backend_free(tg_backend *b);
 TG_API const char *tg_backend_name(const tg_backend *b);  // "cpu" or "cuda:N"
+TG_API bool tg_backend_is_host(const tg_backend *b);      // computes on host memory (the CPU); false if freed
 TG_API bool tg_cuda_available(void);  // built with CUDA and at least one device present
 // TF32 for mul_mat on CUDA (off by default: full FP32). No effect on the CPU.
 TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
@@ -347,6 +391,30 @@ TG_API tg_status tg_backend_set_tf32(tg_backend *b, bool enabled);
 // not a view or an op result (weights, caches, states, inputs). The buffer
 // holds that storage until tg_buffer_free; using a tensor afterwards is an error.
 TG_API tg_buffer *tg_backend_alloc(tg_backend *b, tg_context *ctx);
+// A buffer over caller memory, for tensors used in place with no copy (the
+// weights of a memory-mapped file: tg_gguf_open_mmap). Host backends (the
+// CPU) only: a CUDA backend refuses (TG_ERR_UNSUPPORTED; upload with
+// tg_backend_alloc + tg_tensor_set, which streams from the pointer). The
+// buffer starts empty; tg_buffer_place puts tensors in it.
+// Lifetime: the memory stays the caller's: tinygml never frees or unmaps it
+// (tg_buffer_free and tg_backend_free only drop the buffer's handle and its
+// tensors' storage). It must stay valid (a map open: tg_gguf_close after
+// tg_buffer_free) as long as the buffer is live and no backend call uses it.
+// read_only: the memory must never be written (a PROT_READ map). Every write
+// tinygml would make into it is refused with TG_ERR_ARG instead: tg_tensor_set
+// and tg_buffer_clear on it, and tg_graph_compute of a graph with an op that
+// writes a tensor of it in place (cpy into it, rope_kv_update's caches,
+// delta_rule's state), refused before any node runs ("... is in read-only
+// memory"). With read_only false the caller's memory must be writable.
+TG_API tg_buffer *tg_backend_buffer_from_host_ptr(tg_backend *b, void *ptr, size_t size, bool read_only);
+// Place tensor t of a no_alloc context at byte offset of buf (a buffer from
+// tg_backend_buffer_from_host_ptr): t's data is then ptr + offset, used in
+// place. t must be a leaf (not a view or op result) without live storage; the
+// range [offset, offset + tg_nbytes(t)) must lie within the buffer and
+// ptr + offset be aligned to t's element size. Views of t made earlier see the
+// storage. Tensors not placed can get storage from tg_backend_alloc as usual.
+TG_API tg_status tg_buffer_place(tg_buffer *buf, tg_tensor *t, size_t offset);
+TG_API bool tg_buffer_is_read_only(const tg_buffer *buf);  // false for NULL or freed
 // Either before or after the buffer's backend is freed; twice is ignored.
 TG_API void tg_buffer_free(tg_buffer *buf);
 TG_API size_t tg_buffer_size(const tg_buffer *buf);
@@ -386,15 +454,18 @@ TG_API tg_status tg_backend_reserve(tg_backend *b, tg_graph *g);
 //
 // The reader checks the header (magic, version, counts against the file's
 // size) from the first 24 bytes, then loads the whole file into host memory
-// and validates it before it returns: every count and length against the bytes left, every size with
+// (or maps it: tg_gguf_open_mmap) and validates it before it returns: every count and length against the bytes left, every size with
 // overflow checks, value and tensor types, names (unique, 1..63 bytes, no
 // NUL), keys (unique, 1..65535 bytes, no NUL), general.alignment (uint32, a
 // power of two, a multiple of 8, at most 1 MiB; default 32), shapes (1..4 dims, each >= 1),
 // offsets (aligned, in the data section, not overlapping). A bad file gives
 // NULL and a message naming what and where, e.g. "[gguf_open] 'm.gguf':
 // tensor 3 'blk.0.attn_q.weight': offset 96 is not a multiple of alignment 64".
-// Tensor types: ggml F32 (0), F16 (1), BF16 (30) and I32 (26); any other
-// ggml type (quantized, ...) is rejected with its id and name in the message.
+// Tensor types: ggml F32 (0), F16 (1), BF16 (30), I32 (26), Q8_0 (8), Q4_0
+// (2) and Q4_K (12); a quantized tensor whose ne[0] is not a multiple of its
+// block size is a format error, its bytes are rows * tg_row_size(type, ne[0]).
+// Any other ggml type (other quantizations, ...) is rejected
+// (TG_ERR_UNSUPPORTED) with its id and name in the message.
 
 typedef struct tg_gguf tg_gguf;                // a parsed, validated file (reader)
 typedef struct tg_gguf_writer tg_gguf_writer;  // key/values + tensors to write
@@ -422,6 +493,33 @@ TG_API const char *tg_gguf_type_name(tg_gguf_type t);  // "uint8" .. "float64"; 
 // Reader. Strings and pointers returned stay valid until tg_gguf_close.
 TG_API tg_gguf *tg_gguf_open(const char *path);                     // NULL + error ("[gguf_open] ...")
 TG_API tg_gguf *tg_gguf_open_memory(const void *data, size_t size);  // copies data; NULL + error
+// Memory-mapped reader: maps the file read-only (mmap PROT_READ, MAP_PRIVATE)
+// instead of reading it, and validates it from the map with every check of
+// tg_gguf_open, in the same order, before it returns; a file that fails is
+// unmapped and gives NULL + "[gguf_open_mmap] 'path': ..." (the same message
+// otherwise). Opening costs no copy: pages are read from the page cache when
+// first touched, and the process's file-backed RSS grows as they are (its
+// anonymous RSS does not). tg_gguf_tensor_data then points into the map
+// (page-aligned file start, so tensors keep the alignment guarantee below);
+// the bytes are read-only: writing through them faults (SIGSEGV). Metadata
+// (keys, strings, arrays) is copied out at open, as for tg_gguf_open.
+// The map lives until tg_gguf_close: close it only after every buffer made
+// over its bytes (tg_backend_buffer_from_host_ptr) is freed.
+// SIGBUS: the map follows the file. If the file is truncated (or rewritten
+// in place) while mapped, touching a page past its new end raises SIGBUS in
+// whatever thread touches it (a compute, a tensor_get), which kills the
+// process by default; MAP_PRIVATE does not protect against this (it only
+// keeps this process's writes private), and a page the file changes under
+// the map may show the new bytes. Replacing the file by rename (a new inode)
+// is safe: the map keeps the old file. Callers that cannot keep their files
+// immutable while a session runs should read instead (tg_gguf_open, or
+// tinygml-run --no-mmap), or install a SIGBUS handler of their own.
+TG_API tg_gguf *tg_gguf_open_mmap(const char *path);
+TG_API bool tg_gguf_is_mapped(const tg_gguf *g);  // opened by tg_gguf_open_mmap (false for NULL)
+// The whole file's bytes as loaded (the map, or the reader's copy), *size
+// bytes (size may be NULL); NULL + error for a NULL g. Tensor i's bytes are at
+// tg_gguf_tensor_data(g, i) - tg_gguf_file_data(g, NULL) within it.
+TG_API const void *tg_gguf_file_data(const tg_gguf *g, size_t *size);
 TG_API void tg_gguf_close(tg_gguf *g);                               // NULL is fine
 TG_API uint32_t tg_gguf_version(const tg_gguf *g);                   // 3
 TG_API size_t tg_gguf_alignment(const tg_gguf *g);                   // general.alignment, or 32
@@ -482,7 +580,9 @@ TG_API tg_status tg_gguf_set_str(tg_gguf_writer *w, const char *key, const char 
 TG_API tg_status tg_gguf_set_arr(tg_gguf_writer *w, const char *key, tg_gguf_type elem_type, uint64_t n,
                                  const void *data);
 TG_API tg_status tg_gguf_set_arr_str(tg_gguf_writer *w, const char *key, uint64_t n, const char *const *strs);
-// Tensor of n_dims (1..4) dims ne (each >= 1); prod(ne) * tg_type_size(type) bytes copied from data.
+// Tensor of n_dims (1..4) dims ne (each >= 1); rows * tg_row_size(type, ne[0]) bytes copied from
+// data (prod(ne) * tg_type_size(type) for the unquantized types; a quantized ne[0] must be a
+// multiple of the block size).
 TG_API tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
                                     const int64_t *ne, const void *data);
 // Streamed tensor: the same checks, but no bytes are held. At write time the

@@ -125,7 +125,31 @@ inline ::testing::AssertionResult Rejected(const std::vector<uint8_t> &f, const 
     if (msg.rfind("[gguf_open] '", 0) != 0 || msg.find(path) == std::string::npos ||
         msg.find(frag) == std::string::npos)
         return ::testing::AssertionFailure() << "open message '" << msg << "' lacks the path or '" << frag << "'";
+    // the memory-mapped path validates from the map with the same checks
+    path = temp_path("bad_mmap");
+    write_file(path, f);
+    g = tg_gguf_open_mmap(path.c_str());
+    std::string mmsg = tg_last_error();
+    remove(path.c_str());
+    if (g) {
+        tg_gguf_close(g);
+        return ::testing::AssertionFailure() << "open_mmap accepted the file";
+    }
+    if (mmsg.rfind("[gguf_open_mmap] '", 0) != 0 || mmsg.find(path) == std::string::npos ||
+        mmsg.find(frag) == std::string::npos)
+        return ::testing::AssertionFailure() << "open_mmap message '" << mmsg << "' lacks the path or '" << frag
+                                             << "'";
     return ::testing::AssertionSuccess() << msg;
+}
+
+// Open bytes f through the memory-mapped reader (a temporary file, removed
+// at once: the map keeps the file's pages).
+inline GgufPtr open_mmap_bytes(const std::vector<uint8_t> &f) {
+    std::string path = temp_path("mmap");
+    write_file(path, f);
+    GgufPtr g(tg_gguf_open_mmap(path.c_str()));
+    remove(path.c_str());
+    return g;
 }
 
 inline std::vector<uint8_t> random_bytes(std::mt19937 &rng, size_t n) {

@@ -484,7 +484,9 @@ TEST_P(DecodeThreads, TwoBackendsOnTwoThreads) {
             tg_status st = tgm::session_eval(s, 0, 1, t.data(), 5, false, &lg);
             for (int i = 0; st == TG_OK && i < steps; i++) {
                 all->insert(all->end(), lg.begin(), lg.end());
-                int32_t next = tgm::sampler().sample(lg.data(), m->hp.n_vocab);
+                tgm::sampler greedy;
+                greedy.temp = 0.0f;
+                int32_t next = greedy.sample(lg.data(), m->hp.n_vocab);
                 st = tgm::session_eval(s, 0, 1, &next, 1, false, &lg);
             }
             if (st != TG_OK) *err = tg_last_error();

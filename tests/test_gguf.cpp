@@ -472,18 +472,26 @@ TEST(GgufWriter, WriteToBadPathFails) {
     EXPECT_NE(access(path.c_str(), F_OK), 0) << "the partial file was left behind";
 }
 
-// The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid.
+// The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid, but
+// for the bad_* seeds, which are rejected with a message.
 TEST(GgufCorpus, SeedsOpen) {
 #ifdef TG_SOURCE_DIR
     const std::string dir = std::string(TG_SOURCE_DIR) + "/tests/fuzz/corpus";
-    int n = 0;
+    int n = 0, bad = 0;
     for (const auto &e : std::filesystem::directory_iterator(dir)) {
         if (e.path().extension() != ".gguf") continue;
         GgufPtr g(tg_gguf_open(e.path().c_str()));
+        if (e.path().filename().string().rfind("bad_", 0) == 0) {
+            EXPECT_FALSE(g) << e.path();
+            EXPECT_EQ(std::string(tg_last_error()).rfind("[gguf_open] '", 0), 0u) << tg_last_error();
+            bad++;
+            continue;
+        }
         EXPECT_TRUE(g) << tg_last_error();
         n++;
     }
-    EXPECT_GE(n, 5);
+    EXPECT_GE(n, 6);
+    EXPECT_GE(bad, 2);
 #else
     GTEST_SKIP() << "TG_SOURCE_DIR not defined";
 #endif

@@ -1,5 +1,6 @@
 // test_gguf_bad.cpp - malformed GGUF files (RELIABILITY.md 1-7 and 9): each
-// is built byte by byte and must be rejected by both load paths with a
+// is built byte by byte and must be rejected by every load path (memory,
+// file, memory-mapped file: Rejected in gguf_builder.h) with a
 // message that names the call and what is wrong, with no crash, leak or UB
 // (run under ASan + UBSan), and with memory bounded by the file's size.
 #include <gtest/gtest.h>
@@ -198,9 +199,34 @@ TEST(GgufBadFile, TensorTypes) {
     EXPECT_TRUE(Rejected(one_tensor(TI{"w", {8}, 99, 0}), "tensor 0 'w': unknown ggml type 99"));
     EXPECT_TRUE(Rejected(one_tensor(TI{"w", {8}, 4, 0}), "unknown ggml type 4"));
     EXPECT_TRUE(Rejected(one_tensor(TI{"w", {8}, UINT32_MAX, 0}), "unknown ggml type 4294967295"));
-    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32}, 2, 0}), "ggml type 2 (q4_0) is not supported"));
-    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32}, 8, 0}), "ggml type 8 (q8_0) is not supported"));
-    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {256}, 12, 0}), "ggml type 12 (q4_K) is not supported"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32}, 3, 0}), "ggml type 3 (q4_1) is not supported"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {256}, 14, 0}), "ggml type 14 (q6_K) is not supported"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32}, 9, 0}), "ggml type 9 (q8_1) is not supported"));
+}
+
+// Quantized tensors: rows of whole blocks, sizes in blocks (Q8_0 {32, 2} is
+// 68 bytes), block counts that do not fit the data section.
+TEST(GgufBadFile, QuantizedBlocks) {
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {33}, 2, 0}), "tensor 0 'w': ne[0] 33 is not a multiple of q4_0's block size 32"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {16, 2}, 8, 0}), "ne[0] 16 is not a multiple of q8_0's block size 32"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32, 8}, 12, 0}), "ne[0] 32 is not a multiple of q4_k's block size 256"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {1}, 2, 0}), "ne[0] 1 is not a multiple of q4_0's block size 32"));
+    // 68 bytes in a 64-byte section; 2 blocks of q4_k (288 bytes) in 256
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {32, 2}, 8, 0}, 64), "data [0, +68) ends 4 byte(s) past the end of the 64-byte data"));
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {512}, 12, 0}, 256), "data [0, +288) ends 32 byte(s) past the end"));
+    // a huge block count: the byte size overflows
+    EXPECT_TRUE(Rejected(one_tensor(TI{"w", {1ull << 62, 4}, 8, 0}), "overflows"));
+    // two q4_0 rows (36 bytes) then a tensor at 32: overlap
+    EXPECT_TRUE(Rejected(file_with({TI{"a", {32, 2}, 2, 0}, TI{"b", {8}, 0, 32}}, 96),
+                         "tensor 1 'b': data [32, 64) overlaps tensor 0 'a' [0, 36)"));
+    // the same file with b at 64 is valid and reads back with block sizes
+    GgufPtr g = open_mem(file_with({TI{"a", {32, 2}, 2, 0}, TI{"b", {8}, 0, 64}}, 96));
+    ASSERT_TRUE(g) << tg_last_error();
+    tg_type t;
+    size_t nbytes;
+    ASSERT_EQ(TG_OK, tg_gguf_tensor_info(g.get(), 0, nullptr, &t, nullptr, nullptr, &nbytes));
+    EXPECT_EQ(TG_TYPE_Q4_0, t);
+    EXPECT_EQ(36u, nbytes);
 }
 
 TEST(GgufBadFile, Offsets) {

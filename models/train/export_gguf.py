@@ -17,8 +17,6 @@ import os
 import struct
 import sys
 
-import numpy as np
-
 # GGUF value types
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
 GGML_TYPE_F32 = 0
@@ -47,6 +45,7 @@ def write_gguf(path, kvs, tensors):
     """kvs: list of (key, value_type, value) (ARRAY value = (elem_type, list));
     tensors: list of (name, np.ndarray float32 in PyTorch row-major layout).
     A row-major array of shape (d_{n-1}, ..., d_0) is stored with ne = {d_0, ..., d_{n-1}}."""
+    import numpy as np
     kvs = list(kvs)
     if not any(k == "general.alignment" for k, _, _ in kvs):
         kvs.append(("general.alignment", UINT32, ALIGNMENT))
@@ -109,12 +108,54 @@ def model_kvs(cfg, name):
             (f"{a}.ssm.head_dim_k", UINT32, cfg.ssm_dk),
             (f"{a}.ssm.head_dim_v", UINT32, cfg.ssm_dv),
         ]
-    kvs += [
+    return kvs + tokenizer_kvs()
+
+
+def gpt2_byte_chars():
+    """GPT-2's byte-to-unicode table: byte b -> the one character standing for it.
+    Printable Latin-1 bytes stand for themselves; the other 68 (controls, space,
+    DEL, NBSP, soft hyphen) map to U+0100 onwards in byte order."""
+    keep = list(range(0x21, 0x7f)) + list(range(0xa1, 0xad)) + list(range(0xae, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+BOS_TEXT, EOS_TEXT = "<s>", "</s>"
+TOKEN_NORMAL, TOKEN_CONTROL = 1, 3  # llama.cpp's token types
+
+
+def tokenizer_kvs():
+    """The byte-level vocabulary as llama.cpp reads it: a "gpt2" (BPE) model with
+    the 256 byte tokens (id = byte, text = GPT-2's character for it), no merges,
+    so every byte is one token, and BOS 256 / EOS 257 as control tokens."""
+    tokens = gpt2_byte_chars() + [BOS_TEXT, EOS_TEXT]
+    types = [TOKEN_NORMAL] * 256 + [TOKEN_CONTROL, TOKEN_CONTROL]
+    return [
+        ("tokenizer.ggml.model", STRING, "gpt2"),
+        ("tokenizer.ggml.pre", STRING, "gpt-2"),  # llama.cpp's name for the GPT-2 pre-tokenizer
+        ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+        ("tokenizer.ggml.token_type", ARRAY, (INT32, types)),
+        ("tokenizer.ggml.merges", ARRAY, (STRING, [])),
+        ("tokenizer.ggml.bos_token_id", UINT32, 256),
+        ("tokenizer.ggml.eos_token_id", UINT32, 257),
+        ("tokenizer.ggml.add_bos_token", BOOL, True),
+        ("tokenizer.ggml.add_eos_token", BOOL, False),
+    ]
+
+
+def legacy_tokenizer_kvs():
+    """The keys files had before (tinygml still reads them; llama.cpp does not)."""
+    return [
         ("tokenizer.ggml.model", STRING, "tinygml-bytes"),
         ("tokenizer.ggml.bos_token_id", UINT32, 256),
         ("tokenizer.ggml.eos_token_id", UINT32, 257),
     ]
-    return kvs
 
 
 def tensor_map(cfg):

@@ -4,7 +4,8 @@
 //     other strides: permutes that keep dim 0). Same type: bytes moved; else
 //     converted through F32 in segments (F16/BF16 stores round to nearest
 //     even and write NaN as the reference does). Other layouts: the reference.
-//   get_rows: rows of a {E, V} with contiguous rows, converted to F32.
+//   get_rows: rows of a {E, V} with contiguous rows, converted to F32
+//     (quantized rows: dequantized with the reference's tg_dequantize_row).
 #include "cpu_fast.h"
 
 namespace {
@@ -14,6 +15,7 @@ constexpr int64_t k_seg = 4096;
 enum copy_kind { k_flat, k_rows };
 
 int copy_kind_of(const tg_tensor *src, const tg_tensor *dst) {
+    if (tg_type_is_quantized(src->type) || tg_type_is_quantized(dst->type)) return -1;  // the reference's block copy
     if (!tg_fast_type(src->type) && src->type != dst->type) return -1;
     if (!tg_fast_type(dst->type) && src->type != dst->type) return -1;
     if (tg_fully_contig(src) && tg_fully_contig(dst)) return k_flat;
@@ -65,13 +67,26 @@ void run_copy(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
 int64_t plan_get_rows(const tg_tensor *dst, int nth) {
     const tg_tensor *a = dst->src[0];
-    if (!tg_fast_type(a->type) || !tg_rows_contig(a) || dst->type != TG_TYPE_F32 || !tg_rows_contig(dst)) return -1;
+    const bool quant_rows = tg_type_is_quantized(a->type) && a->nb[0] == tg_type_size(a->type);
+    if (!(quant_rows || tg_fast_type(a->type)) || !(quant_rows || tg_rows_contig(a)) || dst->type != TG_TYPE_F32 ||
+        !tg_rows_contig(dst))
+        return -1;
     return 0;
 }
 void run_get_rows(const tg_tensor *dst, const tg_cpu_ctx &c) {
     const tg_simd &simd = tg_simd_get();
     const tg_tensor *a = dst->src[0], *ids = dst->src[1];
     const int64_t nrows = tg_nrows(dst);
+    if (tg_type_is_quantized(a->type)) {
+        // a row's blocks, dequantized straight into dst's row (the reference's
+        // conversion: bit-identical), rows claimed in parallel
+        for (int64_t r = c.claim(); r < nrows; r = c.claim()) {
+            const int64_t i1 = r % dst->ne[1], i2 = (r / dst->ne[1]) % dst->ne[2], i3 = r / (dst->ne[1] * dst->ne[2]);
+            const int32_t id = tg_get_i32(ids, i1, i2, i3, 0);
+            tg_dequantize_row(a->type, (const char *)a->data + id * a->nb[1], (float *)tg_row_ptr(dst, r), dst->ne[0]);
+        }
+        return;
+    }
     auto cvt = simd.to_f32[tg_simd_type_index(a->type)];
     for (int64_t r = c.claim(); r < nrows; r = c.claim()) {
         const int64_t i1 = r % dst->ne[1], i2 = (r / dst->ne[1]) % dst->ne[2], i3 = r / (dst->ne[1] * dst->ne[2]);

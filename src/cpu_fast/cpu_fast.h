@@ -13,6 +13,10 @@ extern const tg_cpu_fast tg_fast_rms_norm, tg_fast_l2_norm, tg_fast_softmax;
 extern const tg_cpu_fast tg_fast_mul_mat, tg_fast_attention;
 extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rule;
 
+// mul_mat with quantized weights (mul_mat_q.cpp), reached through tg_fast_mul_mat.
+int64_t tg_mul_mat_q_plan(const tg_tensor *dst, int nth);
+void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c);
+
 // Layout helpers
 inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
 // The data pointer and every stride are whole multiples of the element size

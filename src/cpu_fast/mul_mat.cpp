@@ -1,5 +1,6 @@
 // mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
-// BF16, rows contiguous) and any b: b is converted to F32 once per mul_mat
+// BF16, rows contiguous; quantized weights: mul_mat_q.cpp up to 4 tokens, the
+// panels below, dequantized per block, above) and any b: b is converted to F32 once per mul_mat
 // (unless it already is F32 with contiguous rows).
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
@@ -32,16 +33,26 @@ size_t panels_bytes(const tg_tensor *b, int w) {
 
 bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_contig(b) && b->nb[1] % 4 == 0; }
 
+// Quantized weights: up to 4 tokens take the integer path (mul_mat_q.cpp);
+// more tokens the panels below, each claimed weight block dequantized to F32
+// once (as 16-bit weights are converted), which is faster here and exact.
+bool quant_panels(const tg_tensor *dst) { return tg_type_is_quantized(dst->src[0]->type) && dst->src[1]->ne[1] > 4; }
+
 int64_t plan(const tg_tensor *dst, int nth) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
-    if (!tg_fast_type(a->type) || !tg_fast_type(b->type) || dst->type != TG_TYPE_F32) return -1;
+    if (tg_type_is_quantized(a->type) && !quant_panels(dst)) return tg_mul_mat_q_plan(dst, nth);
+    const bool quant = tg_type_is_quantized(a->type);
+    if (!(quant || tg_fast_type(a->type)) || !tg_fast_type(b->type) || dst->type != TG_TYPE_F32) return -1;
     const size_t ts = tg_type_size(a->type);
-    if (!tg_rows_contig(a) || a->nb[1] % ts != 0 || !tg_rows_contig(dst) || dst->nb[1] % 4 != 0) return -1;
+    // rows of elements (quantized: of whole blocks, at any byte address)
+    const bool a_rows = quant ? a->nb[0] == ts : tg_rows_contig(a);
+    if (!a_rows || a->nb[1] % ts != 0 || !tg_rows_contig(dst) || dst->nb[1] % 4 != 0) return -1;
     const size_t bsize = b_in_place(b) ? 0 : tg_align64((size_t)(b->ne[0] * tg_nrows(b)) * 4);
     return (int64_t)(bsize + panels_bytes(b, tg_simd_get().width) + (size_t)nth * wblock_bytes(a));
 }
 
 void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
+    if (tg_type_is_quantized(dst->src[0]->type) && !quant_panels(dst)) return tg_mul_mat_q_run(dst, c);
     const tg_simd &simd = tg_simd_get();
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
@@ -103,7 +114,10 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
             if (a->type != TG_TYPE_F32) {
                 // the block's 16-bit weight rows as F32 once
                 for (int64_t m = m0; m < m1; m++)
-                    simd.to_f32[tg_simd_type_index(a->type)](abase + m * lda * ts, wblock + (m - m0) * K, K);
+                    if (tg_type_is_quantized(a->type))
+                        tg_dequantize_row(a->type, abase + m * lda * ts, wblock + (m - m0) * K, K);
+                    else
+                        simd.to_f32[tg_simd_type_index(a->type)](abase + m * lda * ts, wblock + (m - m0) * K, K);
                 w = wblock;
                 wld = (size_t)K;
             }

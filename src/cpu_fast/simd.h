@@ -44,6 +44,17 @@ struct tg_simd {
     float (*sumsq)(const float *x, int64_t n);
     float (*dot)(const float *a, const float *b, int64_t n);
 
+    // One weight row of a quantized type (index tg_simd_qindex: Q8_0, Q4_0,
+    // Q4_K; nblocks blocks of src/quant.h) against C in 1..4 activation rows
+    // quantized to 8 bits (quant_act.h: tg_act_q8 for Q8_0/Q4_0, tg_act_q8k for
+    // Q4_K), row c at act + c*act_stride bytes:
+    //   out[c] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]   (Q4_K: per sub-block
+    //            scale, minus dmin m_j d_a sum of the sub-block's q_a)
+    // Integer sums per block are exact (AVX2: maddubs of |w| and sign(a, w));
+    // each block's product is scaled and added in F32 (the same order for
+    // any C, so results do not depend on how tokens are grouped).
+    void (*q_dot[3])(const void *w, const void *act, size_t act_stride, int64_t nblocks, float *out, int C);
+
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],
     // the storage order; Dkp a multiple of width, padding zero; k, q padded

@@ -1,11 +1,15 @@
 // gguf_fuzz.cpp - libFuzzer target for the GGUF reader (RELIABILITY 10).
 //
-// Each input is opened from memory. A rejected input must come with a
-// "[gguf_open_memory] ..." message. An accepted one must answer every
+// Each input is opened from memory, and through the memory-mapped reader from
+// an in-memory file (memfd): both accept the same inputs and read the same.
+// A rejected input must come with a "[gguf_open_memory] ..." message. An accepted one must answer every
 // accessor and getter, and survive a round trip: copied key by key and
 // tensor by tensor into a writer, written and reopened, it reads back the
 // same, and writing the copy again gives the same bytes. Any violation traps.
 // Build: scripts/fuzz.sh, or cmake -DTG_FUZZ=ON with clang (cmake/fuzz.cmake).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -197,10 +201,35 @@ void check_same(const tg_gguf *a, const tg_gguf *b) {
 
 }  // namespace
 
+// The memory-mapped reader on the same bytes (an in-memory file): it must
+// accept exactly what open_memory accepts, and read the same.
+void check_mapped(const uint8_t *data, size_t size, const tg_gguf *g) {
+    int fd = memfd_create("gguf_fuzz", MFD_CLOEXEC);
+    if (fd < 0) return;  // no memfd here: nothing to compare
+    size_t done = 0;
+    while (done < size) {
+        ssize_t n = write(fd, data + done, size - done);
+        if (n <= 0) break;
+        done += (size_t)n;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    tg_gguf *m = done == size ? tg_gguf_open_mmap(path) : nullptr;
+    if (done == size) {
+        FUZZ_CHECK((m != nullptr) == (g != nullptr));
+        if (!m) FUZZ_CHECK(strncmp(tg_last_error(), "[gguf_open_mmap] ", 17) == 0);
+    }
+    if (m && g) check_same(g, m);
+    tg_gguf_close(m);
+    close(fd);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tg_gguf *g = tg_gguf_open_memory(data, size);
+    const std::string msg = g ? "" : tg_last_error();
+    check_mapped(data, size, g);
     if (!g) {
-        FUZZ_CHECK(strncmp(tg_last_error(), "[gguf_open_memory] ", 19) == 0);
+        FUZZ_CHECK(strncmp(msg.c_str(), "[gguf_open_memory] ", 19) == 0);
         return 0;
     }
     FUZZ_CHECK(tg_gguf_version(g) == 3);

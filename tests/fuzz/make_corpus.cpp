@@ -1,6 +1,8 @@
 // make_corpus.cpp - writes the GGUF fuzzer's seed corpus: small valid files
 // (each under 4096 bytes, the fuzzer's -max_len) that between them use every
-// value type, arrays, every tensor type, 1..4 dims and custom alignments.
+// value type, arrays, every tensor type (the quantized ones too), 1..4 dims
+// and custom alignments, plus two malformed quantized files (a bad block
+// count, a cut-off block) for the reader's error paths.
 // The files are committed under tests/fuzz/corpus/; regenerate with
 //   g++ -std=c++17 -Isrc tests/fuzz/make_corpus.cpp src/gguf_*.cpp src/error.cpp -o mk && ./mk tests/fuzz/corpus
 #include <cstdio>
@@ -35,6 +37,17 @@ static void save(tg_gguf_writer *w, const std::string &dir, const char *name) {
         tg_gguf_free_memory(data);
     }
     tg_gguf_writer_free(w);
+}
+
+static void save_bytes(const std::vector<unsigned char> &f, const std::string &dir, const char *name) {
+    std::string path = dir + "/" + name + ".gguf";
+    FILE *fp = fopen(path.c_str(), "wb");
+    if (!fp || fwrite(f.data(), 1, f.size(), fp) != f.size()) {
+        fprintf(stderr, "make_corpus: cannot write %s\n", path.c_str());
+        g_failed = 1;
+    }
+    if (fp) fclose(fp);
+    printf("%s: %zu bytes\n", path.c_str(), f.size());
 }
 
 // Deterministic filler bytes for tensor data.
@@ -141,6 +154,55 @@ int main(int argc, char **argv) {
         check(tg_gguf_add_tensor(w, "output_norm.weight", TG_TYPE_F32, 1, norm, d.data()));
     }
     save(w, dir, "toy_llama");
+
+    // quantized tensors: the three block types (rows of 2, 3 and 1 blocks) at
+    // alignment 64, then copies with a bad block count (ne[0] 33, not a
+    // multiple of q8_0's 32) and with the last block cut off (data section
+    // 18 bytes short)
+    w = tg_gguf_writer_new();
+    check(tg_gguf_set_u32(w, "general.alignment", 64));
+    {
+        const int64_t q8[2] = {64, 2}, q4[2] = {96, 3}, qk[2] = {256, 1};
+        std::vector<unsigned char> d = pattern(1024, 3);
+        check(tg_gguf_add_tensor(w, "q8_0", TG_TYPE_Q8_0, 2, q8, d.data()));
+        check(tg_gguf_add_tensor(w, "q4_k", TG_TYPE_Q4_K, 2, qk, d.data()));
+        check(tg_gguf_add_tensor(w, "q4_0", TG_TYPE_Q4_0, 2, q4, d.data()));
+    }
+    void *qdata = nullptr;
+    size_t qsize = 0;
+    check(tg_gguf_write_memory(w, &qdata, &qsize));
+    save(w, dir, "tensors_quant");
+    if (qdata) {
+        std::vector<unsigned char> f((unsigned char *)qdata, (unsigned char *)qdata + qsize);
+        tg_gguf_free_memory(qdata);
+        // tensor info of "q8_0": u64 name length 4, the name, u32 n_dims, then ne[0]
+        const unsigned char tag[12] = {4, 0, 0, 0, 0, 0, 0, 0, 'q', '8', '_', '0'};
+        size_t at = 0;
+        while (at + 12 <= f.size() && memcmp(&f[at], tag, 12) != 0) at++;
+        if (at + 24 <= f.size()) {
+            std::vector<unsigned char> bad = f;
+            const uint64_t ne0 = 33;
+            memcpy(&bad[at + 16], &ne0, 8);
+            save_bytes(bad, dir, "bad_quant_blocks");
+        } else {
+            fprintf(stderr, "make_corpus: tensor info of q8_0 not found\n");
+            g_failed = 1;
+        }
+        // the end of the last tensor's bytes (tensor 0 starts the data section)
+        tg_gguf *g = tg_gguf_open_memory(f.data(), f.size());
+        size_t end = 0, nbytes = 0;
+        if (g && tg_gguf_tensor_info(g, 2, nullptr, nullptr, nullptr, nullptr, &nbytes) == TG_OK)
+            end = tg_gguf_data_offset(g) +
+                  (size_t)((const char *)tg_gguf_tensor_data(g, 2) - (const char *)tg_gguf_tensor_data(g, 0)) + nbytes;
+        tg_gguf_close(g);
+        if (end > 18 && end <= f.size()) {
+            f.resize(end - 18);
+            save_bytes(f, dir, "bad_quant_short");
+        } else {
+            fprintf(stderr, "make_corpus: cannot find the end of the quantized file's data\n");
+            g_failed = 1;
+        }
+    }
 
     return g_failed;
 }

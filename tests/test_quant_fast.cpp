@@ -1,0 +1,281 @@
+// test_quant_fast.cpp - the CPU fast paths for quantized weights
+// (src/cpu_fast/mul_mat_q.cpp, the q_dot kernels of simd_impl.h, get_rows):
+//  - mul_mat with Q8_0/Q4_0/Q4_K weights (N <= 4: the integer path of
+//    mul_mat_q.cpp; N > 4: the F32 panels with dequantized weight blocks), on
+//    every vector table this CPU runs, at odd sizes (K a multiple of the block but not of the vector
+//    width, M odd, N 1..17), b contiguous, strided, transposed, F16, broadcast
+//    over dims 2/3, a as a whole-row view; 1 to 4 threads;
+//  - each output against the float64 product of the DEQUANTIZED weights (an
+//    independent decoder), within the bound of the activations' 8-bit
+//    rounding: sum over blocks of (absmax_block(b) / 127 / 2) * sum |w| over
+//    the block (docs/ops.md), plus F32 slack; the relative error must also be
+//    small (the bound is not vacuous) and the fast path must be taken;
+//  - outputs poisoned with NaN before each run; NaN in b reaches its column only;
+//  - fast results bit-identical for 1..4 threads; get_rows bit-identical to
+//    the reference.
+#include "cpu_fast/cpu_fast.h"
+#include "internal.h"
+#include "quant_util.h"
+#include "test_util.h"
+
+using namespace qtu;
+
+namespace {
+
+std::vector<const tg_simd *> tables() {
+    std::vector<const tg_simd *> v = {tg_simd_generic()};
+    const char *best = tg_simd_get().name;
+    if (tg_simd_avx2() && (!strcmp(best, "avx2") || !strcmp(best, "avx512"))) v.push_back(tg_simd_avx2());
+    if (tg_simd_avx512() && !strcmp(best, "avx512")) v.push_back(tg_simd_avx512());
+    return v;
+}
+struct forced {
+    explicit forced(const tg_simd *t) { tg_simd_force(t); }
+    ~forced() { tg_simd_force(nullptr); }
+};
+
+enum class blay { contig, strided, transposed, f16 };
+
+struct mm_case {
+    tg_type t;
+    int64_t K, M, N, B2;
+    blay bl;
+    bool a_view;  // a is rows 1.. of a larger tensor
+};
+
+struct mm_result {
+    std::vector<float> out;
+    std::vector<double> ref, bound, mag;  // mag: sum_k |w x|
+    bool fast_taken = false;
+};
+
+// float64 oracle and bound for out[m, n, i2] from the decoded weights w {K, M}
+// and the exact b values x {K, N, B2}
+void oracle(const mm_case &s, const std::vector<double> &w, const std::vector<double> &x, mm_result *r) {
+    const int64_t bs = s.t == TG_TYPE_Q4_K ? 256 : 32;
+    for (int64_t i2 = 0; i2 < s.B2; i2++)
+        for (int64_t n = 0; n < s.N; n++)
+            for (int64_t m = 0; m < s.M; m++) {
+                double acc = 0, bound = 0, mag = 0;
+                const double *xr = &x[(size_t)((i2 * s.N + n) * s.K)], *wr = &w[(size_t)(m * s.K)];
+                for (int64_t k0 = 0; k0 < s.K; k0 += bs) {
+                    double amax = 0, wsum = 0;
+                    for (int64_t k = k0; k < k0 + bs; k++) {
+                        acc += wr[k] * xr[k];
+                        amax = std::max(amax, std::fabs(xr[k]));
+                        wsum += std::fabs(wr[k]);
+                        mag += std::fabs(wr[k] * xr[k]);
+                    }
+                    bound += amax / 127 / 2 * wsum;
+                }
+                r->ref.push_back(acc);
+                r->mag.push_back(mag);
+                r->bound.push_back(bound * 1.001 + 1e-5 * mag + 1e-30);
+            }
+}
+
+mm_result run_case(const mm_case &s, int nth, bool fast, uint32_t seed) {
+    std::mt19937 rng(seed);
+    mm_result r;
+    const int64_t arows = s.M + (s.a_view ? 1 : 0);
+    const std::vector<float> wf = weights(rng, s.K, arows);
+    const std::vector<uint8_t> q = quantized(s.t, wf);
+    const size_t row = tg_row_size(s.t, s.K);
+    const std::vector<double> wdec = decode(s.t, q.data() + (s.a_view ? row : 0), s.K * s.M);
+
+    tg_init_params ip = {1 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    tg_backend *be = tg_backend_cpu(nth);
+    tg_tensor *aroot = tg_new_tensor_2d(ctx, s.t, s.K, arows);
+    tg_tensor *a = s.a_view ? tg_view_2d(ctx, aroot, s.K, s.M, row, row) : aroot;
+    // b: values exact in its type, stored in the chosen layout
+    const tg_type bt = s.bl == blay::f16 ? TG_TYPE_F16 : TG_TYPE_F32;
+    std::vector<double> x = opu::rand_vals(rng, bt, s.K * s.N * s.B2, -2.0, 2.0);
+    tg_tensor *broot, *b;
+    std::vector<uint8_t> bbytes;
+    const size_t es = tg_type_size(bt);
+    if (s.bl == blay::transposed) {
+        broot = tg_new_tensor_3d(ctx, bt, s.N, s.K, s.B2);
+        b = tg_transpose(ctx, broot);
+        bbytes.resize(tg_nbytes(broot));
+        for (int64_t i2 = 0; i2 < s.B2; i2++)
+            for (int64_t n = 0; n < s.N; n++)
+                for (int64_t k = 0; k < s.K; k++)
+                    opu::store(bt, &bbytes[(size_t)((i2 * s.K + k) * s.N + n) * es], x[(size_t)((i2 * s.N + n) * s.K + k)]);
+    } else {
+        const int64_t pad = s.bl == blay::strided ? 5 : 0;
+        broot = tg_new_tensor_3d(ctx, bt, s.K + pad, s.N, s.B2);
+        b = pad ? tg_view_3d(ctx, broot, s.K, s.N, s.B2, tg_nb(broot, 1), tg_nb(broot, 2), 0) : broot;
+        bbytes.assign(tg_nbytes(broot), 0xff);  // gaps NaN
+        for (int64_t i = 0; i < s.N * s.B2; i++)
+            for (int64_t k = 0; k < s.K; k++)
+                opu::store(bt, &bbytes[(size_t)(i * (s.K + pad) + k) * es], x[(size_t)(i * s.K + k)]);
+    }
+    tg_tensor *y = tg_mul_mat(ctx, a, b);
+    EXPECT_TRUE(y) << tg_last_error();
+    if (!y) return r;
+    tg_graph *g = tg_graph_new(ctx);
+    tg_graph_expand(g, y);
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    EXPECT_TRUE(buf) << tg_last_error();
+    EXPECT_EQ(TG_OK, tg_tensor_set(aroot, q.data(), 0, q.size()));
+    EXPECT_EQ(TG_OK, tg_tensor_set(broot, bbytes.data(), 0, bbytes.size()));
+    tg_backend_cpu_set_fast(be, fast);
+    r.fast_taken = tg_op_get(TG_OP_MUL_MAT).cpu_fast->plan(y, nth) >= 0;
+    // poison the planner's buffer: an output left unwritten stays NaN
+    EXPECT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+    if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);
+    EXPECT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+    r.out.assign((size_t)tg_nelements(y), 0.0f);
+    EXPECT_EQ(TG_OK, tg_tensor_get(y, r.out.data(), 0, r.out.size() * 4)) << tg_last_error();
+    oracle(s, wdec, x, &r);
+    tg_buffer_free(buf);
+    tg_backend_free(be);
+    tg_free(ctx);
+    return r;
+}
+
+std::string name_of(const mm_case &s) {
+    const char *bl[] = {"contig", "strided", "transposed", "f16"};
+    return std::string(tg_type_name(s.t)) + " K" + std::to_string(s.K) + " M" + std::to_string(s.M) + " N" +
+           std::to_string(s.N) + " B2 " + std::to_string(s.B2) + " b " + bl[(int)s.bl] + (s.a_view ? " a view" : "");
+}
+
+std::vector<mm_case> cases() {
+    std::vector<mm_case> v;
+    for (tg_type t : k_qtypes) {
+        const int64_t bs = tg_type_block_size(t);
+        const int64_t Ks[] = {bs, 3 * bs, t == TG_TYPE_Q4_K ? 5 * bs : 9 * bs};
+        int i = 0;
+        for (int64_t K : Ks)
+            for (int64_t N : {1, 2, 3, 4, 5, 8, 17}) {
+                const blay bl = (blay)(i % 4);
+                v.push_back({t, K, i % 3 == 0 ? 1 : i % 3 == 1 ? 7 : 67, N, i % 5 == 4 ? 2 : 1, bl, i % 6 == 5});
+                i++;
+            }
+    }
+    return v;
+}
+
+class QuantFast : public ::testing::TestWithParam<int> {
+  protected:
+    const tg_simd *table() const { return tables()[(size_t)GetParam()]; }
+};
+
+TEST_P(QuantFast, MulMatWithinActivationBoundAndThreadIndependent) {
+    forced use(table());
+    uint32_t seed = 100;
+    for (const mm_case &s : cases()) {
+        SCOPED_TRACE(name_of(s));
+        seed++;
+        mm_result first;
+        for (int nth = 1; nth <= 4; nth++) {
+            SCOPED_TRACE("threads " + std::to_string(nth));
+            const mm_result r = run_case(s, nth, true, seed);
+            ASSERT_TRUE(r.fast_taken) << "fast path refused";
+            ASSERT_EQ(r.ref.size(), r.out.size());
+            size_t bad = 0, first_bad = 0;
+            for (size_t i = 0; i < r.out.size(); i++) {
+                const double err = std::fabs((double)r.out[i] - r.ref[i]);
+                if (!(err <= r.bound[i]) && bad++ == 0) first_bad = i;  // NaN fails
+            }
+            EXPECT_EQ(0u, bad) << "first at " << first_bad << ": got " << r.out[first_bad] << ", want "
+                               << r.ref[first_bad] << " within " << r.bound[first_bad];
+            // and the error is small against the terms' magnitudes (8-bit rounding: ~1/254 per term at worst)
+            double err = 0, mag = 0;
+            for (size_t i = 0; i < r.out.size(); i++) err += std::fabs(r.out[i] - r.ref[i]), mag += r.mag[i];
+            EXPECT_LT(err, 0.004 * mag) << "activation rounding larger than expected";
+            if (nth == 1)
+                first = r;
+            else
+                EXPECT_TRUE(first.out == r.out) << "fast results differ between 1 and " << nth << " threads";
+        }
+    }
+}
+
+// The reference path of the same cases is the dequantized product itself.
+TEST(QuantFastRef, ReferenceMatchesOracle) {
+    uint32_t seed = 500;
+    int i = 0;
+    for (const mm_case &s : cases()) {
+        if (i++ % 4) continue;  // a quarter of the cases: the reference is slow
+        SCOPED_TRACE(name_of(s));
+        const mm_result r = run_case(s, 2, false, seed++);
+        std::vector<double> got(r.out.begin(), r.out.end());
+        EXPECT_TRUE(opu::close(got, r.ref, 1e-6));
+    }
+}
+
+// A NaN in b poisons its own column (its activation block's scale) only.
+TEST_P(QuantFast, NaNInBReachesItsColumnOnly) {
+    forced use(table());
+    for (tg_type t : k_qtypes) {
+        SCOPED_TRACE(tg_type_name(t));
+        std::mt19937 rng(3);
+        const int64_t K = tg_type_block_size(t) * 2, M = 9, N = 3;
+        const std::vector<uint8_t> q = quantized(t, weights(rng, K, M));
+        std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
+        x[(size_t)(1 * K + 5)] = NAN;  // column 1
+        tg_init_params ip = {1 << 20, nullptr, true};
+        tg_context *ctx = tg_init(ip);
+        tg_backend *be = tg_backend_cpu(2);
+        tg_tensor *a = tg_new_tensor_2d(ctx, t, K, M), *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N);
+        tg_tensor *y = tg_mul_mat(ctx, a, b);
+        tg_graph *g = tg_graph_new(ctx);
+        tg_graph_expand(g, y);
+        tg_buffer *buf = tg_backend_alloc(be, ctx);
+        tg_tensor_set(a, q.data(), 0, q.size());
+        tg_tensor_set(b, x.data(), 0, x.size() * 4);
+        ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+        std::vector<float> out((size_t)(M * N));
+        tg_tensor_get(y, out.data(), 0, out.size() * 4);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t m = 0; m < M; m++) EXPECT_EQ(n == 1, std::isnan(out[(size_t)(n * M + m)])) << m << " " << n;
+        tg_buffer_free(buf);
+        tg_backend_free(be);
+        tg_free(ctx);
+    }
+}
+
+TEST(QuantFastRows, GetRowsBitIdenticalToReference) {
+    std::mt19937 rng(8);
+    for (tg_type t : k_qtypes) {
+        SCOPED_TRACE(tg_type_name(t));
+        const int64_t E = tg_type_block_size(t) * 3, V = 13;
+        const std::vector<uint8_t> q = quantized(t, weights(rng, E, V));
+        const std::vector<double> deq = decode(t, q.data(), E * V);
+        const int32_t ids[10] = {12, 0, 5, 5, 1, 7, 11, 2, 3, 9};
+        std::vector<float> first;
+        for (int nth = 1; nth <= 4; nth++)
+            for (bool fast : {false, true}) {
+                tg_init_params ip = {1 << 20, nullptr, true};
+                tg_context *ctx = tg_init(ip);
+                tg_backend *be = tg_backend_cpu(nth);
+                tg_tensor *a = tg_new_tensor_2d(ctx, t, E, V), *id = tg_new_tensor_2d(ctx, TG_TYPE_I32, 5, 2);
+                tg_tensor *y = tg_get_rows(ctx, a, id);
+                tg_graph *g = tg_graph_new(ctx);
+                tg_graph_expand(g, y);
+                tg_buffer *buf = tg_backend_alloc(be, ctx);
+                tg_tensor_set(a, q.data(), 0, q.size());
+                tg_tensor_set(id, ids, 0, sizeof ids);
+                tg_backend_cpu_set_fast(be, fast);
+                EXPECT_GE(tg_op_get(TG_OP_GET_ROWS).cpu_fast->plan(y, nth), 0);
+                ASSERT_EQ(TG_OK, tg_graph_compute(be, g));
+                if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);
+                ASSERT_EQ(TG_OK, tg_graph_compute(be, g));
+                std::vector<float> out((size_t)(E * 10));
+                tg_tensor_get(y, out.data(), 0, out.size() * 4);
+                for (int r = 0; r < 10; r++)
+                    for (int64_t k = 0; k < E; k++)
+                        ASSERT_EQ((float)deq[(size_t)(ids[r] * E + k)], out[(size_t)(r * E + k)]) << r << " " << k;
+                tg_buffer_free(buf);
+                tg_backend_free(be);
+                tg_free(ctx);
+            }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, QuantFast, ::testing::Range(0, (int)tables().size()),
+                         [](const ::testing::TestParamInfo<int> &i) { return std::string(tables()[(size_t)i.param]->name); });
+
+}  // namespace
