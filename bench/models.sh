@@ -5,7 +5,10 @@
 #  - the synthetic llamas of BENCHMARKS.md (random weights, tinygml-synth):
 #    0.26M F32 and 125M F16, prompt 64 tokens, 32 generated, batch 1, -t 2;
 #    with LLAMA_BENCH=/path/to/llama-bench, llama.cpp on the same files in the
-#    same run (llama-bench -t 2 -p 64 -n 32);
+#    same run (llama-bench -t 2 -p 64 -n 32 -r 3 $LLAMA_BENCH_ARGS, default
+#    "--repack 0,1": with and without its extra (repacked / AMX) weight
+#    buffers), REPS times in turn with tinygml; the medians are printed at the
+#    end and every run is in the JSON (with the 1-minute load average);
 #  - the 125M synthetic llama quantized by tinygml-quantize to Q8_0 and Q4_0,
 #    same prompt / generation, CPU -t 2, and llama.cpp on the same quantized
 #    files when llama-bench is there (LLAMA_BENCH, default
@@ -13,7 +16,7 @@
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
-#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH,
+#        SKIP_SHIPPED=1, SKIP_SYNTH=1, SKIP_QUANT=1, LLAMA_BENCH, LLAMA_BENCH_ARGS, REPS (1),
 #        QUANTIZE (BUILD/tinygml-quantize: the 125M CPU and 1.1B CUDA Q8_0 / Q4_0 rows)
 set -euo pipefail
 BUILD=${1:-build}
@@ -39,8 +42,8 @@ row() {  # model dev batch prompt n_gen
   tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2" "$3" "$pp" "$tg"
   [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
-  printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s}' \
-    "$(basename "$1")" "$2" "$3" "${pp:-null}" "${tg:-null}" >> "$OUT"
+  printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "load1": %s}' \
+    "$(basename "$1")" "$2" "$3" "${pp:-null}" "${tg:-null}" "$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT"
 }
 if [ -z "${SKIP_SHIPPED:-}" ]; then
   for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
@@ -57,10 +60,26 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -x "$SYNTH" ]; then
     set -- $spec
     f="$SYNTH_DIR/$2.gguf"
     [ -f "$f" ] || "$SYNTH" --preset "$1" -o "$f" >/dev/null
-    for dev in $devices; do row "$f" "$dev" 1 "$P64" "$N"; done
-    if [ -n "${LLAMA_BENCH:-}" ]; then
-      "$LLAMA_BENCH" -m "$f" -t 2 -p 64 -n "$N" 2>/dev/null | grep -E "pp64|tg$N" | sed "s/^/llama.cpp $2: /" || true
-    fi
+    for rep in $(seq "${REPS:-1}"); do
+      for dev in $devices; do row "$f" "$dev" 1 "$P64" "$N"; done
+      if [ -n "${LLAMA_BENCH:-}" ]; then
+        # shellcheck disable=SC2086  # LLAMA_BENCH_ARGS is a list of flags
+        "$LLAMA_BENCH" -m "$f" -t 2 -p 64 -n "$N" -r 3 ${LLAMA_BENCH_ARGS:---repack 0,1} -o jsonl 2>/dev/null |
+          python3 -c '
+import json, sys
+name, load, out = sys.argv[1], sys.argv[2], open(sys.argv[3], "a")
+for line in sys.stdin:
+    r = json.loads(line)
+    test = "pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"]
+    print("%-24s %-5s %5s %14s %14s  (repack %d, +- %.1f)" % ("llama.cpp " + name, "cpu", 1,
+          "%.1f" % r["avg_ts"] if r["n_prompt"] else "", "%.1f" % r["avg_ts"] if r["n_gen"] else "",
+          r["repack"], r["stddev_ts"]))
+    out.write(",\n  {\"model\": \"%s\", \"device\": \"cpu\", \"peer\": \"llama.cpp\", \"repack\": %d, \"test\": \"%s\", "
+              "\"tokens_per_s\": %.2f, \"stddev\": %.2f, \"load1\": %s}" % (name, r["repack"], test, r["avg_ts"], r["stddev_ts"], load))
+' "$(basename "$f")" "$(cut -d' ' -f1 /proc/loadavg)" "$OUT" || true
+        first=0
+      fi
+    done
   done
   # the 125M llama quantized (CPU only: the CUDA backend has no quantized kernels yet)
   if [ -z "${SKIP_QUANT:-}" ] && [ -x "$QUANTIZE" ]; then
@@ -142,3 +161,19 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -z "${SKIP_REALSIZE:-}" ] && [ -x "$SYNTH_BIN" 
   done
 fi
 printf '\n]\n' >> "$OUT"
+if [ "${REPS:-1}" -gt 1 ] && command -v python3 >/dev/null; then
+  python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows, med = json.load(open(sys.argv[1])), {}
+for r in rows:
+    if r.get("peer"):
+        med.setdefault((r["model"], "llama.cpp repack %d" % r["repack"], r["test"]), []).append(r["tokens_per_s"])
+    elif r["batch"] == 1:
+        for key, test in (("prompt_tokens_per_s", "prompt"), ("gen_tokens_per_s", "gen")):
+            if r[key] is not None:
+                med.setdefault((r["model"], "tinygml " + r["device"], test), []).append(r[key])
+print("\nmedians over the runs (tokens/s):")
+for (m, who, test), v in sorted(med.items()):
+    print("  %-24s %-22s %-6s %10.1f  (%d runs: %s)" % (m, who, test, statistics.median(v), len(v), " ".join("%.0f" % x for x in v)))
+PY
+fi

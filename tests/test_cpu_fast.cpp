@@ -321,7 +321,11 @@ TEST_P(CpuFast, DeltaRule) {
     struct dc {
         int64_t Dk, Dv, Hk, Hv, T, B;
     };
-    const dc cases[] = {{1, 1, 1, 1, 3, 1}, {24, 24, 2, 4, 9, 2}, {33, 17, 1, 2, 5, 1}, {64, 40, 2, 2, 4, 1}};
+    // the last two at the decode size (D 128): 48 items claimed in runs of
+    // several, the prefetch reaching into the next item; a tail of rows
+    // (Dv 100 is not a multiple of the 8- or 4-row blocks)
+    const dc cases[] = {{1, 1, 1, 1, 3, 1}, {24, 24, 2, 4, 9, 2},   {33, 17, 1, 2, 5, 1},
+                        {64, 40, 2, 2, 4, 1}, {128, 128, 2, 8, 1, 6}, {128, 100, 1, 4, 2, 3}};
     int n = 0;
     for (const dc &c : cases)
         for (tg_delta_mode mode : {TG_DELTA_GATED_LINEAR, TG_DELTA_GATED_DELTA})

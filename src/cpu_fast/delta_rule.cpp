@@ -1,18 +1,23 @@
 // delta_rule.cpp - fast gated linear / gated delta-rule recurrence.
 //
-// Work items are (value head, sequence) pairs claimed from the node's counter
-// (heads across threads). The item's state S (Dk x Dv, S[i][j] at i + j*Dk)
-// is worked on as Dv rows S_j in the storage order: in place when the state
-// is F32 and Dk a multiple of the vector width, else copied into the thread's
-// scratch (padded with zeros to the vector width, converted from F16/BF16)
-// and stored back once at the end. The head's state stays in cache over the
-// T tokens, and each token is one pass over the rows (simd.h dr_token):
-// decay, S_j.k, the update and S_j.q fused, vectorized over the key index. q, k, v, g, beta and o need contiguous rows (any other strides);
-// the state (F32/F16/BF16) contiguous rows too; else the reference runs.
-// Sums are blocked F32 sums instead of the reference's sequential F32 sums:
-// within the recurrences' 1e-5 of the float64 oracle. The fused l2norm_qk is
-// computed exactly as the fast l2_norm op (norm.cpp), so the two agree bit
-// for bit.
+// Work items are (value head, sequence) pairs, claimed from the node's counter
+// in runs of consecutive items (heads across threads). The item's state S
+// (Dk x Dv, S[i][j] at i + j*Dk) is worked on as Dv rows S_j in the storage
+// order: in place when the state is F32 and Dk a multiple of the vector
+// width, else copied into the thread's scratch (padded with zeros to the
+// vector width, converted from F16/BF16) and stored back once at the end.
+// The head's state stays in cache over the T tokens, and each token is one
+// pass over the rows from memory (simd.h dr_token: S_j.k and S_j.q of the
+// old row, then the decayed, updated row written back while in L1),
+// vectorized over the key index; at decode (T = 1) the whole state streams
+// through once, so the kernel is bound by memory bandwidth and prefetches
+// rows ahead, across item boundaries. q, k, v, g, beta and o need contiguous
+// rows (any other strides); the state (F32/F16/BF16) contiguous rows too;
+// else the reference runs. Sums are blocked F32 sums instead of the
+// reference's sequential F32 sums, and o_j = scale*(a S_j.q + u_j k.q) is
+// the reference's scale*(S_j'.q) expanded: within the recurrences' 1e-5 of
+// the float64 oracle. The fused l2norm_qk is computed exactly as the fast
+// l2_norm op (norm.cpp), so the two agree bit for bit.
 #include "cpu_fast.h"
 
 namespace {
@@ -60,8 +65,16 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     const bool direct = state && state->type == TG_TYPE_F32 && Dk % simd.width == 0 && state->nb[1] % 4 == 0;
     float *const scratch = S;
     memset(qt, 0, (size_t)(2 * Dkp) * 4);  // padding of q and k is zero
-    for (int64_t item = c.claim(); item < Hv * B; item = c.claim()) {
+    // Items are claimed in runs of consecutive ones (up to 64, at least 4 runs
+    // per thread): with a state laid out item after item, each thread then
+    // streams whole megabytes in memory order, and the prefetch of a run's
+    // last token reaches into its next item.
+    const int64_t n_items = Hv * B, run_len = std::max<int64_t>(1, std::min<int64_t>(64, n_items / (4 * c.nth)));
+    const bool follows = direct && state->nb[2] == (size_t)Dv * state->nb[1] && state->nb[3] == (size_t)Hv * state->nb[2];
+    for (int64_t r0 = c.claim() * run_len; r0 < n_items; r0 = c.claim() * run_len)
+    for (int64_t item = r0; item < std::min(n_items, r0 + run_len); item++) {
         const int64_t h = item % Hv, b = item / Hv, hk = h / group;
+        const bool next_follows = follows && item + 1 < std::min(n_items, r0 + run_len);
         int64_t lds = Dkp;
         if (direct) {
             S = (float *)tg_ptr(state, 0, 0, h, b);
@@ -88,8 +101,11 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
                     for (int64_t i = 0; i < Dkp; i++) S[j * lds + i] = S[j * lds + i] == 0.0f ? 0.0f : a * S[j * lds + i];
                 a = 1.0f;
             }
+            // prefetch: the item's rows on its first token (later tokens find
+            // them in cache), the next item's on the last
+            const int64_t pf_from = t == 0 ? 0 : Dv, pf_to = t == T - 1 && next_follows ? 2 * Dv : Dv;
             simd.dr_token(S, lds, Dv, Dkp, kt, qt, (const float *)tg_ptr(v, 0, h, t, b), a, bt, dp.scale, delta,
-                          (float *)tg_ptr(dst, 0, h, t, b));
+                          (float *)tg_ptr(dst, 0, h, t, b), pf_from, pf_to);
         }
 
         if (state && !direct)

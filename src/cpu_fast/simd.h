@@ -58,11 +58,13 @@ struct tg_simd {
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],
     // the storage order; Dkp a multiple of width, padding zero; k, q padded
-    // with zeros too). For each j, in one pass over row j:
-    //   S_j = a*S_j;  u = beta*(v[j] - S_j.k) (delta) or beta*v[j];
-    //   S_j += u*k;  o[j] = scale * S_j.q
+    // with zeros too). For each j, in one pass over row j from memory:
+    //   u = beta*(v[j] - a S_j.k) (delta) or beta*v[j];
+    //   o[j] = scale*(a S_j.q + u k.q);  S_j = a*S_j + u*k
+    // Rows r in [pf_from, pf_to) are prefetched on the way (r >= Dv: rows of
+    // the next (head, sequence) when it follows in memory; prefetches never fault).
     void (*dr_token)(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v,
-                     float a, float beta, float scale, bool delta, float *o);
+                     float a, float beta, float scale, bool delta, float *o, int64_t pf_from, int64_t pf_to);
 };
 
 const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64

@@ -532,50 +532,99 @@ template <int Q> void q_dot(const void *w, const void *act, size_t as, int64_t n
 // ---------------------------------------------------------------------------
 // Delta rule token
 
-// Rows j .. j+NR-1 together: NR independent reductions in flight (the chain
-// S_j.k -> u -> update -> S_j.q is serial within a row).
-template <int NR>
-void dr_rows(float *S, int64_t lds, int64_t Dkp, const float *k, const float *q, const float *v, vf av, float beta,
-             float scale, bool delta, float *o) {
-    float u[NR];
-    if (delta) {
-        vf acc[NR];
-        for (int r = 0; r < NR; r++) acc[r] = vzero();
-        for (int64_t i = 0; i < Dkp; i += W) {
-            const vf kv = vld(k + i);
-            for (int r = 0; r < NR; r++) acc[r] = vfma(vmul(av, vld(S + r * lds + i)), kv, acc[r]);
-        }
-        for (int r = 0; r < NR; r++) u[r] = beta * (v[r] - vsum(acc[r]));
-    } else {
-        for (int r = 0; r < NR; r++) u[r] = beta * v[r];
+// out[r] = the sum of acc[r]'s lanes, r < N
+template <int N> inline void vsums(const vf *acc, float *out) {
+#if defined(TG_SIMD_AVX512)
+    if (N == 16) {
+        // a transposing tree: 16 vectors in, their 16 sums in one vector (45
+        // shuffles and adds, against 16 separate reductions of ~8 each)
+        __m512 l1[8], l2[4], l3[2];
+        // l1[i], 128-bit blocks: a.b0+a.b2, a.b1+a.b3, b.b0+b.b2, b.b1+b.b3 (a, b = acc[2i], acc[2i+1])
+        for (int i = 0; i < 8; i++)
+            l1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0x44),
+                                  _mm512_shuffle_f32x4(acc[2 * i], acc[2 * i + 1], 0xee));
+        // l2[i], block c: a 4-lane partial sum of acc[4i + c]
+        for (int i = 0; i < 4; i++)
+            l2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], 0x88),
+                                  _mm512_shuffle_f32x4(l1[2 * i], l1[2 * i + 1], 0xdd));
+        // l3[i], block c: lanes 0-1 a 2-lane partial of acc[8i + c], lanes 2-3 of acc[8i + 4 + c]
+        for (int i = 0; i < 2; i++)
+            l3[i] = _mm512_add_ps(_mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], 0x44),
+                                  _mm512_shuffle_ps(l2[2 * i], l2[2 * i + 1], 0xee));
+        // block c: the sums of acc[c], acc[4 + c], acc[8 + c], acc[12 + c]
+        const __m512 l4 = _mm512_add_ps(_mm512_shuffle_ps(l3[0], l3[1], 0x88), _mm512_shuffle_ps(l3[0], l3[1], 0xdd));
+        const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+        _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, l4));
+        return;
     }
-    // the decay is recomputed here (same rounding) rather than stored twice
-    vf acc[NR], uv[NR];
-    for (int r = 0; r < NR; r++) acc[r] = vzero(), uv[r] = vset1(u[r]);
+#endif
+    for (int r = 0; r < N; r++) out[r] = vsum(acc[r]);
+}
+
+// Rows j .. j+NR-1 of the state together (NR independent reductions in
+// flight). One read pass takes S_j.k and S_j.q of the old rows; the output
+// follows from them, o_j = scale*(a S_j.q + u_j k.q) (kq = k.q, once per
+// token), so the second pass, over rows still in L1, only writes
+// S_j = a S_j + u_j k: 4 vector operations per 16 state values instead of 5.
+template <int NR, bool DELTA>
+void dr_rows(float *S, int64_t lds, int64_t Dkp, const float *k, const float *q, const float *v, float a, float kq,
+             float beta, float scale, float *o) {
+    constexpr int NA = DELTA ? 2 * NR : NR;              // S.q of each row, then S.k
+    constexpr int NP = W == 16 && NA == 8 ? 16 : NA;     // padded to the AVX-512 tree's 16
+    vf acc[NP];
+    for (int r = 0; r < NP; r++) acc[r] = vzero();
     for (int64_t i = 0; i < Dkp; i += W) {
         const vf kv = vld(k + i), qv = vld(q + i);
         for (int r = 0; r < NR; r++) {
-            const vf x = vfma(uv[r], kv, vmul(av, vld(S + r * lds + i)));
-            vst(S + r * lds + i, x);
+            vf x = vld(S + r * lds + i);
+#if defined(TG_SIMD_AVX512)
+            __asm__("" : "+v"(x));  // one load for both FMAs (the compiler would fold it into each)
+#endif
             acc[r] = vfma(x, qv, acc[r]);
+            if (DELTA) acc[NR + r] = vfma(x, kv, acc[NR + r]);
         }
     }
-    for (int r = 0; r < NR; r++) o[r] = scale * vsum(acc[r]);
+    float sum[NP];
+    vsums<NP>(acc, sum);
+    vf uv[NR];
+    for (int r = 0; r < NR; r++) {
+        const float u = DELTA ? beta * (v[r] - a * sum[NR + r]) : beta * v[r];
+        o[r] = scale * (a * sum[r] + u * kq);
+        uv[r] = vset1(u);
+    }
+    const vf av = vset1(a);
+    for (int64_t i = 0; i < Dkp; i += W) {
+        const vf kv = vld(k + i);
+        for (int r = 0; r < NR; r++) vst(S + r * lds + i, vfma(uv[r], kv, vmul(av, vld(S + r * lds + i))));
+    }
+}
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Rows per block: 8 with 32 vector registers (16 accumulators), else 4.
+constexpr int k_dr_rows = W == 16 ? 8 : 4;
+
+template <bool DELTA>
+void dr_token_t(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v,
+                float a, float beta, float scale, float *o, int64_t pf_from, int64_t pf_to) {
+    const float kq = dot(k, q, Dkp);
+    // rows ~24 KB ahead into L2: a decode step streams the state from memory
+    // once, and the hardware prefetchers alone keep too few lines in flight
+    const int64_t ahead = imax(k_dr_rows, (24576 / (lds * 4)) / k_dr_rows * k_dr_rows);
+    int64_t j = 0;
+    for (; j + k_dr_rows <= Dv; j += k_dr_rows) {
+        for (int64_t r = imax(j + ahead, pf_from); r < imin(j + ahead + k_dr_rows, pf_to); r++)
+            for (int64_t i = 0; i < Dkp; i += 64 / 4) __builtin_prefetch(S + r * lds + i, 0, 2);
+        dr_rows<k_dr_rows, DELTA>(S + j * lds, lds, Dkp, k, q, v + j, a, kq, beta, scale, o + j);
+    }
+    for (; j < Dv; j++) dr_rows<1, DELTA>(S + j * lds, lds, Dkp, k, q, v + j, a, kq, beta, scale, o + j);
 }
 
 void dr_token(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v, float a,
-              float beta, float scale, bool delta, float *o) {
-    const vf av = vset1(a);
-    int64_t j = 0;
-    for (; j + 4 <= Dv; j += 4) {
-        // the rows two blocks ahead, read and written next (a state streamed
-        // from L3 or memory at decode)
-        if (j + 12 <= Dv)
-            for (int r = 8; r < 12; r++)
-                for (int64_t i = 0; i < Dkp; i += 16) __builtin_prefetch(S + (j + r) * lds + i, 1);
-        dr_rows<4>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
-    }
-    for (; j < Dv; j++) dr_rows<1>(S + j * lds, lds, Dkp, k, q, v + j, av, beta, scale, delta, o + j);
+              float beta, float scale, bool delta, float *o, int64_t pf_from, int64_t pf_to) {
+    if (delta) dr_token_t<true>(S, lds, Dv, Dkp, k, q, v, a, beta, scale, o, pf_from, pf_to);
+    else dr_token_t<false>(S, lds, Dv, Dkp, k, q, v, a, beta, scale, o, pf_from, pf_to);
 }
 
 const tg_simd k_table = {
