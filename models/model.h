@@ -169,12 +169,17 @@ tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T
                        std::vector<float> *logits);
 
 // Sequence operations (llama.cpp's memory API). seq -1 means every sequence.
-// seq_rm: remove positions [p0, p1) (p1 < 0: to the end). Only a tail can go
-// (positions are cache rows): [p0, end) truncates to p0, [0, end) clears, a
-// range that would leave a hole fails with TG_ERR_UNSUPPORTED and changes
-// nothing. On a model with delta-rule layers a truncation re-evaluates the
-// kept tokens from the sequence's checkpoint when it is at or before p0, else
-// from a zero state (the recurrent state cannot be rewound; models/README.md).
+// seq_rm: remove positions [p0, p1) (p1 < 0: to the end). [p0, end) truncates
+// to p0, [0, end) clears. A range inside the sequence cannot leave a hole
+// (positions are cache rows): the tokens after it are evaluated again at
+// positions p0, p0 + 1, ..., so the sequence is the one in which the removed
+// tokens were never evaluated (llama.cpp's seq_rm followed by a seq_add that
+// shifts the rest down, but recomputed rather than re-rotated; it costs the
+// tail's evaluation). On a model with delta-rule layers a truncation
+// re-evaluates the kept tokens from the sequence's checkpoint when it is at
+// or before p0, else from a zero state (the recurrent state cannot be
+// rewound; models/README.md). A backend failure while re-evaluating leaves
+// that sequence empty (the error says so).
 tg_status session_seq_rm(session *s, int seq, int p0, int p1);
 // Checkpoint sequence seq's recurrent states at its current length (a
 // session made with checkpoints; replaces the sequence's previous one). A

@@ -498,22 +498,37 @@ tg_status session_seq_checkpoint(session *s, int seq) {
     return st == TG_OK ? TG_OK : tg_set_error(st, "[session_seq_checkpoint] %s", tg_last_error());
 }
 
+// Remove [p0, e) of sequence q, e < its length: cut it to p0, then evaluate
+// the tokens that followed the range again at positions p0, p0 + 1, ... (the
+// cache rows are positions, so a hole cannot stay: the sequence becomes the
+// one in which the removed tokens were never evaluated).
+static tg_status remove_range(session *s, int q, int p0, int e) {
+    const std::vector<int32_t> tail(s->tokens[q].begin() + e, s->tokens[q].end());
+    tg_status st = truncate_seq(s, q, p0);
+    if (st != TG_OK) return st;
+    batch b;
+    for (size_t i = 0; i < tail.size(); i++) b.add(tail[i], p0 + (int)i, q, false);
+    std::vector<float> unused;
+    st = decode(s, b, &unused, "session_seq_rm");
+    s->n_replayed += b.size();
+    if (st != TG_OK) {
+        clear_seq(s, q);
+        return tg_set_error(st, "[session_seq_rm] sequence %d: re-evaluating the %d tokens after [%d, %d) failed "
+                                "(the sequence is now empty): %s", q, (int)tail.size(), p0, e, tg_last_error());
+    }
+    return TG_OK;
+}
+
 tg_status session_seq_rm(session *s, int seq, int p0, int p1) {
     tg_status st = check_seq(s, seq, true, "session_seq_rm");
     if (st != TG_OK) return st;
     if (p0 < 0) p0 = 0;
     const int q0 = seq < 0 ? 0 : seq, q1 = seq < 0 ? s->n_seq : seq + 1;
-    // all checks first: a refused range changes nothing in any sequence
-    for (int q = q0; q < q1; q++) {
-        const int len = s->n_past[q];
-        if (p1 >= 0 && p1 < len && p0 < p1)
-            return tg_set_error(TG_ERR_UNSUPPORTED,
-                                "[session_seq_rm] sequence %d: removing [%d, %d) of its %d positions would leave a "
-                                "hole; only a tail [p0, end) can be removed",
-                                q, p0, p1, len);
+    for (int q = q0; q < q1 && st == TG_OK; q++) {
+        const int len = s->n_past[q], e = p1 < 0 || p1 > len ? len : p1;
+        if (p0 >= e) continue;
+        st = e == len ? truncate_seq(s, q, p0) : remove_range(s, q, p0, e);
     }
-    for (int q = q0; q < q1 && st == TG_OK; q++)
-        if (p1 < 0 || p0 < p1) st = truncate_seq(s, q, p0);
     return st;
 }
 

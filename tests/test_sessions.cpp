@@ -252,15 +252,14 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
                         << "sequence " << b.seq[i] << " position " << b.pos[i];
                     checked_rows++;
                 }
-        } else if (kind < 12) {  // remove a tail, or a refused middle range
+        } else if (kind < 12) {  // remove a tail, or a range inside (the rest moves down)
             counts[1]++;
             const int q = rnd(n_seq), len = (int)hist[q].size();
             const int p0 = rnd(len + 1);
             if (len > 2 && rnd(4) == 0) {
-                const std::vector<uint8_t> before = fingerprint(s);
-                EXPECT_EQ(tgm::session_seq_rm(s, q, 0, len - 1), TG_ERR_UNSUPPORTED);
-                EXPECT_NE(strstr(tg_last_error(), "hole"), nullptr) << tg_last_error();
-                EXPECT_EQ(fingerprint(s), before);
+                const int a = rnd(len - 1), e = a + 1 + rnd(len - 1 - a);  // [a, e), e < len
+                ASSERT_EQ(tgm::session_seq_rm(s, q, a, e), TG_OK) << tg_last_error();
+                hist[q].erase(hist[q].begin() + a, hist[q].begin() + e);
             } else {
                 ASSERT_EQ(tgm::session_seq_rm(s, q, p0, rnd(2) ? -1 : len + rnd(3)), TG_OK) << tg_last_error();
                 hist[q].resize((size_t)p0);
@@ -618,11 +617,14 @@ TEST_P(SessionStateBad, SeqOpsCheckTheirArguments) {
     EXPECT_EQ(tgm::session_seq_keep(nullptr, 0), TG_ERR_ARG);
     EXPECT_EQ(tgm::session_clear(nullptr), TG_ERR_ARG);
     EXPECT_EQ(tgm::session_state_save(s, 2, nullptr), TG_ERR_ARG);
-    EXPECT_EQ(tgm::session_seq_rm(s, -1, 1, 2), TG_ERR_UNSUPPORTED);  // a hole in both
-    EXPECT_EQ(s->n_past, std::vector<int>({3, 3}));
     EXPECT_EQ(tgm::session_seq_rm(s, 0, 1, 1), TG_OK);  // empty range
     EXPECT_EQ(tgm::session_seq_rm(s, 0, 5, -1), TG_OK);  // past the end
     EXPECT_EQ(s->n_past, std::vector<int>({3, 3}));
+    // [1, 2) of both: the third token moves to position 1 (tokens {256, 2} and {3, 5})
+    EXPECT_EQ(tgm::session_seq_rm(s, -1, 1, 2), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_past, std::vector<int>({2, 2}));
+    EXPECT_EQ(s->tokens[0], std::vector<int32_t>({256, 2}));
+    EXPECT_EQ(s->tokens[1], std::vector<int32_t>({3, 5}));
     EXPECT_EQ(tgm::session_seq_rm(s, -1, 1, 3), TG_OK);  // [1, end) of every sequence
     EXPECT_EQ(s->n_past, std::vector<int>({1, 1}));
     EXPECT_EQ(tgm::session_seq_rm(s, -1, 0, -1), TG_OK);
