@@ -59,15 +59,6 @@ std::vector<heldout_item> read_heldout() {
     return v;
 }
 
-double rel_err(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (std::isnan(a[i])) return INFINITY;
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return std::sqrt(num / den);
-}
 
 struct fixture_case {
     const char *model;  // "llama-recall" or "hybrid-recall"
@@ -114,7 +105,7 @@ TEST_P(ShippedModel, LogitsMatchPyTorch) {
             ASSERT_NE(ss, nullptr) << tg_last_error();
             ASSERT_EQ(tgm::session_eval(ss, 0, B, toks.data(), T, true, &logits), TG_OK) << tg_last_error();
             for (int b = 0; b < B; b++)
-                EXPECT_LE(rel_err(&logits[(size_t)b * T * V], seqs[b].logits.data(), (size_t)T * V), 1e-4)
+                EXPECT_LE(tgt::rel_error(&logits[(size_t)b * T * V], seqs[b].logits.data(), (size_t)T * V), 1e-4)
                     << kind << " sequence " << b;
             tgm::session_free(ss);
         } else {
@@ -124,7 +115,7 @@ TEST_P(ShippedModel, LogitsMatchPyTorch) {
                 ASSERT_NE(ss, nullptr) << tg_last_error();
                 ASSERT_EQ(tgm::session_eval(ss, 0, 1, seqs[i].tokens.data(), T, true, &logits), TG_OK)
                     << tg_last_error();
-                EXPECT_LE(rel_err(logits.data(), seqs[i].logits.data(), (size_t)T * V), 1e-4)
+                EXPECT_LE(tgt::rel_error(logits.data(), seqs[i].logits.data(), (size_t)T * V), 1e-4)
                     << kind << " sequence " << i;
                 tgm::session_free(ss);
             }

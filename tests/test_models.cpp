@@ -11,15 +11,6 @@
 
 namespace {
 
-double max_rel_diff(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return std::sqrt(num / den);
-}
 
 // (hybrid?, cuda?)
 class ModelFamily : public ::testing::TestWithParam<std::tuple<bool, bool>> {
@@ -63,10 +54,10 @@ TEST_P(ModelFamily, IncrementalDecodeEqualsFullPrefix) {
     ASSERT_EQ(lf.size(), (size_t)T * V);
     // a prompt of 7, then one token at a time
     ASSERT_EQ(tgm::session_eval(inc, 0, 1, toks.data(), 7, false, &li), TG_OK) << tg_last_error();
-    EXPECT_LT(max_rel_diff(li.data(), &lf[(size_t)6 * V], V), 1e-5);
+    EXPECT_LT(tgt::rel_error(li.data(), &lf[(size_t)6 * V], V), 1e-5);
     for (int t = 7; t < T; t++) {
         ASSERT_EQ(tgm::session_eval(inc, 0, 1, &toks[t], 1, false, &li), TG_OK) << tg_last_error();
-        EXPECT_LT(max_rel_diff(li.data(), &lf[(size_t)t * V], V), 1e-5) << "token " << t;
+        EXPECT_LT(tgt::rel_error(li.data(), &lf[(size_t)t * V], V), 1e-5) << "token " << t;
     }
     tgm::session_free(full);
     tgm::session_free(inc);
@@ -87,21 +78,21 @@ TEST_P(ModelFamily, BatchEqualsSingleAndResetIsolates) {
     for (int b = 0; b < B; b++) {
         tgm::session *one = tgm::session_new(m, 1, 16);
         ASSERT_EQ(tgm::session_eval(one, 0, 1, &toks[(size_t)b * T], T, false, &l1), TG_OK);
-        EXPECT_LT(max_rel_diff(&lb[(size_t)b * V], l1.data(), V), 1e-5) << "sequence " << b;
+        EXPECT_LT(tgt::rel_error(&lb[(size_t)b * V], l1.data(), V), 1e-5) << "sequence " << b;
         tgm::session_free(one);
     }
     // reset sequence 1 and feed it sequence 0's tokens: it must match 0's first pass
     std::vector<float> first0(lb.begin(), lb.begin() + V);
     ASSERT_EQ(tgm::session_reset(batch, 1), TG_OK);
     ASSERT_EQ(tgm::session_eval(batch, 1, 1, toks.data(), T, false, &l1), TG_OK) << tg_last_error();
-    EXPECT_LT(max_rel_diff(l1.data(), first0.data(), V), 1e-5);
+    EXPECT_LT(tgt::rel_error(l1.data(), first0.data(), V), 1e-5);
     // sequence 2 continues unaffected: a decode step matches a fresh single run
     std::vector<int32_t> seq2(toks.begin() + 2 * T, toks.begin() + 3 * T);
     seq2.push_back(42);
     ASSERT_EQ(tgm::session_eval(batch, 2, 1, &seq2[T], 1, false, &lb), TG_OK);
     tgm::session *one = tgm::session_new(m, 1, 16);
     ASSERT_EQ(tgm::session_eval(one, 0, 1, seq2.data(), T + 1, false, &l1), TG_OK);
-    EXPECT_LT(max_rel_diff(lb.data(), l1.data(), V), 1e-5);
+    EXPECT_LT(tgt::rel_error(lb.data(), l1.data(), V), 1e-5);
     tgm::session_free(one);
     tgm::session_free(batch);
 }

@@ -20,16 +20,6 @@ namespace {
 
 const std::string k_root = TG_SOURCE_DIR;
 
-// Norm-wise relative difference of a against ref; NaN anywhere is infinite.
-double rel_diff(const float *a, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (std::isnan(a[i]) || std::isnan(ref[i])) return INFINITY;
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return std::sqrt(num / den);
-}
 
 tg_backend *backend_for(bool cuda) { return cuda ? tg_backend_cuda(0) : tg_backend_cpu(2); }
 
@@ -137,7 +127,7 @@ TEST_P(SessionShipped, RaggedBatchEqualsSequenceBySequence) {
                 const int q = b.seq[i];
                 const std::vector<float> ref = reference_logits(m, hist[q], n_ctx, chunks[q]);
                 ASSERT_EQ(ref.size(), hist[q].size() * V);
-                EXPECT_LT(rel_diff(&out[(size_t)row * V], &ref[(size_t)b.pos[i] * V], V), 1e-5)
+                EXPECT_LT(tgt::rel_error(&out[(size_t)row * V], &ref[(size_t)b.pos[i] * V], V), 1e-5)
                     << "token " << i << " of sequence " << q << " at " << b.pos[i];
                 row++;
             }
@@ -165,7 +155,7 @@ TEST_P(SessionShipped, BatchRoundsEqualOneGraph) {
     ASSERT_EQ(tgm::session_decode(small, b, &a), TG_OK) << tg_last_error();
     ASSERT_EQ(tgm::session_decode(big, b, &c), TG_OK) << tg_last_error();
     ASSERT_EQ(a.size(), (size_t)(17 + 3) * V);
-    EXPECT_LT(rel_diff(a.data(), c.data(), a.size()), 1e-5);
+    EXPECT_LT(tgt::rel_error(a.data(), c.data(), a.size()), 1e-5);
     EXPECT_EQ(small->n_past, big->n_past);
     tgm::session_free(small);
     tgm::session_free(big);
@@ -248,7 +238,7 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
             for (int i = 0; i < b.size(); i++)
                 if (b.logits[i]) {
                     const std::vector<float> ref = reference_logits(m, hist[b.seq[i]], n_ctx);
-                    ASSERT_LT(rel_diff(&out[(size_t)row++ * V], &ref[(size_t)b.pos[i] * V], V), 1e-4)
+                    ASSERT_LT(tgt::rel_error(&out[(size_t)row++ * V], &ref[(size_t)b.pos[i] * V], V), 1e-4)
                         << "sequence " << b.seq[i] << " position " << b.pos[i];
                     checked_rows++;
                 }
@@ -316,7 +306,7 @@ TEST_P(SessionShipped, RandomSeqOpsMatchPlainModel) {
     ASSERT_EQ(tgm::session_decode(s, b, &out), TG_OK) << tg_last_error();
     for (int i = 0; i < b.size(); i++) {
         const std::vector<float> ref = reference_logits(m, hist[b.seq[i]], n_ctx);
-        EXPECT_LT(rel_diff(&out[(size_t)i * V], &ref[(size_t)b.pos[i] * V], V), 1e-4) << "sequence " << b.seq[i];
+        EXPECT_LT(tgt::rel_error(&out[(size_t)i * V], &ref[(size_t)b.pos[i] * V], V), 1e-4) << "sequence " << b.seq[i];
     }
     printf("random ops: %d evals (%d rows checked), %d removals (%lld tokens replayed), %d copies, %d keep/clear, "
            "%d saves, %d loads, %d checkpoints\n",
@@ -363,7 +353,7 @@ TEST_P(SessionShipped, SeqRollbackUsesTheCheckpoint) {
     hist.push_back(cont[0]);
     ASSERT_EQ(tgm::session_eval(s, 1, 1, cont, 1, false, &l), TG_OK);
     const std::vector<float> ref = reference_logits(m, hist, 48);
-    EXPECT_LT(rel_diff(l.data(), &ref[(hist.size() - 1) * V], V), 1e-4);
+    EXPECT_LT(tgt::rel_error(l.data(), &ref[(hist.size() - 1) * V], V), 1e-4);
     tgm::session *plain = tgm::session_new(m, 1, 16);
     EXPECT_EQ(tgm::session_seq_checkpoint(plain, 0), recurrent ? TG_ERR_ARG : TG_OK);
     tgm::session_free(plain);

@@ -24,6 +24,18 @@ double rel_error(const std::vector<float> &out, const std::vector<double> &ref) 
     return std::sqrt(num / den);
 }
 
+double rel_error(const float *out, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (std::isnan(out[i]) || std::isnan(ref[i])) return INFINITY;
+        const double d = (double)out[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return std::sqrt(num / den);
+}
+
 env::env(size_t mem, int threads) {
     tg_init_params ip = {mem, nullptr, true};
     ctx = tg_init(ip);

@@ -27,6 +27,9 @@ namespace tgt {
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f);
 // ||out - ref|| / ||ref||; any NaN in out gives +inf.
 double rel_error(const std::vector<float> &out, const std::vector<double> &ref);
+// The same for n floats against n floats (logits against logits); a NaN in
+// either gives +inf.
+double rel_error(const float *out, const float *ref, size_t n);
 
 // A no_alloc context and a CPU backend, freed together.
 struct env {
