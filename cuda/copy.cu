@@ -130,11 +130,27 @@ tg_status tg_cuda_check_get_rows(tg_backend *be, const tg_tensor *dst) {
     return TG_OK;
 }
 
+// Element loaders of get_rows: a plain type converted to F32, or a quantized
+// row's element dequantized exactly as tg_dequantize (a row's blocks are
+// contiguous whatever a's row stride).
+struct load_plain {
+    __device__ float operator()(const tg_cuda_desc &a, const char *row, long long e) const {
+        return tg_cuda_load(row + e * a.nb[0], a.type);
+    }
+};
+template <tg_type T> struct load_quant {
+    __device__ float operator()(const tg_cuda_desc &, const char *row, long long e) const {
+        return tg_cuda_dequant<T>(row, e);
+    }
+};
+
 // One block per output row (grid-stride over rows), threads along E. A bad id
 // is reported and its row is not written.
+template <typename Load>
 __global__ void get_rows_kernel(tg_cuda_desc a, tg_cuda_desc ids, tg_cuda_desc dst, long long nrows,
                                 tg_cuda_err *err) {
     const long long V = a.ne[1], E = a.ne[0];
+    const Load load;
     for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
         const long long i1 = r % dst.ne[1], i2 = (r / dst.ne[1]) % dst.ne[2], i3 = r / (dst.ne[1] * dst.ne[2]);
         const int id = *(const int *)tg_cuda_ptr(ids, i1, i2, i3, 0);
@@ -144,28 +160,7 @@ __global__ void get_rows_kernel(tg_cuda_desc a, tg_cuda_desc ids, tg_cuda_desc d
         }
         const char *src = a.data + (long long)id * a.nb[1];
         char *out = tg_cuda_ptr(dst, 0, i1, i2, i3);
-        for (long long e = threadIdx.x; e < E; e += blockDim.x)
-            *(float *)(out + e * dst.nb[0]) = tg_cuda_load(src + e * a.nb[0], a.type);
-    }
-}
-
-// A quantized a: each picked row dequantized element by element, exactly as
-// tg_dequantize (a row's blocks are contiguous whatever a's row stride).
-template <tg_type T>
-__global__ void get_rows_q_kernel(tg_cuda_desc a, tg_cuda_desc ids, tg_cuda_desc dst, long long nrows,
-                                  tg_cuda_err *err) {
-    const long long V = a.ne[1], E = a.ne[0];
-    for (long long r = blockIdx.x; r < nrows; r += gridDim.x) {
-        const long long i1 = r % dst.ne[1], i2 = (r / dst.ne[1]) % dst.ne[2], i3 = r / (dst.ne[1] * dst.ne[2]);
-        const int id = *(const int *)tg_cuda_ptr(ids, i1, i2, i3, 0);
-        if (id < 0 || id >= V) {
-            if (threadIdx.x == 0) tg_cuda_report(err, TG_CUDA_ERR_ID_RANGE, TG_OP_GET_ROWS, id, V, r, 0);
-            continue;
-        }
-        const char *src = a.data + (long long)id * a.nb[1];
-        char *out = tg_cuda_ptr(dst, 0, i1, i2, i3);
-        for (long long e = threadIdx.x; e < E; e += blockDim.x)
-            *(float *)(out + e * dst.nb[0]) = tg_cuda_dequant<T>(src, e);
+        for (long long e = threadIdx.x; e < E; e += blockDim.x) *(float *)(out + e * dst.nb[0]) = load(a, src, e);
     }
 }
 
@@ -178,16 +173,16 @@ tg_status tg_cuda_get_rows(tg_backend *be, const tg_tensor *dst) {
     const tg_cuda_desc a = tg_cuda_desc_of(dst->src[0]), ids = tg_cuda_desc_of(dst->src[1]), d = tg_cuda_desc_of(dst);
     switch (a.type) {
         case TG_TYPE_Q8_0:
-            get_rows_q_kernel<TG_TYPE_Q8_0><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            get_rows_kernel<load_quant<TG_TYPE_Q8_0>><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
             break;
         case TG_TYPE_Q4_0:
-            get_rows_q_kernel<TG_TYPE_Q4_0><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            get_rows_kernel<load_quant<TG_TYPE_Q4_0>><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
             break;
         case TG_TYPE_Q4_K:
-            get_rows_q_kernel<TG_TYPE_Q4_K><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            get_rows_kernel<load_quant<TG_TYPE_Q4_K>><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
             break;
         default:
-            get_rows_kernel<<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
+            get_rows_kernel<load_plain><<<blocks, threads, 0, impl->stream>>>(a, ids, d, nrows, impl->d_err);
             break;
     }
     TG_CUDA_LAUNCHED(be, "get_rows");
