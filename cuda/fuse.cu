@@ -86,7 +86,7 @@ struct matcher {
         tg_cuda_mmv p;
         p.njob = 2, p.swiglu = true;
         tg_cuda_desc b1;
-        if (!tg_cuda_mmv_job_of(m0, &p.job[0], &p.b) || !tg_cuda_mmv_job_of(m1, &p.job[1], &b1)) return false;
+        if (!tg_cuda_mmv_job_of(be, m0, &p.job[0], &p.b) || !tg_cuda_mmv_job_of(be, m1, &p.job[1], &b1)) return false;
         if (!tg_cuda_mmv_like(p.job[0], m0, sw, &p.h) || !tg_cuda_mmv_compatible(p)) return false;
         const tg_tensor *b = m0->src[1];
         if (overlap(sw, b) || overlap(m0, b) || overlap(m1, b) || overlap(m0, m1) || !may_write(sw, m0) ||
@@ -101,7 +101,7 @@ struct matcher {
     // up to 3 products of one b back to back (q, k, v): one launch
     bool shared_b(int i, tg_status *st) {
         tg_cuda_mmv p;
-        if (!tg_cuda_mmv_job_of(nodes[i], &p.job[0], &p.b)) return false;
+        if (!tg_cuda_mmv_job_of(be, nodes[i], &p.job[0], &p.b)) return false;
         p.njob = 1;
         const tg_tensor *b = nodes[i]->src[1];
         if (overlap(nodes[i], b)) return false;
@@ -109,7 +109,7 @@ struct matcher {
         for (int j = next(i); j >= 0 && p.njob < TG_CUDA_MMV_MAX_JOBS; j = next(j)) {
             const tg_tensor *mm = nodes[j];
             tg_cuda_desc bj;
-            if (mm->op != TG_OP_MUL_MAT || mm->src[1] != b || !tg_cuda_mmv_job_of(mm, &p.job[p.njob], &bj)) break;
+            if (mm->op != TG_OP_MUL_MAT || mm->src[1] != b || !tg_cuda_mmv_job_of(be, mm, &p.job[p.njob], &bj)) break;
             // written before the nodes in between run (views only): it must not
             // alias b or an earlier result
             bool ok = !overlap(mm, b);
@@ -139,7 +139,7 @@ struct matcher {
         if (r->type != TG_TYPE_F32 && r->type != TG_TYPE_F16 && r->type != TG_TYPE_BF16) return false;
         tg_cuda_mmv p;
         p.njob = 1;
-        if (!tg_cuda_mmv_job_of(mm, &p.job[0], &p.b)) return false;
+        if (!tg_cuda_mmv_job_of(be, mm, &p.job[0], &p.b)) return false;
         if (!tg_cuda_mmv_like(p.job[0], mm, r, &p.job[0].r) || !tg_cuda_mmv_like(p.job[0], mm, add, &p.job[0].s))
             return false;
         const tg_tensor *b = mm->src[1];

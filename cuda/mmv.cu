@@ -362,10 +362,13 @@ template <typename TA> void launch_t(const mmv_launch &L, mmv_args &args, int N,
 
 }  // namespace
 
-bool tg_cuda_mmv_job_of(const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b) {
+bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b) {
     const tg_tensor *a = mm->src[0], *tb = mm->src[1];
-    const size_t ts = tg_type_size(a->type);
-    if (a->type != TG_TYPE_F16 && a->type != TG_TYPE_BF16 && a->type != TG_TYPE_F32) return false;
+    const size_t ts = tg_type_size(a->type);  // a block's bytes for quantized types
+    const bool quant = a->type == TG_TYPE_Q8_0 || a->type == TG_TYPE_Q4_0 || a->type == TG_TYPE_Q4_K;
+    if (a->type != TG_TYPE_F16 && a->type != TG_TYPE_BF16 && a->type != TG_TYPE_F32 && !quant) return false;
+    // quantized: only where the plain product quantizes b too (the same kernel, fused or not)
+    if (quant && (mm->ne[1] < tg_cuda(be)->mmq_q8b_min_n || tg_cuda(be)->sig.mmq_kernel == 1)) return false;
     if (tb->type != TG_TYPE_F32 || (tb->ne[0] > 1 && tb->nb[0] != 4) || (a->ne[0] > 1 && a->nb[0] != ts)) return false;
     if (mm->type != TG_TYPE_F32 || mm->nb[0] != 4) return false;
     job->a = tg_cuda_desc_of(a);
@@ -410,6 +413,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     tg_cuda_impl *impl = tg_cuda(be);
     const int N = (int)p.job[0].d.ne[1];
     const tg_type ta = p.job[0].a.type;
+    if (tg_type_is_quantized(ta)) return tg_cuda_mmvq_launch(be, p, call);
     const size_t ts = tg_type_size(ta);
     bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0 && aligned16(p.b);
     long long rows = 0;

@@ -24,12 +24,13 @@ struct tg_cuda_mmv {
 };
 
 // The job of a mul_mat node when the GEMV takes it (F32/F16/BF16 weights with
-// unit stride along k, F32 b with unit stride along k, at most 8 columns,
-// possibly after merging b's batch dims into columns), with b's descriptor;
-// false otherwise. The descriptors may be reshaped views of the tensors
-// (batches merged into columns), so build epilogue descriptors with
-// tg_cuda_mmv_like.
-bool tg_cuda_mmv_job_of(const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b);
+// unit stride along k, or quantized ones (Q8_0, Q4_0, Q4_K) when the backend
+// quantizes b for them (tg_cuda_impl::mmq_q8b_min_n), F32 b with unit stride
+// along k, at most 8 columns, possibly after merging b's batch dims into
+// columns), with b's descriptor; false otherwise. The descriptors may be
+// reshaped views of the tensors (batches merged into columns), so build
+// epilogue descriptors with tg_cuda_mmv_like.
+bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b);
 // t's descriptor in the layout of job.d (t has d's shape): false when t's
 // strides cannot follow d's merged columns.
 bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_tensor *t, tg_cuda_desc *out);
@@ -38,3 +39,7 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
 // false when they do not, nothing launched).
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
+// cuda/mul_mat_quant.cu: the same jobs and epilogues with quantized weights
+// (b quantized to 8 bits once per launch, int8 dot products); what
+// tg_cuda_mmv_launch calls for them.
+tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);

@@ -16,7 +16,7 @@
 
 bool tg_cuda_mm_vec(tg_backend *be, const tg_tensor *dst, tg_status *st) {
     tg_cuda_mmv p;
-    if (!tg_cuda_mmv_job_of(dst, &p.job[0], &p.b)) return false;
+    if (!tg_cuda_mmv_job_of(be, dst, &p.job[0], &p.b)) return false;
     p.njob = 1;
     *st = tg_cuda_mmv_launch(be, p, "mul_mat");
     return true;

@@ -29,9 +29,11 @@
 #include <algorithm>
 #include <climits>
 
+#include "mmv.cuh"
 #include "mul_mat.cuh"
 #include "ops.h"
 #include "quant.cuh"
+#include "signature.cuh"
 
 namespace {
 
@@ -251,6 +253,168 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
         }
 }
 
+// ---------------------------------------------------------------------------
+// The fused-job GEMV (cuda/mmv.cuh's tg_cuda_mmv: up to 3 products sharing b,
+// the gate/up pair with swiglu, an add epilogue), with b quantized once per
+// launch. Every decode mul_mat with F32 b takes it, fused or not, so a fused
+// launch computes the unfused bits: a row's units are summed by the same
+// lanes in the same order whatever R, U, the job count or the grid (wpr
+// depends on K only).
+//   A group is R rows (swiglu: R/2 gate rows and the same up rows) taken by
+// wpr warps; each lane loads U units of each of its R rows before it uses any
+// (U * R units in flight per lane; R doubles while the grid stays large).
+struct mmvq_args {
+    tg_cuda_mmv p;
+    long long grp_end[TG_CUDA_MMV_MAX_JOBS];  // prefix sums of the jobs' groups
+    long long ngroups;
+    int rows_per_group;  // R, or R / 2 for swiglu
+    int wpr;             // warps per group: 1, 2 or 4
+    const int8_t *bq;    // b quantized: column c's K int8 at bq + c * K
+    const float2 *bd;    // and its (d, d * sum q) pairs at bd + c * K / 32
+};
+
+// U: the 1.1B llama's rows give each lane 2 units (Q4_K: 1) per row at
+// wpr = 1 (K 2048) and at wpr = 4 (K 8192); more would only hold registers
+// (a cap of 64 registers for 8 blocks per SM spilled 40-560 bytes)
+template <tg_type T, int R> constexpr int mmvq_units() {
+    constexpr int u = (T == TG_TYPE_Q4_K ? 1 : 2) / R;
+    return u > 0 ? u : 1;
+}
+
+template <tg_type T, int NMAX, int R>
+__global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant__ mmvq_args args) {
+    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
+    const tg_cuda_mmv &p = args.p;
+    const int wpr = args.wpr;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
+    const long long g = (long long)blockIdx.x * (kWarps / wpr) + warp / wpr;
+    const bool active = g < args.ngroups;
+    int j = 0;
+    if (!p.swiglu)
+        while (j + 1 < p.njob && g >= args.grp_end[j]) j++;
+    const long long m0 = (g - (j ? args.grp_end[j - 1] : 0)) * args.rows_per_group;
+    const tg_cuda_desc &d0 = p.job[j].d;
+    const long long i2 = blockIdx.y % d0.ne[2], i3 = blockIdx.y / d0.ne[2];
+    const int N = (int)d0.ne[1];
+    const long long K = p.job[0].a.ne[0], kb = K / 32;
+    const int nu = (int)(K / UE);
+    const long long c0 = (long long)N * blockIdx.y;  // b's first quantized column for this batch
+    const char *arow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
+        const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
+        const tg_cuda_desc &a = p.job[jr].a;
+        const long long M = a.ne[1];
+        const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
+        arow[r] = tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+    }
+    float acc[R][NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+    if (active) {
+        const int step = 32 * wpr;
+        for (int u0 = lane + 32 * part; u0 < nu; u0 += step * U) {
+            qunit<T> w[U][R];
+#pragma unroll
+            for (int k = 0; k < U; k++)
+                if (u0 + k * step < nu)
+#pragma unroll
+                    for (int r = 0; r < R; r++) load_unit<T>(arow[r], u0 + k * step, w[k][r]);
+#pragma unroll
+            for (int k = 0; k < U; k++) {
+                const int u = u0 + k * step;
+                if (u >= nu) break;
+#pragma unroll
+                for (int n = 0; n < NMAX; n++) {
+                    if (n >= N) break;
+                    const int8_t *xq = args.bq + (c0 + n) * K + (long long)u * UE;
+                    const float2 *xd = args.bd + (c0 + n) * kb + (long long)u * SUB;
+#pragma unroll
+                    for (int s = 0; s < SUB; s++) {
+                        const uint4 x0 = __ldg((const uint4 *)(xq + 32 * s)), x1 = __ldg((const uint4 *)(xq + 32 * s + 16));
+                        const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                                          (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+                        const float2 ds = __ldg(xd + s);
+#pragma unroll
+                        for (int r = 0; r < R; r++) {
+                            int q[4];
+#pragma unroll
+                            for (int i = 0; i < 4; i++)
+                                q[i] = __dp4a(w[k][r].q[8 * s + i + 4], x[i + 4], __dp4a(w[k][r].q[8 * s + i], x[i], 0));
+                            const int dot = (q[0] + q[1]) + (q[2] + q[3]);
+                            acc[r][n] += w[k][r].d[s] * ds.x * (float)dot - w[k][r].m[s] * ds.y;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // a row's sum: each warp's (shuffles), then the group's wpr warps in order
+    __shared__ float red[kWarps][R * NMAX];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) {
+            const float v = tg_warp_sum(acc[r][n]);
+            if (lane == 0) red[warp][r * NMAX + n] = v;
+        }
+    if (wpr > 1) __syncthreads();  // wpr is the same for the whole block
+    else __syncwarp();
+    if (!active || part != 0 || lane >= R * NMAX) return;
+    auto total = [&](int i) {
+        float t = red[warp][i];
+        for (int q = 1; q < wpr; q++) t += red[warp + q][i];
+        return t;
+    };
+    // lane i writes output i = r * NMAX + n
+    const int r = lane / NMAX, n = lane % NMAX;
+    if (n >= N) return;
+    if (p.swiglu) {
+        const long long m = m0 + r;
+        if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;
+        const float gv = total(lane), uv = total(lane + (R / 2) * NMAX);
+        *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = gv;
+        *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = uv;
+        *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(gv, uv);
+        return;
+    }
+    const tg_cuda_mmv_job &jb = p.job[j];
+    const long long m = m0 + r;
+    if (m >= jb.a.ne[1]) return;
+    const float v = total(lane);
+    // r is read before d is written (s may be r or d: an add in place)
+    const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
+    *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
+    if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+}
+
+template <tg_type T, int NMAX, int R> void launch_mmvq_r(cudaStream_t st, const mmvq_args &args, long long batches) {
+    const long long gpb = kWarps / args.wpr;
+    const dim3 grid((unsigned)((args.ngroups + gpb - 1) / gpb), (unsigned)batches);
+    mmvq_kernel<T, NMAX, R><<<grid, 32 * kWarps, 0, st>>>(args);
+}
+
+// R in {1, 2, 4}: at least NMAX / 2 (and 2 for swiglu)
+template <tg_type T, int NMAX> void launch_mmvq_n(cudaStream_t st, const mmvq_args &args, long long batches, int R) {
+    if constexpr (NMAX <= 2) {
+        if (R <= 1) return launch_mmvq_r<T, NMAX, 1>(st, args, batches);
+    }
+    if constexpr (NMAX <= 4) {
+        if (R <= 2) return launch_mmvq_r<T, NMAX, 2>(st, args, batches);
+    }
+    launch_mmvq_r<T, NMAX, 4>(st, args, batches);
+}
+
+template <tg_type T> void launch_mmvq_t(cudaStream_t st, const mmvq_args &args, long long batches, int N, int R) {
+    if (N <= 1) launch_mmvq_n<T, 1>(st, args, batches, R);
+    else if (N <= 2) launch_mmvq_n<T, 2>(st, args, batches, R);
+    else if (N <= 4) launch_mmvq_n<T, 4>(st, args, batches, R);
+    else launch_mmvq_n<T, 8>(st, args, batches, R);
+}
+
 struct vec_args {
     tg_cuda_desc a, b, d;
     const int8_t *bq;  // b quantized (the dp4a kernel), else NULL
@@ -293,6 +457,11 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    tg_cuda_mmv p;
+    if (impl->sig.mmq_kernel != 1 && tg_cuda_mmv_job_of(be, dst, &p.job[0], &p.b)) {
+        p.njob = 1;
+        return tg_cuda_mmvq_launch(be, p, call);
+    }
     vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(b), tg_cuda_desc_of(dst), nullptr, nullptr};
     if (dst->ne[1] < impl->mmq_q8b_min_n && f32_columns(b)) {
         launch_vec_t<true>(impl->stream, a->type, v);
@@ -314,6 +483,60 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
     TG_CUDA_LAUNCHED(be, call);
     return TG_OK;
 }
+
+}  // namespace
+
+tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    const tg_type ta = p.job[0].a.type;
+    const long long K = p.job[0].a.ne[0], kb = K / 32;
+    const long long ncols = p.b.ne[1] * p.b.ne[2] * p.b.ne[3];
+    const size_t q_bytes = align256((size_t)(ncols * K));
+    char *scratch = nullptr;
+    tg_status s = tg_cuda_scratch(be, q_bytes + (size_t)(ncols * kb) * sizeof(float2), (void **)&scratch, call);
+    if (s != TG_OK) return s;
+    mmvq_args args;
+    args.p = p;
+    args.bq = (const int8_t *)scratch;
+    args.bd = (const float2 *)(scratch + q_bytes);
+    const long long nblk = ncols * kb;
+    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(p.b, (int8_t *)scratch,
+                                                                               (float2 *)(scratch + q_bytes), nblk, kb);
+    TG_CUDA_LAUNCHED(be, call);
+    // warps per group from K alone (the order of a row's sum depends on it)
+    const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
+    args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;
+    const int N = (int)p.job[0].d.ne[1];
+    const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
+    long long rows = 0;
+    for (int j = 0; j < p.njob; j++) rows += p.job[j].a.ne[1];
+    // R: at least N / 2 (b's loads per weight byte), 2 for swiglu; doubled
+    // (more weight bytes in flight per lane) while the grid still fills the GPU 4 times
+    const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
+    if (p.swiglu && R < 2) R = 2;
+    while (R < 4 && rows * batches / (2 * R) * args.wpr / kWarps >= 4LL * sms) R *= 2;
+    args.rows_per_group = p.swiglu ? R / 2 : R;
+    long long groups = 0;
+    for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {
+        groups += (p.job[j].a.ne[1] + args.rows_per_group - 1) / args.rows_per_group;
+        args.grp_end[j] = groups;
+    }
+    for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.grp_end[j] = groups;
+    args.ngroups = groups;
+    if (groups / (kWarps / args.wpr) + 1 > INT_MAX || batches > 65535)
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld groups x %lld batches is too large", call, groups,
+                      batches);
+    switch (ta) {
+        case TG_TYPE_Q8_0: launch_mmvq_t<TG_TYPE_Q8_0>(impl->stream, args, batches, N, R); break;
+        case TG_TYPE_Q4_0: launch_mmvq_t<TG_TYPE_Q4_0>(impl->stream, args, batches, N, R); break;
+        default: launch_mmvq_t<TG_TYPE_Q4_K>(impl->stream, args, batches, N, R); break;
+    }
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------
 // Prefill: a's rows (desc src: {K, rows, n2, n3}) dequantized to dense F16,

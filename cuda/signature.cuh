@@ -42,6 +42,12 @@ struct tg_cuda_sig_knobs {
     // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the block kernel: 128
     // threads per group of rows), 1 the warp kernel (a warp per group).
     int mmv_kernel = 0;
+    // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
+    // kernel, b quantized once per launch, U units per row per lane in
+    // flight; the fusions take quantized products too), 1 the per-product
+    // kernel it replaced (one unit per row per lane; no fusion of quantized
+    // products).
+    int mmq_kernel = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

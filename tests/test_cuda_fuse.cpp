@@ -5,7 +5,7 @@
 // residual) runs on CUDA with fusion on, with fusion off, and on the CPU
 // backend, on the same random data, at the 1.1B model's sizes and at odd
 // ones (K not a multiple of 8, odd M, N 1..8, and N 9 where only the norm
-// fuses). The fused kernels compute the unfused kernels' arithmetic in the
+// fuses), with F32/F16/BF16 and quantized (Q8_0, Q4_0, Q4_K) weights. The fused kernels compute the unfused kernels' arithmetic in the
 // same order, so fused and unfused results must be bit-identical; both
 // must match the CPU within 1e-4 relative L2 (F32 accumulation in another
 // order). The compute buffer is poisoned with NaN before each compute, every
@@ -83,6 +83,11 @@ layer_data make_data(const layer_case &c) {
 tg_status upload(tg_tensor *t, const std::vector<float> &v) {
     const tg_type type = tg_tensor_type(t);
     if (type == TG_TYPE_F32) return tg_tensor_set(t, v.data(), 0, v.size() * 4);
+    if (tg_type_is_quantized(type)) {  // the same blocks on both backends
+        std::vector<uint8_t> q(tg_nbytes(t));
+        const tg_status s = tg_quantize(type, v.data(), q.data(), (int64_t)v.size());
+        return s != TG_OK ? s : tg_tensor_set(t, q.data(), 0, q.size());
+    }
     std::vector<uint16_t> h(v.size());
     for (size_t i = 0; i < v.size(); i++) h[i] = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
     return tg_tensor_set(t, h.data(), 0, h.size() * 2);
@@ -214,8 +219,11 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
         }
         const double e = rel_l2(plain.outs[o], ref.outs[o]);
         printf("[ fuse     ] %-22s output %zu: relative L2 error vs CPU %.3g\n", c.name, o, e);
-        // N > 8: 16-bit weights multiply on tensor cores with b rounded to their type
-        const double tol = c.N > 8 && c.wt != TG_TYPE_F32 ? 4e-3 : 1e-4;
+        // N > 8: 16-bit weights multiply on tensor cores with b rounded to their type;
+        // quantized weights: the GPU rounds b to 8 bits per block of 32 (the CPU
+        // quantizes activations its own way), through four products in a row
+        const bool quant = tg_type_is_quantized(c.wt);
+        const double tol = quant ? 3e-2 : c.N > 8 && c.wt != TG_TYPE_F32 ? 4e-3 : 1e-4;
         EXPECT_LE(e, tol) << "output " << o;
     }
 }
@@ -236,6 +244,16 @@ std::vector<layer_case> layer_cases() {
         {"odd_f32_n2", F32, 7, 5, 7, 3, 2, false},
         {"odd_f16_n9_prefill", F16, 1003, 517, 1003, 37, 9, false},
         {"f16_n7", F16, 256, 1024, 256, 64, 7, false},
+        // quantized weights (the fused-job GEMV, b quantized once per launch);
+        // K of every product a multiple of the block (256 for Q4_K), odd M
+        {"llm_1p1b_q4_0_n1", TG_TYPE_Q4_0, E, F, QD, KD, 1, false},
+        {"llm_1p1b_q8_0_n1", TG_TYPE_Q8_0, E, F, QD, KD, 1, false},
+        {"llm_1p1b_q4_k_n1", TG_TYPE_Q4_K, E, F, QD, KD, 1, false},
+        {"llm_1p1b_q4_0_uses", TG_TYPE_Q4_0, E, F, QD, KD, 1, true},
+        {"odd_q8_0_n3", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false},
+        {"odd_q4_0_n5_uses", TG_TYPE_Q4_0, 288, 544, 288, 41, 5, true},
+        {"odd_q4_k_n8", TG_TYPE_Q4_K, 256, 768, 256, 37, 8, false},
+        {"odd_q4_0_n2", TG_TYPE_Q4_0, 32, 96, 32, 3, 2, false},
         {"llm_1p1b_f16_n1_warp", F16, E, F, QD, KD, 1, false, 1},
         {"odd_bf16_n3_warp", BF16, 1001, 333, 1001, 75, 3, false, 1},
         {"odd_f16_n5_uses_warp", F16, 1003, 517, 1003, 37, 5, true, 1},

@@ -275,12 +275,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaQuantMulMat, ::testing::ValuesIn(qmm_cases(
 // backend is created): b quantized to 8 bits + dp4a (1), or F32 b with the
 // weights widened in registers (9: as exact as the F32 GEMV, 1e-5). A b
 // that is not F32 with 16-byte aligned columns always takes the first.
+// "1k": b to 8 bits on the per-product kernel the fused-job kernel replaced
+// (TG_CUDA_MMQ_KERNEL=1), which stays for b layouts the fused-job kernel
+// does not take (b_transposed below, on every variant).
 TEST(CudaQuant, DecodeVariantsMatchFloat64) {
     SKIP_WITHOUT_CUDA();
-    for (const char *v : {"1", "9"}) {
-        setenv("TG_CUDA_MMQ_Q8B_MIN_N", v, 1);
+    for (const char *v : {"1", "9", "1k"}) {
+        setenv("TG_CUDA_MMQ_Q8B_MIN_N", v[0] == '9' ? "9" : "1", 1);
+        if (v[1] == 'k') setenv("TG_CUDA_MMQ_KERNEL", "1", 1);
         backend_ptr gpu = cuda_or_null();
         unsetenv("TG_CUDA_MMQ_Q8B_MIN_N");
+        unsetenv("TG_CUDA_MMQ_KERNEL");
         ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
         const double tol = v[0] == '9' ? 1e-5 : k_decode_tol;
         for (tg_type t : qtu::k_qtypes) {
