@@ -26,18 +26,21 @@ if [ "${SAN:-0}" = 1 ]; then
   grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | tail -3
   el sanitizers
 fi
-timeout 60 $B/tinygml-bench $OUT/mm.json --quick --only ${BENCH_ONLY:-mmq.decode} > $OUT/bench.log 2>&1
-grep -E "^mm|copy" $OUT/bench.log | head -40
-el bench
+if [ "${BENCH_ONLY:-mmq.decode}" != none ]; then
+  timeout 60 $B/tinygml-bench $OUT/mm.json --quick --only ${BENCH_ONLY:-mmq.decode} > $OUT/bench.log 2>&1
+  grep -E "^mm|copy" $OUT/bench.log | head -40
+  el bench
+fi
 wait $SP; cat $OUT/synth.log; ls -la $S; el synth
 P=""; i=0; while [ ${#P} -lt 511 ]; do i=$((i+1)); P+="the quick brown fox $i "; done; P=${P:0:511}
-for m in ${MODELS:-1b-q4_0 1b-q8_0 1b 125m}; do for k in 0 1; do for b in ${BATCHES:-1 16}; do
+for m in ${MODELS:-1b-q4_0 1b-q8_0 1b 125m}; do for k in ${KERNELS:-0 1}; do for b in ${BATCHES:-1 16}; do
   [ $k = 1 ] && [[ $m != *q* ]] && continue
   r=$(TG_CUDA_MMQ_KERNEL=$k timeout 40 $B/tinygml-run -m $S/$m.gguf -p "$P" -n 128 -b $b --temp 0 --ignore-eos --warmup --device cuda -q 2>&1 | grep -E "prompt|generation" | tr '\n' ' ')
   echo "$m mmq_kernel=$k b$b: $r"
 done; done; done | tee $OUT/runs.log
 el runs
 for m in ${NCU_MODELS:-1b-q4_0 1b}; do
+  [ "$m" = none ] && continue
   TG_CUDA_GRAPHS=0 timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 3000 --launch-count 260 --csv \
     $B/tinygml-run -m $S/$m.gguf -p "hello" -n 40 --ignore-eos --device cuda -q > $OUT/ncu_$m.csv 2>$OUT/ncu_$m.err
   python3 - $OUT/ncu_$m.csv <<'PY'

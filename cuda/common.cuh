@@ -93,6 +93,12 @@ struct tg_cuda_impl {
     // each kind the last enqueued graph took (tests)
     bool fuse = true;
     int fusions[4] = {0, 0, 0, 0};
+    // b of the next quantized GEMV, already quantized into the scratch by the
+    // kernel that wrote it (cuda/fuse.cu: rms_norm*w right before a quantized
+    // mul_mat of its result): that tensor's data, K and column count, valid
+    // for the next enqueued node only (nullptr: none).
+    const char *preq_data = nullptr;
+    long long preq_k = 0, preq_cols = 0;
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[3] = {"", "", ""};

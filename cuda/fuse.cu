@@ -56,6 +56,17 @@ struct matcher {
         return it != reads.end() && it->second == 1;
     }
 
+    // the node after j is a quantized GEMV whose b is t (as a whole, contiguous
+    // F32): the norm can quantize b for it (cuda/norm.cu)
+    bool feeds_quant_gemv(int j, const tg_tensor *t) const {
+        const int k = next(j);
+        if (k < 0 || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != t) return false;
+        if (!tg_type_is_quantized(nodes[k]->src[0]->type) || !tg_is_contiguous(t)) return false;
+        tg_cuda_mmv_job jb;
+        tg_cuda_desc bd;
+        return tg_cuda_mmv_job_of(be, nodes[k], &jb, &bd) && bd.data == (const char *)t->data;
+    }
+
     // rms_norm(x) * w, the norm read by nothing else
     bool norm_mul(int i, tg_status *st) {
         const tg_tensor *nrm = nodes[i];
@@ -69,7 +80,7 @@ struct matcher {
         const tg_tensor *x = nrm->src[0];
         if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) || overlap(mul, w))
             return false;
-        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
+        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w, feeds_quant_gemv(j, mul));
         done[j] = 1;
         counts[0]++;
         return true;
@@ -174,12 +185,17 @@ tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &
         return TG_OK;
     }
     matcher m(be, nodes);
+    impl->preq_data = nullptr;
     for (int i = 0; i < (int)nodes.size(); i++) {
         if (nodes[i]->op == TG_OP_VIEW || m.done[i]) continue;
         tg_status s = TG_OK;
+        // a pre-quantized b is for the node right after its producer only
+        const char *preq = impl->preq_data;
         if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
-        if (s != TG_OK) return s;
+        if (impl->preq_data == preq) impl->preq_data = nullptr;
+        if (s != TG_OK) return (impl->preq_data = nullptr), s;
     }
+    impl->preq_data = nullptr;
     for (int k = 0; k < 4; k++) impl->fusions[k] = m.counts[k];
     return TG_OK;
 }

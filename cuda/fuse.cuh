@@ -20,4 +20,8 @@
 tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes);
 
 // cuda/norm.cu: norm = rms_norm(x), mul = norm * w (or w * norm), in one kernel.
-tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w);
+// quantize: mul is the b of the quantized GEMV enqueued next; the kernel also
+// writes b's 8-bit blocks into that GEMV's scratch (tg_cuda_impl::preq_data),
+// so the GEMV needs no quantize kernel of its own (same bits either way).
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
+                               bool quantize = false);

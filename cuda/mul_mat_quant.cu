@@ -53,17 +53,7 @@ __global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long l
         const long long col = blk / kb, j = blk % kb;
         const long long n = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
         const float x = tg_cuda_load(tg_cuda_ptr(b, j * 32 + lane, n, i2, i3), b.type);
-        const bool finite = __all_sync(0xffffffffu, isfinite(x));
-        const float amax = tg_warp_max(fabsf(x));
-        const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int q = finite ? max(-127, min(127, (int)roundf(x * id))) : 0;  // |x * id| <= 127
-        int sum = q;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        qs[blk * 32 + lane] = (int8_t)q;
-        if (lane == 0) {
-            const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
-            ds[blk] = make_float2(d, d * (float)sum);
-        }
+        tg_cuda_q8_block(x, qs + blk * 32 + lane, ds + blk);
     }
 }
 
@@ -486,23 +476,34 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
 
 }  // namespace
 
+size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes) {
+    *q_bytes = align256((size_t)(ncols * K));
+    return *q_bytes + (size_t)(ncols * (K / 32)) * sizeof(float2);
+}
+
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
     tg_cuda_impl *impl = tg_cuda(be);
     const tg_type ta = p.job[0].a.type;
     const long long K = p.job[0].a.ne[0], kb = K / 32;
     const long long ncols = p.b.ne[1] * p.b.ne[2] * p.b.ne[3];
-    const size_t q_bytes = align256((size_t)(ncols * K));
+    size_t q_bytes = 0;
     char *scratch = nullptr;
-    tg_status s = tg_cuda_scratch(be, q_bytes + (size_t)(ncols * kb) * sizeof(float2), (void **)&scratch, call);
+    tg_status s = tg_cuda_scratch(be, tg_cuda_mmvq_scratch(K, ncols, &q_bytes), (void **)&scratch, call);
     if (s != TG_OK) return s;
     mmvq_args args;
     args.p = p;
     args.bq = (const int8_t *)scratch;
     args.bd = (const float2 *)(scratch + q_bytes);
-    const long long nblk = ncols * kb;
-    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(p.b, (int8_t *)scratch,
-                                                                               (float2 *)(scratch + q_bytes), nblk, kb);
-    TG_CUDA_LAUNCHED(be, call);
+    // b quantized already by the kernel that wrote it (the fused rms_norm*w
+    // just before, into this scratch), or here
+    const bool preq = impl->preq_data == p.b.data && impl->preq_k == K && impl->preq_cols == ncols;
+    impl->preq_data = nullptr;
+    if (!preq) {
+        const long long nblk = ncols * kb;
+        quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(
+            p.b, (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
+        TG_CUDA_LAUNCHED(be, call);
+    }
     // warps per group from K alone (the order of a row's sum depends on it)
     const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
     args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;

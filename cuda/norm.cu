@@ -1,11 +1,19 @@
 // norm.cu - rms_norm, l2_norm over ne0, and softmax: a warp per row for rows of
-// up to 1024 elements, a block of 8 warps per row above; reductions in
+// up to 256 elements, a block of 8 warps per row above; reductions in
 // registers and warp shuffles (plus one shared-memory step across warps).
 #include "common.cuh"
 #include "fuse.cuh"
+#include "mmv.cuh"
+#include "quant.cuh"
 #include "ops.h"
 
 enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
+
+// Rows longer than this take a block of 8 warps (a decode step normalizes one
+// row: a lone warp walking 768-2048 elements measured 5.8 us per norm on the
+// H200, a third of a 1.1B layer's small kernels; 8 warps hold 2048 elements
+// in one round of loads).
+constexpr long long kWarpRowMax = 256;
 
 // WPR warps per row. WPR == 1: 4 rows per 128-thread block; else one row per
 // block of WPR warps.
@@ -34,9 +42,13 @@ template <int WPR, bool MAX> __device__ float row_reduce(float v, float *sh) {
 // just stored, so z is the unfused mul's result bit for bit. z may be y or x
 // (in place): the thread that reads an element of x writes that element of
 // y, then of z; w is disjoint from both outputs (cuda/fuse.cu checks).
-template <int OP, int WPR, bool MUL = false>
+// Q8 (with MUL): z's rows also quantized to 8-bit blocks for the quantized
+// GEMV that reads z next (tg_cuda_q8_block; row r's int8 at bq + r * n0, its
+// pairs at bd + r * n0 / 32; n0 a multiple of 32, so each round's 32
+// consecutive elements of a warp are one whole block).
+template <int OP, int WPR, bool MUL = false, bool Q8 = false>
 __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param, tg_cuda_desc w = {},
-                            tg_cuda_desc z = {}) {
+                            tg_cuda_desc z = {}, int8_t *bq = nullptr, float2 *bd = nullptr) {
     __shared__ float sh[WPR];
     constexpr int RPB = row_cfg<WPR>::rows_per_block, TPR = 32 * WPR;
     const int grp = threadIdx.x / TPR, tid = threadIdx.x % TPR;
@@ -69,22 +81,19 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                 *(float *)(yr + i * y.nb[0]) = nans > 0.0f ? __int_as_float(0x7fc00000) : mx == -INFINITY ? 0.0f : e / sum;
             }
         } else {
-            // x / sqrt(sum(x^2) / div + eps), div = n0 for rms_norm, 1 for l2_norm
-            float ss = 0.0f;
-            for (long long i = tid; i < n0; i += TPR) {
-                const float v = tg_cuda_load(xr + i * x.nb[0], x.type);
-                ss += v * v;
-            }
-            ss = row_reduce<WPR, false>(ss, sh);
-            const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
+            // x / sqrt(sum(x^2) / div + eps), div = n0 for rms_norm, 1 for l2_norm.
+            // kRound elements per thread are loaded before any is used: in the
+            // sum (one memory latency per round, not per element; the sum
+            // still runs over the thread's elements in index order) and
+            // before any store (a store may alias the next loads, in place).
+            // A row of at most kRound * TPR elements (2048 at 8 warps) stays
+            // in registers between the sum and the stores: x is read once.
+            constexpr int kRound = 8;
+            const bool one_round = n0 <= (long long)kRound * TPR;
             const char *wr = MUL ? tg_cuda_ptr(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]) : nullptr;
             char *zr = MUL ? tg_cuda_ptr(z, 0, i1, i2, i3) : nullptr;
-            // kRound elements per thread loaded before any is stored: a store
-            // may alias the next loads (in place), so the compiler would
-            // otherwise wait out one memory latency per element
-            constexpr int kRound = 8;
-            for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
-                float xv[kRound], wv[kRound];
+            float xv[kRound], wv[kRound];
+            auto load_round = [&](long long i0) {
 #pragma unroll
                 for (int u = 0; u < kRound; u++) {
                     const long long i = i0 + (long long)u * TPR;
@@ -95,6 +104,18 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                         wv[u] = tg_cuda_load(wr + iw * w.nb[0], w.type);
                     }
                 }
+            };
+            float ss = 0.0f;
+            for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
+                load_round(i0);
+#pragma unroll
+                for (int u = 0; u < kRound; u++)
+                    if (i0 + (long long)u * TPR < n0) ss += xv[u] * xv[u];
+            }
+            ss = row_reduce<WPR, false>(ss, sh);
+            const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
+            for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
+                if (!one_round) load_round(i0);
 #pragma unroll
                 for (int u = 0; u < kRound; u++) {
                     const long long i = i0 + (long long)u * TPR;
@@ -102,19 +123,21 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                     const float v = xv[u] * inv;
                     *(float *)(yr + i * y.nb[0]) = v;
                     if (MUL) *(float *)(zr + i * z.nb[0]) = v * wv[u];
+                    if (Q8) tg_cuda_q8_block(v * wv[u], bq + r * n0 + i, bd + (r * n0 + i) / 32);
                 }
             }
         }
     }
 }
 
-template <int OP, int WPR, bool MUL = false>
+template <int OP, int WPR, bool MUL = false, bool Q8 = false>
 static void launch_norm(cudaStream_t stream, const tg_cuda_desc &x, const tg_cuda_desc &y, long long nrows, float param,
-                        const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}) {
+                        const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}, int8_t *bq = nullptr,
+                        float2 *bd = nullptr) {
     constexpr int RPB = row_cfg<WPR>::rows_per_block;
     const long long blocks = (nrows + RPB - 1) / RPB;
     const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
-    norm_kernel<OP, WPR, MUL><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param, w, z);
+    norm_kernel<OP, WPR, MUL, Q8><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param, w, z, bq, bd);
 }
 
 template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *dst, const char *call) {
@@ -122,7 +145,7 @@ template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *ds
     const tg_cuda_desc x = tg_cuda_desc_of(dst->src[0]), y = tg_cuda_desc_of(dst);
     const long long nrows = tg_nrows(dst);
     const float param = tg_get_params<float>(dst);  // eps, or the softmax scale
-    if (x.ne[0] <= 1024)
+    if (x.ne[0] <= kWarpRowMax)
         launch_norm<OP, 1>(stream, x, y, nrows, param);
     else
         launch_norm<OP, 8>(stream, x, y, nrows, param);
@@ -134,16 +157,28 @@ tg_status tg_cuda_rms_norm(tg_backend *be, const tg_tensor *dst) { return norm_c
 tg_status tg_cuda_l2_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_L2>(be, dst, "l2_norm"); }
 tg_status tg_cuda_softmax(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_SOFTMAX>(be, dst, "softmax"); }
 
-tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w) {
-    cudaStream_t stream = tg_cuda(be)->stream;
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
+                               bool quantize) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    cudaStream_t stream = impl->stream;
     const tg_cuda_desc x = tg_cuda_desc_of(norm->src[0]), y = tg_cuda_desc_of(norm);
     const tg_cuda_desc wd = tg_cuda_desc_of(w), z = tg_cuda_desc_of(mul);
-    const long long nrows = tg_nrows(norm);
+    const long long nrows = tg_nrows(norm), n0 = x.ne[0];
     const float eps = tg_get_params<float>(norm);
-    if (x.ne[0] <= 1024)
-        launch_norm<NORM_RMS, 1, true>(stream, x, y, nrows, eps, wd, z);
-    else
-        launch_norm<NORM_RMS, 8, true>(stream, x, y, nrows, eps, wd, z);
+    int8_t *bq = nullptr;
+    float2 *bd = nullptr;
+    if (quantize && n0 % 32 == 0) {
+        size_t q_bytes = 0;
+        char *scratch = nullptr;
+        tg_status s = tg_cuda_scratch(be, tg_cuda_mmvq_scratch(n0, nrows, &q_bytes), (void **)&scratch, "rms_norm");
+        if (s != TG_OK) return s;
+        bq = (int8_t *)scratch, bd = (float2 *)(scratch + q_bytes);
+    }
+    if (bq && n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true, true>(stream, x, y, nrows, eps, wd, z, bq, bd);
+    else if (bq) launch_norm<NORM_RMS, 8, true, true>(stream, x, y, nrows, eps, wd, z, bq, bd);
+    else if (n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true>(stream, x, y, nrows, eps, wd, z);
+    else launch_norm<NORM_RMS, 8, true>(stream, x, y, nrows, eps, wd, z);
     TG_CUDA_LAUNCHED(be, "rms_norm");
+    if (bq) impl->preq_data = (const char *)mul->data, impl->preq_k = n0, impl->preq_cols = nrows;
     return TG_OK;
 }

@@ -49,3 +49,24 @@ template <int NW> __device__ inline void tg_cuda_words_a2(const char *p, uint32_
 #pragma unroll
     for (int i = 0; i < NW; i++) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
 }
+
+// b's 8-bit blocks for the quantized GEMV (cuda/mul_mat_quant.cu): the 32
+// lanes of a warp hold one block's 32 consecutive values x (all lanes must
+// call); lane l stores its int8 at q (q points at the lane's own element), lane 0 the pair
+// (d, d * sum of q) at ds. A block with a NaN or inf gets d = NaN, so the
+// products it enters are NaN. The producer of a GEMV's b (the fused
+// rms_norm*w) and the GEMV's own quantize kernel both call this: same bits.
+__device__ inline void tg_cuda_q8_block(float x, int8_t *q, float2 *ds) {
+    const bool finite = __all_sync(0xffffffffu, isfinite(x));
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
+    const int qi = finite ? max(-127, min(127, (int)roundf(x * id))) : 0;  // |x * id| <= 127
+    int sum = qi;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    *q = (int8_t)qi;
+    if (threadIdx.x % 32 == 0) {
+        const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
+        *ds = make_float2(d, d * (float)sum);
+    }
+}

@@ -99,7 +99,7 @@ std::vector<op_case> binary_cases() {
 
 std::vector<op_case> norm_cases() {
     std::vector<op_case> v;
-    for (int64_t D : {S(64, 32), S(1000, 40), S(4096, 1500)}) {
+    for (int64_t D : {S(64, 32), S(768, 300), S(1000, 40), S(2048, 520), S(4096, 1500)}) {
         const int64_t R = S(70, 5);
         const std::string d = std::to_string(D);
         v.push_back({"rms_norm_" + d, [=](builder &b) { return tg_rms_norm(b.ctx, b.rnd(F32, {D, R, 2}), 1e-5f); }, kElem});
