@@ -57,8 +57,9 @@ struct matcher {
     }
 
     // the node after j is a quantized GEMV whose b is t (as a whole, contiguous
-    // F32): the norm can quantize b for it (cuda/norm.cu)
+    // F32): the norm can quantize b for it (cuda/norm.cu; knob mmq_preq)
     bool feeds_quant_gemv(int j, const tg_tensor *t) const {
+        if (tg_cuda(be)->sig.mmq_preq != 1) return false;
         const int k = next(j);
         if (k < 0 || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != t) return false;
         if (!tg_type_is_quantized(nodes[k]->src[0]->type) || !tg_is_contiguous(t)) return false;

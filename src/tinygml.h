@@ -438,8 +438,9 @@ TG_API tg_status tg_buffer_clear(tg_buffer *buf, uint8_t value);
 // (or third) compute; values in tensors may change freely between computes.
 // Environment TG_CUDA_GRAPHS=0, read when the backend is created, turns this
 // off (docs/ops.md). The CUDA backend also fuses adjacent nodes (rms_norm*w,
-// mul_mat+add, gate/up+swiglu, products sharing b) with results identical to
-// the unfused kernels'; TG_CUDA_FUSE=0 turns that off.
+// mul_mat+add, gate/up+swiglu, products sharing b; float or quantized
+// weights) with results identical to the unfused kernels'; TG_CUDA_FUSE=0
+// turns that off.
 TG_API tg_status tg_graph_compute(tg_backend *b, tg_graph *g);
 // Bytes of the backend's compute buffer (the planner's pool), for reports.
 TG_API size_t tg_backend_compute_buffer_size(const tg_backend *b);
