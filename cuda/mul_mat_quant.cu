@@ -21,6 +21,13 @@
 // that a 2048-row matrix still gives every SM many warps; R rows per warp
 // (1, 1, 2, 4 for N up to 1, 2, 4, 8) share each b load.
 //
+//   Two GEMV kernels: the fused-job kernel (mmvq_kernel, behind
+// tg_cuda_mmvq_launch) takes every product with F32 b of unit stride, alone
+// or fused (cuda/mmv.cuh's jobs: q/k/v sharing b, gate/up with swiglu, the
+// residual add), b quantized once per launch; the per-product kernel
+// (mmq_vec_kernel) takes the other b layouts, the F32-b variant, and knob
+// mmq_kernel = 1.
+//
 // Prefill (N > 8): a is dequantized to F16 (exactly as tg_dequantize, then
 // rounded to nearest) into the scratch, whole when it fits the backend's
 // mm_budget, else in row chunks of at most mm_budget bytes; b is rounded to
