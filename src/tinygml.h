@@ -316,6 +316,7 @@ typedef struct tg_delta_params {
     float scale;     // output scale: o_t = scale * S^T q_t
     bool l2norm_qk;  // normalize q and k as x / sqrt(sum x^2 + 1e-6) first
     tg_delta_algo algo;  // AUTO (0), SCAN or CHUNKED
+    tg_type out_type;    // o's type: F32 (0, the default), F16 or BF16 (rounded once, at the store)
 } tg_delta_params;
 
 // delta_rule: gated linear / gated delta-rule recurrence.
@@ -323,7 +324,7 @@ typedef struct tg_delta_params {
 //   g, beta {Hv, T, B} F32;
 //   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256];
 //   state {Dk, Dv, Hv, B} F32/F16/BF16 (S[i][j] at i + j*Dk) or NULL.
-//   -> o {Dv, Hv, T, B} F32.
+//   -> o {Dv, Hv, T, B} of params->out_type (F32, F16 or BF16; sums are F32 either way).
 // Per sequence b and value head h, S (Dk x Dv, F32) runs over t = 0 .. T-1:
 //   a = g (LINEAR gate) or exp(g) (LOG gate);  S = a*S
 //   GATED_LINEAR: u = beta * v_t               GATED_DELTA: u = beta * (v_t - S^T k_t)

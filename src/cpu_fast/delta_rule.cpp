@@ -37,7 +37,7 @@ int64_t plan(const tg_tensor *dst, int nth) {
         if (dst->src[i]->type != TG_TYPE_F32 || !tg_rows_contig(dst->src[i])) return -1;
     const tg_tensor *state = dst->src[5];
     if (state && (!tg_fast_type(state->type) || !tg_rows_contig(state))) return -1;
-    if (!tg_rows_contig(dst)) return -1;
+    if (dst->type != TG_TYPE_F32 || !tg_rows_contig(dst)) return -1;  // 16-bit o: the reference
     const int w = tg_simd_get().width;
     return (int64_t)(nth * thread_floats(dst->src[0]->ne[0], dst->src[2]->ne[0], w) * 4);
 }
