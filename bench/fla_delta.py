@@ -79,6 +79,8 @@ def main():
     ]
     for rid, B, T, H, D, delta in cases:
         for dtype in (torch.bfloat16, torch.float32):
+            # the first call of each kernel compiles and autotunes it (minutes in all, once per machine)
+            print(f"{rid}: {dtype} ...", flush=True)
             q, k, v, g, beta = inputs(B, T, H, D, dtype, gen)
             scale = 1.0 / math.sqrt(D)
             with torch.inference_mode():

@@ -27,6 +27,7 @@
 // VEC: the state moves in 4-element vectors (F32 16 B, F16/BF16 8 B), when
 // Dk % 4 == 0 and the pointer and strides allow it; otherwise the scalar
 // any-stride path (chunk kernel). ST is the state's storage type (compute is F32).
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -411,6 +412,9 @@ bool elem_aligned(const tg_tensor *t) {
 
 typedef void (*delta_kernel_fn)(delta_args);
 
+// AUTO's smallest T for the chunked form when the heads alone do not fill the GPU (see tg_cuda_delta_rule)
+constexpr long long kFewHeadsMinT = 1024;
+
 enum { KERN_AUTO = 0, KERN_CHUNK = 1, KERN_DECODE = 2, KERN_DECODE_REG = 3, KERN_PERSISTENT = 4 };
 
 typedef void (*persistent_fn)(delta_args, int);
@@ -635,14 +639,16 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     const int64_t Dk = q->ne[0], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
     if (T == 0 || B == 0) return TG_OK;
 
-    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO from
-    // T >= 64 with Dk >= 64 (bench/NOTES.md: gdn.T*/scan against /chunked); the chunk-parallel form
-    // fills the GPU from the chunks, so a few long sequences take it too. The single-kernel form
-    // (knob delta_chunk_fused) also needs more than half an SM's worth of (sequence, value head)
-    // pairs per SM (B1 H16 T16384 was slower than the scan). Never with SCAN or a forced scan kernel.
+    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO with
+    // Dk >= 64 where it measured faster than the scan (bench/NOTES.md): from T >= 64 when the
+    // (sequence, value head) pairs fill the GPU (the single-kernel form; gdn.T*/scan against
+    // /chunked), else from T >= kFewHeadsMinT (the chunk-parallel form, whose three launches cost
+    // about 200 us whatever T: 4,804 us against the scan's 9,404 at B1 H16 T16384; the crossover is
+    // estimated from that row and gdn.T16/chunked, not measured). Never with SCAN or a forced scan
+    // kernel.
     const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
-    const int sm_n = cu->sm_count > 0 ? cu->sm_count : 132;
-    const bool auto_chunked = T >= min_t && Dk >= 64 && (!cu->sig.delta_chunk_fused || 2 * B * Hv > sm_n);
+    const bool fill = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
+    const bool auto_chunked = Dk >= 64 && T >= (fill ? min_t : std::max(min_t, kFewHeadsMinT));
     if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
         (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
         return tg_cuda_delta_rule_chunked(be, dst);

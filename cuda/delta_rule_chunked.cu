@@ -1,8 +1,20 @@
 // delta_rule_chunked.cu - the chunked form of the gated linear / gated
 // delta-rule recurrence on tensor cores (ggml_ops/delta_rule_chunked.cpp is
 // its readable CPU reference and has the math; docs/ops.md the policy).
+// Two forms, chosen per call (tg_cuda_delta_rule_chunked; bench/NOTES.md has the numbers):
 //
-// One block of 256 threads (8 warps) per (value column slice of BV columns,
+// The chunk-parallel form, where the (sequence, value head) pairs alone would not fill the GPU:
+// three kernels over the backend's scratch, per (sequence, value head, chunk) unit W, Kd, U,
+// S_c and gamma (run_phases):
+//   delta_prep_kernel   per unit: gate prefix, A, T = (I + A)^-1, W = T (beta d(t,-1) K),
+//                       U = T (beta V), Kd = K (.) d(C-1, t), gamma = d(C-1, -1)
+//   delta_state_kernel  per (Dv slice, value head, sequence), the only sequential part: per
+//                       chunk S_c = S; U <- V' = U - W S; S = gamma S + Kd^T V' (next chunk's
+//                       operands in flight by cp.async)
+//   delta_out_kernel    per unit: O = scale (d(t,-1) Q S_c + (Q K^T (.) decay) V')
+//
+// The single-kernel form (delta_chunked_kernel), where they do:
+// one block of 256 threads (8 warps) per (value column slice of BV columns,
 // value head h, sequence b) walks the chunks of C = 64 tokens in order, with
 // its slice of the state S (DKP x BV, F32) in shared memory all the way:
 //   1. stage Q, K (zero-padded to DKP, a multiple of 16), the V slice, gates
@@ -905,6 +917,11 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
 
 }  // namespace
 
+bool tg_cuda_delta_heads_fill(tg_backend *be, long long B, long long Hv) {
+    const int sms = tg_cuda(be)->sm_count > 0 ? tg_cuda(be)->sm_count : 132;
+    return 2 * B * Hv > sms;
+}
+
 bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv) {
     return Dk >= 8 && Dk <= 256 && Dk % 8 == 0 && Dv >= 1 && Dv <= 256;
 }
@@ -938,7 +955,10 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     TG_CUDA_TRY(be, call, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     a.qk_vec = rows16(q, Dk, 0) && rows16(k, Dk, 0);
     a.o_pair = o_pairs(dst);
-    if (!cu->sig.delta_chunk_fused) {
+    // the form: chunk-parallel where the (sequence, value head) pairs alone would not fill the GPU
+    // (B1 H16 T16384 BF16: 4,804 us against 13,123 single-kernel, 9,404 scan), single-kernel where
+    // they do (B8 H16 T2048: 2,052 us against 3,855 chunk-parallel; bench/NOTES.md); knob 1 / 2 forces
+    if (cu->sig.delta_chunk_fused == 2 || (cu->sig.delta_chunk_fused == 0 && !tg_cuda_delta_heads_fill(be, B, Hv))) {
         bool taken = false;
         const tg_status s = run_phases(be, dst, a, optin, &taken);
         if (s != TG_OK || taken) return s;

@@ -303,8 +303,7 @@ typedef enum tg_gate_kind {
 // mul_mat_set_prec): a zero-initialized field (C aggregate init) is AUTO.
 typedef enum tg_delta_algo {
     TG_DELTA_ALGO_AUTO = 0,     // CPU: the scan; CUDA: the chunked tensor-core form where it measured
-                                // faster (T >= 64, Dk >= 64, more (sequence, value head) pairs than
-                                // half the SMs; docs/ops.md), else the scan
+                                // faster (T >= 64 and Dk >= 64; docs/ops.md), else the scan
     TG_DELTA_ALGO_SCAN = 1,     // the exact F32 sequential scan on every backend
     TG_DELTA_ALGO_CHUNKED = 2,  // the chunked form at any T (CPU: the chunked F32 reference; CUDA: tensor
                                 // cores, or the scan where the head dims are not covered)

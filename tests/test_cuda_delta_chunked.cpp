@@ -24,7 +24,7 @@ struct ck_case {
     int zero_gates = 0;
     int bv = 0;  // knob delta_chunk_bv (0 auto)
     tg_type out = TG_TYPE_F32;  // o's type (params out_type)
-    int fused = 0;              // knob delta_chunk_fused: 1 the single-kernel form
+    int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -190,7 +190,8 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     if (c.algo == TG_DELTA_ALGO_CHUNKED) EXPECT_EQ(tensor, covered) << "variant " << variant;
     if (c.algo == TG_DELTA_ALGO_SCAN || !covered || (c.algo == TG_DELTA_ALGO_AUTO && (c.T < 64 || c.Dk < 64)))
         EXPECT_FALSE(tensor) << "variant " << variant;
-    if (tensor) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, !c.fused) << "variant " << variant;
+    // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
+    if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
@@ -334,7 +335,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         tg_delta_algo algo;
         int fused = 0;
     };
-    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
+    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
                              variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
