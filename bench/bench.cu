@@ -283,12 +283,13 @@ void bench_rope(const char *id, int B, int T, int H, int D) {
 
 // delta_rule with Hk = Hv = H, Dk = Dv = D; state F32 (or none).
 // FLOPs of the chunked form per (sequence, head), C = 64 tokens per chunk, n = T / C chunks (2 per
-// multiply-add): Q K^T 2C^2 D, Q S 2C D^2, P U 2C^2 D (lower half counted whole), state update 2C D^2;
-// GATED_DELTA adds K K^T 2C^2 D, K S 2C D^2, T R 2C^2 D and the inversion C^3 / 3.
+// multiply-add): Q K^T 2C^2 D, Q S 2C D^2, P V' 2C^2 D (lower half counted whole), state update
+// 2C D^2; GATED_DELTA adds K K^T 2C^2 D, W = T K and U = T V 2C^2 D each, W S 2C D^2 and the
+// inversion C^3 / 3 (bench/fla_delta.py counts the same for fla's rows).
 double delta_chunked_flops(int B, int T, int H, int D, bool delta) {
     const double C = 64, n = std::ceil(T / C);
     double per = 2 * (2 * C * C * D) + 2 * (2 * C * D * (double)D);
-    if (delta) per += 2 * (2 * C * C * D) + 2 * C * D * (double)D + C * C * C / 3;
+    if (delta) per += 3 * (2 * C * C * D) + 2 * C * D * (double)D + C * C * C / 3;
     return per * n * B * H;
 }
 
@@ -535,6 +536,13 @@ int main(int argc, char **argv) {
     bv32.delta_chunk_bv = 32, bv64.delta_chunk_bv = 64;
     bench_delta("gdn.prefill/bv32", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv32);
     bench_delta("gdn.prefill/bv64", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv64);
+    // the single-kernel chunked form (knob delta_chunk_fused), the chunk-parallel form's predecessor
+    tg_cuda_sig_knobs fused = dflt;
+    fused.delta_chunk_fused = 1;
+    bench_delta("gdn.prefill/fused", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused);
+    bench_delta("gla.prefill/fused", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, fused);
+    bench_delta("gdn.long/fused", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused, BF,
+                TG_DELTA_ALGO_CHUNKED);
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

@@ -27,6 +27,7 @@
 // VEC: the state moves in 4-element vectors (F32 16 B, F16/BF16 8 B), when
 // Dk % 4 == 0 and the pointer and strides allow it; otherwise the scalar
 // any-stride path (chunk kernel). ST is the state's storage type (compute is F32).
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -411,6 +412,9 @@ bool elem_aligned(const tg_tensor *t) {
 
 typedef void (*delta_kernel_fn)(delta_args);
 
+// AUTO's smallest T for the chunked form when the heads alone do not fill the GPU (see tg_cuda_delta_rule)
+constexpr long long kFewHeadsMinT = 1024;
+
 enum { KERN_AUTO = 0, KERN_CHUNK = 1, KERN_DECODE = 2, KERN_DECODE_REG = 3, KERN_PERSISTENT = 4 };
 
 typedef void (*persistent_fn)(delta_args, int);
@@ -446,39 +450,31 @@ bool rows_vec4(const tg_tensor *t) {
     return true;
 }
 
-}  // namespace
+// Bytes of the F32 copies of 16-bit q, k, v that the scan reads (0: all F32), each 256-byte aligned.
+size_t qkv32_bytes(const tg_tensor *const in[3], size_t off[3]) {
+    size_t total = 0;
+    for (int i = 0; i < 3; i++) off[i] = total, total += ((size_t)tg_nelements(in[i]) * 4 + 255) / 256 * 256;
+    return in[0]->type == TG_TYPE_F32 && in[1]->type == TG_TYPE_F32 && in[2]->type == TG_TYPE_F32 ? 0 : total;
+}
 
-// delta_rule: src q, k, v, g, beta, state|NULL -> dst o {Dv, Hv, T, B} F32.
-tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
+// The scan into an F32 o (dst); its F32 copies of 16-bit q/k/v at scratch offset scr_off.
+tg_status delta_scan(tg_backend *be, const tg_tensor *dst, size_t scr_off) {
     const char *call = "delta_rule";
     tg_cuda_impl *cu = tg_cuda(be);
     const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *g = dst->src[3], *beta = dst->src[4];
     const tg_tensor *st = dst->src[5];
     const tg_delta_params dp = tg_get_params<tg_delta_params>(dst);
     const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
-    if (T == 0 || B == 0) return TG_OK;
-
-    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO where
-    // it measured faster than the scan (bench/NOTES.md): T >= 64, Dk >= 64 and more than half an SM's
-    // worth of (sequence, value head) pairs per SM, so that each block takes a whole 128-column head
-    // (B1 H16 T16384, split into 16-column slices, was slower than the scan); never with SCAN or a
-    // forced scan kernel
-    const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
-    const int sm_n = cu->sm_count > 0 ? cu->sm_count : 132;
-    const bool auto_chunked = T >= min_t && Dk >= 64 && 2 * B * Hv > sm_n;
-    if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
-        (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
-        return tg_cuda_delta_rule_chunked(be, dst);
 
     // the scan reads F32 q/k/v: 16-bit ones are converted into the backend's scratch first
     tg_tensor qkv32[3];
-    if (q->type != TG_TYPE_F32 || k->type != TG_TYPE_F32 || v->type != TG_TYPE_F32) {
-        const tg_tensor *in[3] = {q, k, v};
-        size_t off[3], total = 0;
-        for (int i = 0; i < 3; i++) off[i] = total, total += ((size_t)tg_nelements(in[i]) * 4 + 255) / 256 * 256;
+    const tg_tensor *in[3] = {q, k, v};
+    size_t off[3];
+    if (const size_t total = qkv32_bytes(in, off)) {
         void *scr = nullptr;
-        tg_status s = tg_cuda_scratch(be, total, &scr, call);
+        tg_status s = tg_cuda_scratch(be, scr_off + total, &scr, call);
         if (s != TG_OK) return s;
+        scr = (char *)scr + scr_off;
         for (int i = 0; i < 3; i++) {
             qkv32[i] = *in[i];
             qkv32[i].type = TG_TYPE_F32;
@@ -630,4 +626,47 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     }
     cu->sig_last[TG_CUDA_SIG_DELTA] = name;
     return TG_OK;
+}
+
+}  // namespace
+
+// delta_rule: src q, k, v, g, beta, state|NULL -> dst o {Dv, Hv, T, B} F32/F16/BF16.
+tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
+    const char *call = "delta_rule";
+    tg_cuda_impl *cu = tg_cuda(be);
+    const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const tg_delta_params dp = tg_get_params<tg_delta_params>(dst);
+    const int64_t Dk = q->ne[0], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
+    if (T == 0 || B == 0) return TG_OK;
+
+    // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO with
+    // Dk >= 64 where it measured faster than the scan (bench/NOTES.md): from T >= 64 when the
+    // (sequence, value head) pairs fill the GPU (the single-kernel form; gdn.T*/scan against
+    // /chunked), else from T >= kFewHeadsMinT (the chunk-parallel form, whose three launches cost
+    // about 200 us whatever T: 4,804 us against the scan's 9,404 at B1 H16 T16384; the crossover is
+    // estimated from that row and gdn.T16/chunked, not measured). Never with SCAN or a forced scan
+    // kernel.
+    const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
+    const bool fill = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
+    const bool auto_chunked = Dk >= 64 && T >= (fill ? min_t : std::max(min_t, kFewHeadsMinT));
+    if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
+        (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
+        return tg_cuda_delta_rule_chunked(be, dst);
+
+    if (dst->type == TG_TYPE_F32) return delta_scan(be, dst, 0);
+    // 16-bit o: the scan writes F32 rows into the scratch (reserved whole first, so that the scan's
+    // q/k/v copies after it grow nothing), converted into o after
+    tg_tensor o32 = *dst;
+    o32.type = TG_TYPE_F32;
+    o32.nb[0] = 4;
+    for (int d = 1; d < 4; d++) o32.nb[d] = o32.nb[d - 1] * (size_t)o32.ne[d - 1];
+    const size_t ob = ((size_t)tg_nelements(dst) * 4 + 255) / 256 * 256;
+    const tg_tensor *in[3] = {q, k, v};
+    size_t off[3];
+    void *scr = nullptr;
+    tg_status s = tg_cuda_scratch(be, ob + qkv32_bytes(in, off), &scr, call);
+    if (s != TG_OK) return s;
+    o32.data = scr;
+    if ((s = delta_scan(be, &o32, ob)) != TG_OK) return s;
+    return tg_cuda_copy(be, tg_cuda_desc_of(&o32), tg_cuda_desc_of(dst), false, call);
 }

@@ -37,8 +37,17 @@ struct tg_cuda_sig_knobs {
     // default, 64; AUTO also needs Dk >= 64 and 2 B Hv > SMs; algo CHUNKED
     // takes it at any T, SCAN never).
     int delta_chunk_min_t = 0;
-    // chunked path: value columns per block (0 auto; 8, 16, 32 or 64).
+    // chunked path: value columns per block (0 auto; 8, 16, 32, 64 or 128):
+    // of the state pass in the chunk-parallel form, of the one kernel in the
+    // single-kernel form.
     int delta_chunk_bv = 0;
+    // chunked path: 0 auto (the single-kernel form when 2 B Hv exceeds the SM
+    // count, else the chunk-parallel one), 1 the single-kernel form (one block
+    // per column slice walks every chunk), 2 the chunk-parallel form (prep,
+    // state pass and output kernels over a scratch; the single-kernel form
+    // where the scratch would pass its budget). AUTO's T threshold follows the
+    // form (cuda/delta_rule.cu).
+    int delta_chunk_fused = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the block kernel: 128
     // threads per group of rows), 1 the warp kernel (a warp per group).
     int mmv_kernel = 0;

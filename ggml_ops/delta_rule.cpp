@@ -5,7 +5,7 @@ static constexpr int64_t k_max_head_dim = 256;  // Dk and Dv, on every backend
 static constexpr float k_l2norm_eps = 1e-6f;    // l2norm_qk: x / sqrt(sum x^2 + 1e-6)
 
 // q, k {Dk, Hk, T, B}; v {Dv, Hv, T, B} F32/F16/BF16; g, beta {Hv, T, B} F32;
-// state {Dk, Dv, Hv, B} F32/F16/BF16 or NULL -> o {Dv, Hv, T, B} F32
+// state {Dk, Dv, Hv, B} F32/F16/BF16 or NULL -> o {Dv, Hv, T, B} F32/F16/BF16 (params->out_type)
 tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor *v, tg_tensor *g, tg_tensor *beta,
                          tg_tensor *state, const tg_delta_params *params) {
     const char *call = "delta_rule";
@@ -27,8 +27,11 @@ tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor 
     if (algo != TG_DELTA_ALGO_AUTO && algo != TG_DELTA_ALGO_SCAN && algo != TG_DELTA_ALGO_CHUNKED)
         TG_FAIL_NULL(TG_ERR_ARG, "[%s] unknown algo %d", call, algo);
     if (!std::isfinite(params->scale)) TG_FAIL_NULL(TG_ERR_ARG, "[%s] scale %g is not finite", call, params->scale);
+    const int out_type = tg_enum_value(params->out_type);
+    if (out_type != TG_TYPE_F32 && out_type != TG_TYPE_F16 && out_type != TG_TYPE_BF16)
+        TG_FAIL_NULL(TG_ERR_ARG, "[%s] out_type %d must be F32, F16 or BF16", call, out_type);
     const tg_delta_params dp = {(tg_delta_mode)mode, (tg_gate_kind)gate, params->scale, l2norm != 0,
-                                (tg_delta_algo)algo};
+                                (tg_delta_algo)algo, (tg_type)out_type};
 
     const int64_t Dk = q->ne[0], Hk = q->ne[1], T = q->ne[2], B = q->ne[3];
     const int64_t Dv = v->ne[0], Hv = v->ne[1];
@@ -65,7 +68,7 @@ tg_tensor *tg_delta_rule(tg_context *ctx, tg_tensor *q, tg_tensor *k, tg_tensor 
     }
     const int64_t ne[4] = {Dv, Hv, T, B};
     tg_tensor *srcs[6] = {q, k, v, g, beta, state};
-    tg_tensor *t = tg_new_op(ctx, call, TG_OP_DELTA_RULE, TG_TYPE_F32, 4, ne, srcs, 6);
+    tg_tensor *t = tg_new_op(ctx, call, TG_OP_DELTA_RULE, dp.out_type, 4, ne, srcs, 6);
     if (t) tg_set_params(t, dp);
     return t;
 }

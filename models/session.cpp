@@ -191,7 +191,7 @@ struct builder {
                               l.ssm_neg_exp_a);  // log gate, {Hv, T, n}
         g = tg_mul(ctx, g, mask);
         tg_delta_params dp = {TG_DELTA_GATED_DELTA, TG_GATE_LOG, 1.0f / std::sqrt((float)hp.ssm_dk), true,
-                              TG_DELTA_ALGO_AUTO};
+                              TG_DELTA_ALGO_AUTO, TG_TYPE_F32};
         tg_tensor *st = seq_slice(ctx, s.state[il], seq0, n);
         tg_tensor *o = tg_delta_rule(ctx, q, k, v, g, beta, st, &dp);  // {Dv, Hv, T, n}
         o = tg_reshape_3d(ctx, o, (int64_t)hp.ssm_dv * hp.ssm_hv, T, n);

@@ -303,8 +303,7 @@ typedef enum tg_gate_kind {
 // mul_mat_set_prec): a zero-initialized field (C aggregate init) is AUTO.
 typedef enum tg_delta_algo {
     TG_DELTA_ALGO_AUTO = 0,     // CPU: the scan; CUDA: the chunked tensor-core form where it measured
-                                // faster (T >= 64, Dk >= 64, more (sequence, value head) pairs than
-                                // half the SMs; docs/ops.md), else the scan
+                                // faster (T >= 64 and Dk >= 64; docs/ops.md), else the scan
     TG_DELTA_ALGO_SCAN = 1,     // the exact F32 sequential scan on every backend
     TG_DELTA_ALGO_CHUNKED = 2,  // the chunked form at any T (CPU: the chunked F32 reference; CUDA: tensor
                                 // cores, or the scan where the head dims are not covered)
@@ -316,6 +315,7 @@ typedef struct tg_delta_params {
     float scale;     // output scale: o_t = scale * S^T q_t
     bool l2norm_qk;  // normalize q and k as x / sqrt(sum x^2 + 1e-6) first
     tg_delta_algo algo;  // AUTO (0), SCAN or CHUNKED
+    tg_type out_type;    // o's type: F32 (0, the default), F16 or BF16 (rounded once, at the store)
 } tg_delta_params;
 
 // delta_rule: gated linear / gated delta-rule recurrence.
@@ -323,7 +323,7 @@ typedef struct tg_delta_params {
 //   g, beta {Hv, T, B} F32;
 //   Hv % Hk == 0 (value head h reads q/k head h / (Hv/Hk)); Dk, Dv in [1, 256];
 //   state {Dk, Dv, Hv, B} F32/F16/BF16 (S[i][j] at i + j*Dk) or NULL.
-//   -> o {Dv, Hv, T, B} F32.
+//   -> o {Dv, Hv, T, B} of params->out_type (F32, F16 or BF16; sums are F32 either way).
 // Per sequence b and value head h, S (Dk x Dv, F32) runs over t = 0 .. T-1:
 //   a = g (LINEAR gate) or exp(g) (LOG gate);  S = a*S
 //   GATED_LINEAR: u = beta * v_t               GATED_DELTA: u = beta * (v_t - S^T k_t)

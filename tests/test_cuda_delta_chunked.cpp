@@ -3,7 +3,8 @@
 // definition: chunk edges and long T (1 .. 8193), head dims 16/24/64/128/256
 // and one the tensor path leaves to the scan, grouped heads, Dk != Dv, log
 // gates to -30, zero LINEAR and -inf LOG gates, beta 0 and 1, F32/F16/BF16
-// q/k/v, F32/BF16 states, the SCAN switch, state chaining; and the device
+// q/k/v, F32/F16/BF16 o, F32/BF16 states, the SCAN switch, state chaining, the
+// chunk-parallel form (default) and the single-kernel form (knob); and the device
 // error record: a graph that found a bad id leaves every delta-rule state as
 // it was (each kernel). TG_TEST_SMALL=1 shrinks the long shapes (sanitizers).
 #include "cuda_sig_util.h"
@@ -22,6 +23,8 @@ struct ck_case {
     float g_lo = -0.2f, g_hi = 0.0f, b_lo = 0.0f, b_hi = 1.0f;
     int zero_gates = 0;
     int bv = 0;  // knob delta_chunk_bv (0 auto)
+    tg_type out = TG_TYPE_F32;  // o's type (params out_type)
+    int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -113,7 +116,7 @@ tg_status run_gpu(const ck_data &d, std::vector<float> &o, store &st, std::strin
     tg_tensor *g = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
     tg_tensor *beta = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
     tg_tensor *sb = c.state >= 0 ? tg_new_tensor_1d(x.ctx, d.ps.type, d.ps.total) : nullptr;
-    const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm, c.algo};
+    const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm, c.algo, c.out};
     tg_tensor *out = tg_delta_rule(x.ctx, q, k, v, g, beta, sb ? view_of(x.ctx, sb, d.ps) : nullptr, &dp);
     EXPECT_NE(out, nullptr) << tg_last_error();
     if (!out) return TG_ERR_ARG;
@@ -150,7 +153,12 @@ tg_status run_gpu(const ck_data &d, std::vector<float> &o, store &st, std::strin
     if (variant) *variant = tg_cuda_sig_last(CudaSig::gpu, TG_CUDA_SIG_DELTA);
 #endif
     o.resize((size_t)c.Dv * c.Hv * c.T * c.B);
-    if (s == TG_OK) x.get(out, o.data());
+    if (s == TG_OK && c.out == TG_TYPE_F32) x.get(out, o.data());
+    if (s == TG_OK && c.out != TG_TYPE_F32) {
+        std::vector<uint16_t> h(o.size());
+        x.get(out, h.data());
+        for (size_t i = 0; i < o.size(); i++) o[i] = c.out == TG_TYPE_F16 ? tg_fp16_to_fp32(h[i]) : tg_bf16_to_fp32(h[i]);
+    }
     st = store(d.ps.type, d.ps.total);
     if (sb) x.get(sb, st.b.data());
     return s;
@@ -168,6 +176,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
@@ -181,10 +190,14 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     if (c.algo == TG_DELTA_ALGO_CHUNKED) EXPECT_EQ(tensor, covered) << "variant " << variant;
     if (c.algo == TG_DELTA_ALGO_SCAN || !covered || (c.algo == TG_DELTA_ALGO_AUTO && (c.T < 64 || c.Dk < 64)))
         EXPECT_FALSE(tensor) << "variant " << variant;
+    // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
+    if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
-    EXPECT_LT(tgt::rel_error(o, oref), tol) << "o vs float64 oracle (" << variant << ")";
+    // a 16-bit o adds its one rounding
+    const double o_tol = tol + (c.out == TG_TYPE_BF16 ? 4e-3 : c.out == TG_TYPE_F16 ? 5e-4 : 0.0);
+    EXPECT_LT(tgt::rel_error(o, oref), o_tol) << "o vs float64 oracle (" << variant << ")";
     if (c.state < 0) return;
     std::vector<float> s(sref.size());
     for (size_t i = 0; i < s.size(); i++) s[i] = st.get(i);
@@ -241,6 +254,20 @@ std::vector<ck_case> ck_cases() {
         {"scan_fallback_Dk100_bf16", 2, 130, 1, 2, 100, 40, GD, LOG, true, F32, BF16, CHUNKED},
         // AUTO with many heads (the tensor path on an H200: 2 B Hv > SMs) and with few (the scan)
         {"gdn_D64_auto_many_heads", 4, 64, 1, 17, 64, 64, GD, LOG, true, F32, F32, AUTO},
+        // 16-bit o: the chunked forms store it directly, the scan (prefill and decode) converts its F32 rows
+        {"gdn_D128_T2048_bf16_out", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16},
+        {"gla_D64_f16_out", 2, 200, 1, 2, 64, 64, GL, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F16},
+        {"gdn_Dk32_Dv20_bf16_out", 2, 100, 1, 2, 32, 20, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16},
+        {"scan_bf16_out", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, BF16, SCAN, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16},
+        {"scan_decode_f16_out", 4, 1, 1, 2, 128, 128, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F16},
+        {"fused_bf16_out", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16, 1},
+        // the single-kernel form (knob delta_chunk_fused), kept reachable
+        {"fused_gdn_D128_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
+        {"fused_gla_D24_linear_gates", 4, 130, 8, 8, 24, 24, GL, LIN, false, -1, F32, CHUNKED, 0.85f, 1.0f, 0.0f, 1.0f, 0, 0, F32, 1},
+        {"fused_gdn_linear_zero_gates", 2, 200, 1, 2, 64, 64, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 0, F32, 1},
+        {"fused_gdn_D128_bv128_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
+        {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
         {"scan_switch_D128_T2048", 1, Tl, 1, 2, 128, 128, GD, LOG, true, F32, F32, SCAN},
         {"scan_switch_f16_io", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, F16, SCAN},
@@ -306,14 +333,19 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         const char *name;
         int T, kern;
         tg_delta_algo algo;
+        int fused = 0;
     };
-    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED}, variant{"chunk_scan", 70, 0, SCAN},
+    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
+                             variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
         SCOPED_TRACE(w.name);
         const ck_case c = {"err", 2, w.T, 2, 4, 64, 64, GD, LOG, true, F32, F32, w.algo};
         const ck_data d = make_ck(c, 3);
         knobs kn(0, 0, 0, 0, w.kern);
+#ifdef TG_HAVE_CUDA
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.fused;
+#endif
         std::vector<float> o;
         store st;
         EXPECT_NE(run_gpu(d, o, st, nullptr, 7), TG_OK);

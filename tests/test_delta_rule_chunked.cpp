@@ -3,7 +3,7 @@
 // the scan's definition and against the scan itself: chunk edges (T 1, 63,
 // 64, 65, 130), head dims 16/24/64/128, grouped value heads, Dk != Dv, log
 // gates down to -30, zero and negative LINEAR gates, -inf LOG gates, beta 0
-// and 1, F16/BF16 q/k/v, and state chaining across calls split anywhere.
+// and 1, F16/BF16 q/k/v, F16/BF16 o, and state chaining across calls split anywhere.
 // Shapes stay small: the whole file runs in about a second (ASan included).
 #include <algorithm>
 
@@ -215,6 +215,52 @@ TEST(DeltaChunkedNumbers, NaNStaysInItsHead) {
                 }
     EXPECT_GT(nan_here, 0);
     EXPECT_EQ(nan_other, 0);
+}
+
+// F16 / BF16 o (params out_type), scan and chunked: the F32 sums rounded once at the store, so
+// within the type's rounding of the float64 oracle; an out_type outside F32/F16/BF16 is refused.
+TEST(DeltaChunkedNumbers, SixteenBitOutput) {
+    const ck_case c = {"o16", GD, LOG, true, 32, 24, 1, 2, 130, 2, true, -0.3f, 0.0f, 0.0f, 1.0f};
+    const ck_data d = make_ck(c, 77);
+    std::vector<double> oref, sref;
+    oracle(d, oref, sref);
+    for (tg_delta_algo algo : {TG_DELTA_ALGO_SCAN, TG_DELTA_ALGO_CHUNKED})
+        for (tg_type ot : {TG_TYPE_F16, TG_TYPE_BF16}) {
+            SCOPED_TRACE(std::string(tg_type_name(ot)) + (algo == TG_DELTA_ALGO_SCAN ? " scan" : " chunked"));
+            tgt::env e(32 << 20, 2);
+            tg_tensor *q = tg_new_tensor_4d(e.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
+            tg_tensor *k = tg_new_tensor_4d(e.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
+            tg_tensor *v = tg_new_tensor_4d(e.ctx, c.io, c.Dv, c.Hv, c.T, c.B);
+            tg_tensor *g = tg_new_tensor_3d(e.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
+            tg_tensor *beta = tg_new_tensor_3d(e.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);
+            tg_tensor *st = tg_new_tensor_4d(e.ctx, TG_TYPE_F32, c.Dk, c.Dv, c.Hv, c.B);
+            const tg_delta_params dp = {c.mode, c.gate, d.scale, c.l2norm, algo, ot};
+            tg_tensor *out = tg_delta_rule(e.ctx, q, k, v, g, beta, st, &dp);
+            ASSERT_NE(out, nullptr) << tg_last_error();
+            EXPECT_EQ(tg_tensor_type(out), ot);
+            ASSERT_NE(e.alloc(), nullptr) << tg_last_error();
+            sig::set_values(q, d.q), sig::set_values(k, d.k), sig::set_values(v, d.v);
+            sig::set_values(g, d.g), sig::set_values(beta, d.beta), sig::set_values(st, d.s0);
+            ASSERT_EQ(sig::compute(e.ctx, e.cpu, out), TG_OK) << tg_last_error();
+            const std::vector<float> o = sig::get_values(out), s = sig::get_values(st);
+            EXPECT_LT(sig::rel_err(sig::to_double(o), oref), ot == TG_TYPE_BF16 ? 4e-3 : 5e-4) << "o";
+            EXPECT_LT(sig::rel_err(sig::to_double(s), sref), 2e-5) << "state (F32)";
+            int off_grid = 0;  // every value is one of the type's
+            for (float x : o) {
+                const float r = ot == TG_TYPE_F16 ? tg_fp16_to_fp32(tg_fp32_to_fp16(x)) : tg_bf16_to_fp32(tg_fp32_to_bf16(x));
+                off_grid += !(r == x);
+            }
+            EXPECT_EQ(off_grid, 0);
+        }
+    tgt::env e(1 << 20, 1);
+    tg_tensor *q = tg_new_tensor_4d(e.ctx, TG_TYPE_F32, 8, 1, 4, 1), *k = tg_new_tensor_4d(e.ctx, TG_TYPE_F32, 8, 1, 4, 1);
+    tg_tensor *v = tg_new_tensor_4d(e.ctx, TG_TYPE_F32, 8, 1, 4, 1);
+    tg_tensor *g = tg_new_tensor_3d(e.ctx, TG_TYPE_F32, 1, 4, 1), *beta = tg_new_tensor_3d(e.ctx, TG_TYPE_F32, 1, 4, 1);
+    for (tg_type bad : {TG_TYPE_I32, TG_TYPE_Q8_0}) {
+        const tg_delta_params dp = {GD, LOG, 1.0f, true, TG_DELTA_ALGO_AUTO, bad};
+        EXPECT_EQ(tg_delta_rule(e.ctx, q, k, v, g, beta, nullptr, &dp), nullptr);
+        EXPECT_NE(std::string(tg_last_error()).find("out_type"), std::string::npos) << tg_last_error();
+    }
 }
 
 TEST(DeltaChunkedBadInput, UnknownAlgoRejected) {

@@ -33,11 +33,13 @@ size_t thread_floats(int64_t Dk, int64_t Dv, int w) {
 }
 
 int64_t plan(const tg_tensor *dst, int nth) {
+    // algo CHUNKED asks for the chunked reference (ggml_ops/delta_rule_chunked.cpp), not this scan
+    if (tg_get_params<tg_delta_params>(dst).algo == TG_DELTA_ALGO_CHUNKED) return -1;
     for (int i = 0; i < 5; i++)
         if (dst->src[i]->type != TG_TYPE_F32 || !tg_rows_contig(dst->src[i])) return -1;
     const tg_tensor *state = dst->src[5];
     if (state && (!tg_fast_type(state->type) || !tg_rows_contig(state))) return -1;
-    if (!tg_rows_contig(dst)) return -1;
+    if (dst->type != TG_TYPE_F32 || !tg_rows_contig(dst)) return -1;  // 16-bit o: the reference
     const int w = tg_simd_get().width;
     return (int64_t)(nth * thread_floats(dst->src[0]->ne[0], dst->src[2]->ne[0], w) * 4);
 }
