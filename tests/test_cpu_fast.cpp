@@ -155,7 +155,8 @@ TEST_P(CpuFast, MulMat) {
     struct mm {
         int64_t K, M, N, B2;
     };
-    const mm shapes[] = {{1, 5, 3, 1}, {7, 9, 1, 1}, {16, 4, 4, 1}, {33, 37, 6, 2}, {100, 13, 37, 1}, {257, 70, 5, 1}};
+    const mm shapes[] = {{1, 5, 3, 1}, {7, 9, 1, 1}, {16, 4, 4, 1}, {33, 37, 6, 2}, {100, 13, 37, 1}, {257, 70, 5, 1},
+                         {40, 45, 1, 1}, {96, 103, 1, 1}};  // N = 1, row blocks of 32 with 13- and 7-row tails
     for (tg_type at : k_types)
         for (const mm &s : shapes) {
             const std::string name = std::string("mul_mat ") + tg_type_name(at) + " K" + std::to_string(s.K) + " M" +

@@ -142,13 +142,27 @@ inline float sload(const bf16_t *p) { return bf16_to_f32(p->bits); }
 // ---------------------------------------------------------------------------
 // Matrix product tile
 
+#ifndef TG_PF_BYTES
+#define TG_PF_BYTES 4096
+#endif
+constexpr int64_t k_pf_bytes = TG_PF_BYTES;
+
 template <typename T, int R, int C>
 void tile(const T *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, bool accumulate) {
     vf acc[R][C];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = vzero();
+    // Software prefetch k_pf_bytes ahead along the tile's rows taken as one
+    // stream (rows of a matrix are contiguous, so this runs on into the next
+    // tile's rows): a decode step reads every weight once from memory, and the
+    // hardware prefetchers, which restart at every short row block, keep too
+    // few lines in flight. Prefetches never fault; a tile over other strides
+    // only wastes them.
+    constexpr int64_t step = (int64_t)(R * W * sizeof(T));
+    const char *pf = (const char *)a + k_pf_bytes;
     int64_t k = 0;
-    for (; k + W <= K; k += W) {
+    for (; k + W <= K; k += W, pf += step) {
+        for (int64_t j = 0; j < step; j += 64) __builtin_prefetch(pf + j, 0, 3);
         vf bv[C];
         for (int c = 0; c < C; c++) bv[c] = vld(b + c * ldb + k);
         for (int r = 0; r < R; r++) {
