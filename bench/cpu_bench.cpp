@@ -336,11 +336,24 @@ void bench_delta(const char *id, int B, int T, int H, int D, tg_delta_mode mode,
 
 int main(int argc, char **argv) {
     const char *out = "bench/results/cpu.json";
+    bool out_set = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) g_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) g_quick = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
-        else out = argv[i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s [OUT.json] [-t THREADS] [--quick] [--only ID_PREFIX]\n"
+                   "  OUT.json defaults to bench/results/cpu.json\n",
+                   argv[0]);
+            return 0;
+        } else if (argv[i][0] == '-' || out_set) {
+            // an unknown flag (or a second path) is an error, not a file name to write
+            fprintf(stderr, "tinygml-bench-cpu: unknown argument '%s' (see --help)\n", argv[i]);
+            return 2;
+        } else {
+            out = argv[i];
+            out_set = true;
+        }
     }
     g_be = tg_backend_cpu(g_threads);
     if (!g_be) {
