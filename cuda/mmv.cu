@@ -56,14 +56,7 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
     // gate rows (job 0), the second half the up rows (job 1) of the same m
     const TA *arow[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
-        const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
-        const tg_cuda_desc &a = p.job[jr].a;
-        const long long M = a.ne[1];
-        const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
-        arow[r] = (const TA *)tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
-    }
+    for (int r = 0; r < R; r++) arow[r] = (const TA *)tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
     const float *bcol[NMAX];
 #pragma unroll
     for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
@@ -144,9 +137,7 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
             const long long m = m0 + r;
             if (n >= N || m >= p.job[0].a.ne[1]) continue;
             const float g = total(r * NMAX + n), u = total((r + R / 2) * NMAX + n);
-            *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = g;
-            *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = u;
-            *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(g, u);
+            tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, g, u);
         }
         return;
     }
@@ -156,10 +147,7 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
         const long long m = m0 + r;
         if (n >= N || m >= jb.a.ne[1]) continue;
         const float v = total(i);
-        // r is read before d is written (s may be r or d: an add in place)
-        const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
-        *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
-        if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+        tg_cuda_mmv_store(jb, m, n, i2, i3, v);
     }
 }
 
@@ -195,14 +183,7 @@ __global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constan
         const long long m0 = (g - (j ? args.blk_end[j - 1] : 0)) * RG;
         const TA *arow[R];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
-            const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
-            const tg_cuda_desc &a = p.job[jr].a;
-            const long long M = a.ne[1];
-            const long long a2 = i2 / (dd.ne[2] / a.ne[2]), a3 = i3 / (dd.ne[3] / a.ne[3]);
-            arow[r] = (const TA *)tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
-        }
+        for (int r = 0; r < R; r++) arow[r] = (const TA *)tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
         float acc[R][NMAX];
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -271,9 +252,7 @@ __global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constan
             const int r = lane / NMAX, n = lane % NMAX;
             const long long m = m0 + r;
             if (r < R / 2 && n < N && m < p.job[0].a.ne[1]) {
-                *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = gv;
-                *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = uv;
-                *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(gv, uv);
+                tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
             }
             continue;
         }
@@ -286,12 +265,7 @@ __global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constan
         const int r = lane / NMAX, n = lane % NMAX;
         const long long m = m0 + r;
         const tg_cuda_mmv_job &jb = p.job[j];
-        if (r < R && n < N && m < jb.a.ne[1]) {
-            // r is read before d is written (s may be r or d: an add in place)
-            const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
-            *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
-            if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
-        }
+        if (r < R && n < N && m < jb.a.ne[1]) tg_cuda_mmv_store(jb, m, n, i2, i3, v);
     }
 }
 

@@ -23,6 +23,37 @@ struct tg_cuda_mmv {
     tg_cuda_desc h;
 };
 
+// Device helpers shared by the F16/F32 GEMV (mmv.cu) and the quantized one
+// (mul_mat_quant.cu), so both kernels address rows and write epilogues alike.
+// Row r of a block of R rows starting at m0 of job j: for swiglu the first
+// R/2 rows are gate rows (job 0), the others the up rows (job 1) of the same
+// m. Rows past a's end are clamped to its last row (their sums are dropped).
+__device__ inline const char *tg_cuda_mmv_row(const tg_cuda_mmv &p, int j, long long m0, int r, int R, long long i2,
+                                              long long i3) {
+    const tg_cuda_desc &d0 = p.job[j].d;
+    const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
+    const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
+    const tg_cuda_desc &a = p.job[jr].a;
+    const long long M = a.ne[1];
+    const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
+    return tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+}
+// Epilogues of output (m, n): the gate/up pair and h = swiglu(g, u), or one
+// job's d and its optional residual add s = d + r. r is read before d is
+// written (s may be r or d: an add in place).
+__device__ inline void tg_cuda_mmv_store_swiglu(const tg_cuda_mmv &p, long long m, long long n, long long i2,
+                                                long long i3, float g, float u) {
+    *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = g;
+    *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = u;
+    *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(g, u);
+}
+__device__ inline void tg_cuda_mmv_store(const tg_cuda_mmv_job &jb, long long m, long long n, long long i2,
+                                         long long i3, float v) {
+    const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
+    *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
+    if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+}
+
 // The job of a mul_mat node when the GEMV takes it (F32/F16/BF16 weights with
 // unit stride along k, or quantized ones (Q8_0, Q4_0, Q4_K) when the backend
 // quantizes b for them (tg_cuda_impl::mmq_q8b_min_n), F32 b with unit stride

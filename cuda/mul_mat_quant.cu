@@ -298,14 +298,7 @@ __global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant
     const long long c0 = (long long)N * blockIdx.y;  // b's first quantized column for this batch
     const char *arow[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const int jr = p.swiglu ? (r < R / 2 ? 0 : 1) : j;
-        const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
-        const tg_cuda_desc &a = p.job[jr].a;
-        const long long M = a.ne[1];
-        const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
-        arow[r] = tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
-    }
+    for (int r = 0; r < R; r++) arow[r] = tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
     float acc[R][NMAX];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -373,19 +366,14 @@ __global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant
         const long long m = m0 + r;
         if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;
         const float gv = total(lane), uv = total(lane + (R / 2) * NMAX);
-        *(float *)tg_cuda_ptr(p.job[0].d, m, n, i2, i3) = gv;
-        *(float *)tg_cuda_ptr(p.job[1].d, m, n, i2, i3) = uv;
-        *(float *)tg_cuda_ptr(p.h, m, n, i2, i3) = tg_cuda_swiglu(gv, uv);
+        tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
         return;
     }
     const tg_cuda_mmv_job &jb = p.job[j];
     const long long m = m0 + r;
     if (m >= jb.a.ne[1]) return;
     const float v = total(lane);
-    // r is read before d is written (s may be r or d: an add in place)
-    const float x = jb.r.data ? tg_cuda_load(tg_cuda_ptr(jb.r, m, n, i2, i3), jb.r.type) : 0.0f;
-    *(float *)tg_cuda_ptr(jb.d, m, n, i2, i3) = v;
-    if (jb.r.data) *(float *)tg_cuda_ptr(jb.s, m, n, i2, i3) = v + x;
+    tg_cuda_mmv_store(jb, m, n, i2, i3, v);
 }
 
 template <tg_type T, int NMAX, int R> void launch_mmvq_r(cudaStream_t st, const mmvq_args &args, long long batches) {
