@@ -5,7 +5,7 @@
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
 //     and uses every thread; 4x4 register tiles (simd.h mm_tile) read each
-//     weight vector once for all tokens (software prefetch 4 KB ahead along
+//     weight vector once for all tokens (software prefetch 8 KB ahead along
 //     the block's rows); sums are lane-wise FMA over K, lanes
 //     added in a fixed tree (a blocked sum, error ~ eps * K / width per term).
 //   More than 4 tokens (prompt): the tokens are packed k-major in panels of

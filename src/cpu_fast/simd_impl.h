@@ -143,7 +143,7 @@ inline float sload(const bf16_t *p) { return bf16_to_f32(p->bits); }
 // Matrix product tile
 
 #ifndef TG_PF_BYTES
-#define TG_PF_BYTES 4096
+#define TG_PF_BYTES 8192
 #endif
 constexpr int64_t k_pf_bytes = TG_PF_BYTES;
 
