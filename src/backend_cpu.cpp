@@ -1,11 +1,15 @@
 // backend_cpu.cpp - the CPU backend: host memory and a small thread pool that
 // splits each op's rows.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <new>
 #include <thread>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "graph.h"
 
@@ -30,6 +34,10 @@ template <typename C> inline void spin_wait(C cond) {
     }
 }
 
+// How long an idle worker spins (then yields) before it sleeps: longer than
+// a decode loop's host work between two graphs.
+constexpr int64_t k_spin_ns = 2000000;
+
 // A persistent pool: the caller is thread 0, workers 1..n-1 wait for the next
 // job by spinning on a generation counter for a while, then sleep on a
 // condition variable. A job is a node: a plain function pointer and the
@@ -52,6 +60,7 @@ struct thread_pool {
     alignas(64) std::atomic<int> bar_count{0};
     std::atomic<unsigned> bar_phase{0};
     alignas(64) std::atomic<int> sleeping{0};
+    std::atomic<uint64_t> wake_gen{0};
     std::atomic<bool> stop{false};
     std::mutex m;
     std::condition_variable cv;
@@ -99,20 +108,44 @@ struct thread_pool {
     void loop(int ith) {
         uint64_t seen = 0;
         for (;;) {
-            // spin a while for the next node, then sleep
-            for (int i = 0; i < 4096 && gen.load(std::memory_order_acquire) == seen && !stop.load(); i++)
-                cpu_relax();
-            if (gen.load(std::memory_order_acquire) == seen) {
+            // spin for the next node up to k_spin_ns (a decode loop's host
+            // work between graphs, sampling say, is shorter: the workers stay
+            // awake), then sleep until a job, the stop or a wake()
+            auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; gen.load(std::memory_order_acquire) == seen && !stop.load(); i++) {
+                // pause first, then yield: on a machine with more runnable
+                // threads than cores a spinning worker must not hold a core
+                // the caller (or another process) is waiting for
+                if (i < 4096)
+                    cpu_relax();
+                else
+                    std::this_thread::yield();
+                if ((i & 63) == 63 && std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(k_spin_ns)) break;
+            }
+            if (gen.load(std::memory_order_acquire) == seen && !stop.load()) {
                 std::unique_lock<std::mutex> lock(m);
                 sleeping.fetch_add(1);
-                cv.wait(lock, [&] { return stop.load() || gen.load() != seen; });
+                const uint64_t w = wake_gen.load();
+                cv.wait(lock, [&] { return stop.load() || gen.load() != seen || wake_gen.load() != w; });
                 sleeping.fetch_sub(1);
+                if (!stop.load() && gen.load(std::memory_order_acquire) == seen) continue;  // woken ahead of a job
             }
             if (stop.load()) return;
             seen = gen.load(std::memory_order_acquire);
             work_on(ith);
             done.fetch_add(1, std::memory_order_acq_rel);
         }
+    }
+    // Sleeping workers start spinning again (a graph is about to run: the
+    // wake-up latency, tens of microseconds, overlaps the caller's checks
+    // and first nodes instead of delaying the first parallel node).
+    void wake() {
+        if (sleeping.load() == 0) return;
+        {
+            std::lock_guard<std::mutex> lock(m);
+            wake_gen.fetch_add(1);
+        }
+        cv.notify_all();
     }
     // Scratch of at least size bytes (grown, never shrunk); false when it
     // cannot be allocated.
@@ -173,10 +206,22 @@ void cpu_free(tg_backend *b) {
     delete (cpu_impl *)b->impl;
     delete b;
 }
+// Buffers of 4 MiB or more (weights read from a file, caches, states) are
+// 2 MiB-aligned and asked for transparent huge pages (Linux, where THP is in
+// "madvise" mode or "always"): a decode step streams every weight once, and
+// with 4 KiB pages each page is a new TLB miss and a restart of the
+// hardware prefetchers (bench/NOTES.md, "huge pages"). Advice only: when
+// the kernel has no huge page to give, the buffer is ordinary memory.
+constexpr size_t k_huge = (size_t)2 << 20;
 tg_status cpu_alloc(tg_backend *b, size_t size, void **ptr) {
     size = (size + 63) / 64 * 64;
-    *ptr = std::aligned_alloc(64, size);
+    const bool huge = size >= 2 * k_huge;
+    if (huge) size = (size + k_huge - 1) / k_huge * k_huge;
+    *ptr = std::aligned_alloc(huge ? k_huge : 64, size);
     if (!*ptr) return tg_err(TG_ERR_OOM, "[cpu] cannot allocate %zu bytes of host memory", size);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (huge) (void)madvise(*ptr, size, MADV_HUGEPAGE);
+#endif
     return TG_OK;
 }
 void cpu_dealloc(tg_backend *b, void *ptr) { std::free(ptr); }
@@ -191,6 +236,7 @@ tg_status cpu_copy(tg_backend *b, void *dst, const void *src, size_t size) {
 
 tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
     auto *impl = (cpu_impl *)b->impl;
+    impl->pool.wake();
     // checks whose inputs are persistent (t->precheck) run before anything is
     // written, so a bad position or id leaves every cache and output as it
     // was; the others run right before their op, on the values it will read

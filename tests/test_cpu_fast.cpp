@@ -156,7 +156,9 @@ TEST_P(CpuFast, MulMat) {
         int64_t K, M, N, B2;
     };
     const mm shapes[] = {{1, 5, 3, 1}, {7, 9, 1, 1}, {16, 4, 4, 1}, {33, 37, 6, 2}, {100, 13, 37, 1}, {257, 70, 5, 1},
-                         {40, 45, 1, 1}, {96, 103, 1, 1}};  // N = 1, row blocks of 32 with 13- and 7-row tails
+                         {40, 45, 1, 1}, {96, 103, 1, 1},  // N = 1, row blocks of 32 with 13- and 7-row tails
+                         {117, 11, 3, 1},  // K: whole 4-vector steps, then 3 (AVX-512) or 2 (AVX2) vectors, a tail of 5
+                         {2048, 67, 4, 1}};  // an LLM-sized K with 4 tokens
     for (tg_type at : k_types)
         for (const mm &s : shapes) {
             const std::string name = std::string("mul_mat ") + tg_type_name(at) + " K" + std::to_string(s.K) + " M" +
@@ -180,6 +182,39 @@ TEST_P(CpuFast, MulMat) {
         tg_tensor *y = tg_mul_mat(f.ctx, tg_transpose(f.ctx, f.in(TG_TYPE_F32, {6, 9, 1, 1})), f.in(TG_TYPE_F32, {9, 2, 1, 1}));
         f.outs = {y}, f.ref_nodes = {y};
     }, 1e-5);
+}
+
+// Decode products (up to 4 tokens) sum each output in the same order whatever
+// the token count: a token's result alone equals, bit for bit, its column of
+// a 4-token product (what lets a batched decode step match single steps).
+TEST_P(CpuFast, MulMatDecodeBatchInvariant) {
+    forced use(table());
+    for (tg_type at : k_types)
+        for (int64_t K : {37, 117, 768}) {
+            SCOPED_TRACE(std::string(tg_type_name(at)) + " K" + std::to_string(K));
+            fx f(2, 99);
+            tg_tensor *a = f.in(at, {K, 45, 1, 1}), *b = f.in(TG_TYPE_F32, {K, 4, 1, 1});
+            tg_tensor *y4 = tg_mul_mat(f.ctx, a, b);
+            std::vector<tg_tensor *> y1;
+            for (int64_t c = 0; c < 4; c++)
+                y1.push_back(tg_mul_mat(f.ctx, a, tg_view_2d(f.ctx, b, K, 1, b->nb[1], (size_t)c * b->nb[1])));
+            tg_graph *g = tg_graph_new(f.ctx);
+            ASSERT_EQ(tg_graph_expand(g, y4), TG_OK) << tg_last_error();
+            for (tg_tensor *t : y1) ASSERT_EQ(tg_graph_expand(g, t), TG_OK) << tg_last_error();
+            f.buf = tg_backend_alloc(f.be, f.ctx);
+            ASSERT_NE(f.buf, nullptr) << tg_last_error();
+            f.outs = {y4};
+            const result r = compute(f, g, true);
+            const std::vector<double> all = values_of(y4, r.bytes[0]);
+            for (int64_t c = 0; c < 4; c++) {
+                const std::vector<double> one = values_of(y1[(size_t)c], bytes_of(y1[(size_t)c]));
+                ASSERT_EQ(one.size(), 45u);
+                for (size_t m = 0; m < 45; m++) {
+                    ASSERT_FALSE(std::isnan(one[m])) << c << " " << m;
+                    EXPECT_EQ(one[m], all[(size_t)c * 45 + m]) << "token " << c << " row " << m;
+                }
+            }
+        }
 }
 
 enum class ew { add, mul, swiglu, scale, silu, sigmoid, softplus, add_row, mul_one };

@@ -24,6 +24,14 @@ struct tg_simd {
     // lanes added in a fixed tree, then the tail in order.
     void (*mm_tile[3])(const void *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo,
                        int R, int C, bool accumulate);
+    // Matrix-vector rows (decode): for r < R, c < C (C in 1..4)
+    //   out[r + c*ldo] = sum_k a[r*lda + k] * b[c*ldb + k]   (k < K)
+    // one row of a at a time, read sequentially. Per output: 4 partial
+    // accumulators (vector step i of K into partial i % 4), folded
+    // (p0 + p1) + (p2 + p3), lanes added in the fixed tree, then the tail in
+    // order; the same for any R and C.
+    void (*mv[3])(const void *a, size_t lda, const float *b, size_t ldb, int64_t K, float *out, size_t ldo, int64_t R,
+                  int C);
     // Several tokens against F32 weight rows, no horizontal sums: tokens
     // packed k-major in panels of P = 2*width (bp[k*P + j], zero past the
     // last token), weight rows r < R (R in 1..panel_rows) broadcast per k:
