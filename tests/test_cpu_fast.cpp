@@ -337,7 +337,9 @@ TEST_P(CpuFast, Attention) {
     struct ac {
         int64_t D, Dv, Hq, Hkv, T, L;
     };
-    const ac cases[] = {{8, 8, 2, 2, 1, 5}, {20, 17, 4, 2, 3, 9}, {33, 33, 6, 2, 2, 40}, {64, 48, 8, 2, 5, 70}};
+    const ac cases[] = {{8, 8, 2, 2, 1, 5}, {20, 17, 4, 2, 3, 9}, {33, 33, 6, 2, 2, 40}, {64, 48, 8, 2, 5, 70},
+                        {128, 128, 12, 2, 2, 300},  // an LLM head, group 6 (4 + 2 query rows), key blocks with a tail
+                        {64, 80, 3, 1, 1, 37}};     // group 3, Dv in a chunk of 4 vectors and a partial one
     for (tg_type ct : k_types)
         for (const ac &c : cases)
             check((std::string("attention ") + tg_type_name(ct) + " D" + std::to_string(c.D) + " group " +

@@ -73,6 +73,16 @@ struct tg_simd {
     // the next (head, sequence) when it follows in memory; prefetches never fault).
     void (*dr_token)(float *S, int64_t lds, int64_t Dv, int64_t Dkp, const float *k, const float *q, const float *v,
                      float a, float beta, float scale, bool delta, float *o, int64_t pf_from, int64_t pf_to);
+
+    // Attention of G query rows (q + g*ldq, F32) over n cache rows of one kv
+    // head, K rows k + j*ldk and V rows v + j*ldv of the indexed types
+    // [K type][V type]:
+    //   out[g*ldo + i] = sum_j softmax_j(scale q_g.k_j) v_j[i]   (0 when n = 0)
+    // s: G*n floats of scratch. Scores W keys at a time (one accumulator per
+    // key over D, the W sums by the transposing tree), softmax with a vector
+    // exp, then V rows read once per chunk of Dv for up to 4 query rows.
+    void (*attn[3][3])(const void *k, size_t ldk, const void *v, size_t ldv, const float *q, size_t ldq, int64_t G,
+                       int64_t D, int64_t Dv, int64_t n, float scale, float *s, float *out, size_t ldo);
 };
 
 const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64

@@ -629,6 +629,186 @@ template <int N> inline void vsums(const vf *acc, float *out) {
     for (int r = 0; r < N; r++) out[r] = vsum(acc[r]);
 }
 
+// ---------------------------------------------------------------------------
+// Attention of a group of query rows over n cache rows (simd.h attn)
+
+// e^x lane-wise: x = m ln2 + r with m = round(x log2 e), |r| <= ln2/2 (ln2 in
+// two parts, so r is exact to F32), e^r by the degree-6 series of Cephes'
+// expf (its published coefficients; relative error ~1e-7 on that range),
+// times 2^m. x is clamped to [-87.3, 88.7]: below, the result is the
+// smallest normal (~1e-38) instead of a denormal or 0.
+#if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
+inline vf vexp(vf x) {
+#if defined(TG_SIMD_AVX512)
+    x = _mm512_min_ps(_mm512_max_ps(x, vset1(-87.3365478515625f)), vset1(88.7228391116729996f));
+    const vf m = _mm512_roundscale_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm512_fnmadd_ps(m, vset1(0.693359375f), x);
+    r = _mm512_fnmadd_ps(m, vset1(-2.12194440e-4f), r);
+#else
+    x = _mm256_min_ps(_mm256_max_ps(x, vset1(-87.3365478515625f)), vset1(88.7228391116729996f));
+    const vf m = _mm256_round_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf r = _mm256_fnmadd_ps(m, vset1(0.693359375f), x);
+    r = _mm256_fnmadd_ps(m, vset1(-2.12194440e-4f), r);
+#endif
+    vf p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    const vf y = vadd(vfma(vmul(p, r), r, r), vset1(1.0f));
+#if defined(TG_SIMD_AVX512)
+    return _mm512_scalef_ps(y, m);
+#else
+    // m is in [-126, 128]: 2^m built in the exponent field, in two halves so
+    // that m = 128 does not overflow it
+    const __m256i mi = _mm256_cvtps_epi32(m), h = _mm256_srai_epi32(mi, 1);
+    const vf s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    const vf s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(mi, h), _mm256_set1_epi32(127)), 23));
+    return vmul(vmul(y, s1), s2);
+#endif
+}
+inline vf vmax(vf a, vf b) {
+#if defined(TG_SIMD_AVX512)
+    return _mm512_max_ps(a, b);
+#else
+    return _mm256_max_ps(a, b);
+#endif
+}
+inline float vmaxall(vf v) {
+    float t[W];
+    memcpy(t, &v, sizeof t);
+    float m = t[0];
+    for (int i = 1; i < W; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+#else
+inline vf vexp(vf x) {
+    float t[W];
+    memcpy(t, &x, sizeof t);
+    for (int i = 0; i < W; i++) t[i] = expf(t[i]);
+    memcpy(&x, t, sizeof t);
+    return x;
+}
+inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+inline float vmaxall(vf v) {
+    float t[W];
+    memcpy(t, &v, sizeof t);
+    float m = t[0];
+    for (int i = 1; i < W; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+#endif
+
+// s[j] = scale * q.k_j for j < n: W keys per block, each an accumulator over
+// the vector steps of D, the block's W sums at once (vsums), then D's tail.
+template <typename TK> void attn_scores(const TK *k, size_t ldk, const float *q, int64_t D, int64_t n, float scale, float *s) {
+    const int64_t Dw = D / W * W;
+    for (int64_t j0 = 0; j0 < n; j0 += W) {
+        const int nk = n - j0 < W ? (int)(n - j0) : W;
+        const TK *kb = k + j0 * ldk;
+        vf acc[W];
+        for (int r = 0; r < W; r++) acc[r] = vzero();
+        if (nk == W) {
+            for (int64_t d = 0; d < Dw; d += W) {
+                const vf qv = vld(q + d);
+                for (int r = 0; r < W; r++) acc[r] = vfma(vload(kb + r * ldk + d), qv, acc[r]);
+            }
+        } else {
+            for (int64_t d = 0; d < Dw; d += W) {
+                const vf qv = vld(q + d);
+                for (int r = 0; r < nk; r++) acc[r] = vfma(vload(kb + r * ldk + d), qv, acc[r]);
+            }
+        }
+        float t[W];
+        vsums<W>(acc, t);
+        for (int r = 0; r < nk; r++) {
+            float u = 0.0f;
+            for (int64_t d = Dw; d < D; d++) u += sload(kb + r * ldk + d) * q[d];
+            s[j0 + r] = (t[r] + u) * scale;
+        }
+    }
+}
+
+// s[j] = exp(s[j] - max) in place; returns the sum
+inline float attn_softmax(float *s, int64_t n) {
+    vf mv = vset1(-INFINITY);
+    int64_t j = 0;
+    for (; j + W <= n; j += W) mv = vmax(mv, vld(s + j));
+    float mx = vmaxall(mv);
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    const vf mxv = vset1(mx);
+    vf sv = vzero();
+    for (j = 0; j + W <= n; j += W) {
+        const vf e = vexp(vadd(vld(s + j), vmul(mxv, vset1(-1.0f))));
+        vst(s + j, e);
+        sv = vadd(sv, e);
+    }
+    float sum = vsum(sv);
+    for (; j < n; j++) sum += (s[j] = expf(s[j] - mx));
+    return sum;
+}
+
+// out[g*ldo + i] = inv[g] * sum_j p[g*n + j] v_j[i] for GB query rows: the
+// accumulators of CV vectors of Dv for all GB rows stay in registers while
+// every V row is read once per chunk (the group shares it), then Dv's tail.
+template <int GB> constexpr int attn_cv() { return W == 16 ? (GB <= 2 ? 8 : 4) : (GB == 1 ? 4 : GB == 2 ? 4 : 2); }
+template <typename TV, int GB>
+void attn_pv(const TV *v, size_t ldv, const float *p, int64_t n, int64_t Dv, const float *inv, float *out, size_t ldo) {
+    constexpr int CV = attn_cv<GB>();
+    const int64_t Dw = Dv / W * W;
+    for (int64_t c0 = 0; c0 < Dw; c0 += CV * W) {
+        const int cv = (Dw - c0) / W < CV ? (int)((Dw - c0) / W) : CV;
+        vf acc[GB][CV];
+        for (int g = 0; g < GB; g++)
+            for (int i = 0; i < CV; i++) acc[g][i] = vzero();
+        for (int64_t j = 0; j < n; j++) {
+            const TV *vr = v + j * ldv + c0;
+            vf x[CV];
+            for (int i = 0; i < CV; i++) x[i] = i < cv ? vload(vr + i * W) : vzero();
+            for (int g = 0; g < GB; g++) {
+                const vf pv = vset1(p[g * n + j]);
+                for (int i = 0; i < CV; i++)
+                    if (i < cv) acc[g][i] = vfma(pv, x[i], acc[g][i]);
+            }
+        }
+        for (int g = 0; g < GB; g++)
+            for (int i = 0; i < cv; i++) vst(out + g * ldo + c0 + i * W, vmul(acc[g][i], vset1(inv[g])));
+    }
+    for (int g = 0; g < GB; g++)
+        for (int64_t d = Dw; d < Dv; d++) {
+            float a = 0.0f;
+            for (int64_t j = 0; j < n; j++) a += p[g * n + j] * sload(v + j * ldv + d);
+            out[g * ldo + d] = a * inv[g];
+        }
+}
+
+template <typename TK, typename TV>
+void attn(const void *kv, size_t ldk, const void *vv, size_t ldv, const float *q, size_t ldq, int64_t G, int64_t D,
+          int64_t Dv, int64_t n, float scale, float *s, float *out, size_t ldo) {
+    const TK *k = (const TK *)kv;
+    const TV *v = (const TV *)vv;
+    if (n == 0) {
+        for (int64_t g = 0; g < G; g++) memset(out + g * ldo, 0, (size_t)Dv * 4);
+        return;
+    }
+    for (int64_t g0 = 0; g0 < G; g0 += 4) {
+        const int gb = G - g0 < 4 ? (int)(G - g0) : 4;
+        float inv[4];
+        for (int g = 0; g < gb; g++) {
+            attn_scores(k, ldk, q + (g0 + g) * ldq, D, n, scale, s + g * n);
+            inv[g] = 1.0f / attn_softmax(s + g * n, n);
+        }
+        float *o = out + g0 * ldo;
+        switch (gb) {
+            case 1: attn_pv<TV, 1>(v, ldv, s, n, Dv, inv, o, ldo); break;
+            case 2: attn_pv<TV, 2>(v, ldv, s, n, Dv, inv, o, ldo); break;
+            case 3: attn_pv<TV, 3>(v, ldv, s, n, Dv, inv, o, ldo); break;
+            default: attn_pv<TV, 4>(v, ldv, s, n, Dv, inv, o, ldo); break;
+        }
+    }
+}
+
 // Rows j .. j+NR-1 of the state together (NR independent reductions in
 // flight). One read pass takes S_j.k and S_j.q of the old rows; the output
 // follows from them, o_j = scale*(a S_j.q + u_j k.q) (kq = k.q, once per
@@ -717,6 +897,9 @@ const tg_simd k_table = {
     dot,
     {q_dot<0>, q_dot<1>, q_dot<2>},
     dr_token,
+    {{attn<float, float>, attn<float, f16_t>, attn<float, bf16_t>},
+     {attn<f16_t, float>, attn<f16_t, f16_t>, attn<f16_t, bf16_t>},
+     {attn<bf16_t, float>, attn<bf16_t, f16_t>, attn<bf16_t, bf16_t>}},
 };
 
 }  // namespace
