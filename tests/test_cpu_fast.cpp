@@ -221,7 +221,8 @@ enum class ew { add, mul, swiglu, scale, silu, sigmoid, softplus, add_row, mul_o
 TEST_P(CpuFast, ElementWise) {
     forced use(table());
     const ew ops[] = {ew::add, ew::mul, ew::swiglu, ew::scale, ew::silu, ew::sigmoid, ew::softplus, ew::add_row, ew::mul_one};
-    const shape shapes[] = {{1, 3, 1, 1}, {17, 5, 2, 1}, {64, 3, 1, 1}, {8195, 2, 1, 1}};
+    // one row of 2049 / 300: split into segments over the threads (a decode step's row)
+    const shape shapes[] = {{1, 3, 1, 1}, {17, 5, 2, 1}, {64, 3, 1, 1}, {8195, 2, 1, 1}, {2049, 1, 1, 1}, {300, 1, 1, 1}};
     for (tg_type t : k_types)
         for (ew op : ops)
             for (const shape &ne : shapes)
@@ -249,7 +250,7 @@ TEST_P(CpuFast, ElementWise) {
                         }
                         ASSERT_NE(y, nullptr) << tg_last_error();
                         f.outs = {y};
-                        if (lay == 2 && ne[0] > 1) f.ref_nodes = {y};
+                        if (lay == 2 && ne[0] > 1 && ne[1] > 1) f.ref_nodes = {y};  // a permuted single row is contiguous
                         else f.fast_nodes = {y};
                     }, 1e-6);
                 }
@@ -314,6 +315,18 @@ TEST_P(CpuFast, RopeAndKvUpdate) {
             check(("rope " + m).c_str(), [&](fx &f) {
                 tg_tensor *y = tg_rope(f.ctx, f.strided(TG_TYPE_F32, {10, 3, 5, 2}), f.ints({5, 2, 1, 1}, {0, 1, 7, 300, 5, 9, 2, 4000, 3, 1}), &rp);
                 f.outs = {y}, f.fast_nodes = {y};
+            }, -1);
+            // the same positions again with another base and with fewer
+            // rotated dims, in one graph (each thread keeps its last
+            // position's angles: they must be keyed by every parameter)
+            check(("rope " + m + ", three configurations").c_str(), [&](fx &f) {
+                tg_rope_params rb = rp, rc = rp;
+                rb.base = 500.0f;
+                rc.n_rot = n_rot - 4;
+                tg_tensor *x = f.in(TG_TYPE_F32, {10, 3, 1, 1});
+                tg_tensor *pos = f.ints({1, 1, 1, 1}, {77});
+                tg_tensor *y1 = tg_rope(f.ctx, x, pos, &rp), *y2 = tg_rope(f.ctx, x, pos, &rb), *y3 = tg_rope(f.ctx, x, pos, &rc);
+                f.outs = {y1, y2, y3}, f.fast_nodes = {y1, y2, y3};
             }, -1);
             for (tg_type ct : k_types)
                 for (bool tables : {false, true})

@@ -41,9 +41,17 @@ template <typename F> void for_segments(const tg_tensor *dst, const tg_cpu_ctx &
     const tg_simd &simd = tg_simd_get();
     const tg_tensor *a = dst->src[0], *b = binary ? dst->src[1] : nullptr;
     float *abuf = (float *)c.work + (size_t)c.ith * 2 * k_seg, *bbuf = abuf + k_seg;
-    const int64_t ne0 = dst->ne[0], nseg = (ne0 + k_seg - 1) / k_seg, nitems = tg_nrows(dst) * nseg;
+    // segments of k_seg, shorter when there are fewer rows than threads (a
+    // decode step's single row still splits over every thread)
+    const int64_t ne0 = dst->ne[0];
+    int64_t seg = k_seg;
+    if (tg_nrows(dst) < c.nth) {
+        seg = (ne0 + c.nth - 1) / c.nth;
+        seg = seg < 256 ? 256 : seg > k_seg ? k_seg : (seg + 63) / 64 * 64;
+    }
+    const int64_t nseg = (ne0 + seg - 1) / seg, nitems = tg_nrows(dst) * nseg;
     for (int64_t it = c.claim(); it < nitems; it = c.claim()) {
-        const int64_t r = it / nseg, i0 = it % nseg * k_seg, n = ne0 - i0 < k_seg ? ne0 - i0 : k_seg;
+        const int64_t r = it / nseg, i0 = it % nseg * seg, n = ne0 - i0 < seg ? ne0 - i0 : seg;
         const int64_t i1 = r % dst->ne[1], i2 = (r / dst->ne[1]) % dst->ne[2], i3 = r / (dst->ne[1] * dst->ne[2]);
         const float *av = seg_f32(a, i0, n, i1, i2, i3, abuf, simd);
         const float *bv = nullptr;
@@ -100,8 +108,13 @@ void run_softplus(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
 const tg_cpu_fast tg_fast_add = {plan_binary, run_add, nullptr};
 const tg_cpu_fast tg_fast_mul = {plan_binary, run_mul, nullptr};
-const tg_cpu_fast tg_fast_swiglu = {plan_binary, run_swiglu, nullptr};
+// the ops with an expf per element: ~16 elements' worth of work each, so a
+// decode step's swiglu over ff 2048 values runs on every thread
+namespace {
+double work_transcendental(const tg_tensor *dst) { return (double)tg_nelements(dst) * 16; }
+}  // namespace
+const tg_cpu_fast tg_fast_swiglu = {plan_binary, run_swiglu, work_transcendental};
 const tg_cpu_fast tg_fast_scale = {plan_unary, run_scale, nullptr};
-const tg_cpu_fast tg_fast_silu = {plan_unary, run_silu, nullptr};
-const tg_cpu_fast tg_fast_sigmoid = {plan_unary, run_sigmoid, nullptr};
-const tg_cpu_fast tg_fast_softplus = {plan_unary, run_softplus, nullptr};
+const tg_cpu_fast tg_fast_silu = {plan_unary, run_silu, work_transcendental};
+const tg_cpu_fast tg_fast_sigmoid = {plan_unary, run_sigmoid, work_transcendental};
+const tg_cpu_fast tg_fast_softplus = {plan_unary, run_softplus, work_transcendental};

@@ -10,19 +10,45 @@
 
 namespace {
 
+// The angles of the last position a thread computed (a decode step rotates
+// q and k of every layer at the same position: one pow/cos/sin set per step
+// instead of two per layer). Per thread, keyed by every input of the
+// formula, so a hit returns exactly what the computation would.
+struct angle_cache {
+    int64_t p = -1;
+    double base = 0.0;
+    int n_rot = 0;
+    float c[256], s[256];
+};
+thread_local angle_cache t_angles;
+
 // cos/sin of every pair at position p (tables when given)
 void angles(int64_t p, const tg_rope_params &rp, const tg_tensor *cos_tab, const tg_tensor *sin_tab, float *c,
             float *s) {
     const int half = rp.n_rot / 2;
-    for (int i = 0; i < half; i++) {
-        if (cos_tab) {
+    if (cos_tab) {
+        for (int i = 0; i < half; i++) {
             c[i] = tg_get_f32(cos_tab, i, p, 0, 0);
             s[i] = tg_get_f32(sin_tab, i, p, 0, 0);
-        } else {
-            const double theta = (double)p * std::pow((double)rp.base, -2.0 * i / rp.n_rot);
-            c[i] = (float)std::cos(theta);
-            s[i] = (float)std::sin(theta);
         }
+        return;
+    }
+    angle_cache &ac = t_angles;
+    const bool cacheable = half <= 256;
+    if (cacheable && ac.p == p && ac.base == (double)rp.base && ac.n_rot == rp.n_rot) {
+        memcpy(c, ac.c, (size_t)half * 4);
+        memcpy(s, ac.s, (size_t)half * 4);
+        return;
+    }
+    for (int i = 0; i < half; i++) {
+        const double theta = (double)p * std::pow((double)rp.base, -2.0 * i / rp.n_rot);
+        c[i] = (float)std::cos(theta);
+        s[i] = (float)std::sin(theta);
+    }
+    if (cacheable) {
+        memcpy(ac.c, c, (size_t)half * 4);
+        memcpy(ac.s, s, (size_t)half * 4);
+        ac.p = p, ac.base = (double)rp.base, ac.n_rot = rp.n_rot;
     }
 }
 
