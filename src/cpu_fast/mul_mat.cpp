@@ -4,10 +4,10 @@
 // (unless it already is F32 with contiguous rows).
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
-//     and uses every thread; 4x4 register tiles (simd.h mm_tile) read each
-//     weight vector once for all tokens (software prefetch 8 KB ahead along
-//     the block's rows); sums are lane-wise FMA over K, lanes
-//     added in a fixed tree (a blocked sum, error ~ eps * K / width per term).
+//     and uses every thread; simd.h mv reads each weight row once, front to
+//     back, for all tokens (a sequential stream per thread); sums are
+//     lane-wise FMA over K in 4 partials, lanes added in a fixed tree (a
+//     blocked sum, error ~ eps * K / width per term), the same for 1..4 tokens.
 //   More than 4 tokens (prompt): the tokens are packed k-major in panels of
 //     2*width once, each claimed block of 32 weight rows is converted to F32
 //     once, then simd.h mm_panel broadcasts weights against token vectors (no
@@ -78,7 +78,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         c.sync();
     }
     const size_t ldb = in_place ? b->nb[1] / 4 : (size_t)K;
-    auto tile = simd.mm_tile[tg_simd_type_index(a->type)];
+    auto mv = simd.mv[tg_simd_type_index(a->type)];
     const size_t bsize = in_place ? 0 : tg_align64((size_t)(K * tg_nrows(b)) * 4);
     float *panels = (float *)((char *)c.work + bsize);
     float *wblock = (float *)((char *)c.work + bsize + panels_bytes(b, simd.width) + (size_t)c.ith * wblock_bytes(a));
@@ -135,8 +135,8 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 
     // decode: longer row blocks (about 4 per thread, at least 32 rows) keep
-    // each thread's weight stream sequential for longer; the tiles (and so
-    // every output) do not depend on the block size
+    // each thread's weight stream sequential for longer; the row sums (and
+    // so every output) do not depend on the block size
     int64_t mbs = (M + 4 * c.nth - 1) / (4 * c.nth);
     mbs = mbs < k_mb ? k_mb : (mbs + 3) / 4 * 4;
     const int64_t nmb = (M + mbs - 1) / mbs, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
@@ -151,10 +151,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         const int64_t n0 = nb * k_nb, n1 = n0 + k_nb < N ? n0 + k_nb : N;
         for (int64_t n = n0; n < n1; n += 4) {
             const int C = n1 - n < 4 ? (int)(n1 - n) : 4;
-            for (int64_t m = m0; m < m1; m += 4) {
-                const int R = m1 - m < 4 ? (int)(m1 - m) : 4;
-                tile(abase + m * lda * ts, lda, bbase + n * ldb, ldb, K, obase + n * ldo + m, ldo, R, C, false);
-            }
+            mv(abase + m0 * lda * ts, lda, bbase + n * ldb, ldb, K, obase + n * ldo + m0, ldo, m1 - m0, C);
         }
     }
 }
