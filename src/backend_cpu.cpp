@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "cpu_fast/cpu_fast.h"
 #include "graph.h"
 
 namespace {
@@ -136,6 +137,19 @@ struct thread_pool {
             done.fetch_add(1, std::memory_order_acq_rel);
         }
     }
+    // A group of mul_mat nodes (tg_mul_mat_group_ok) as one job on every thread.
+    static constexpr size_t k_group_max = 8;
+    tg_tensor *const *group = nullptr;
+    int group_n = 0;
+    static void group_fn(const tg_tensor *, const tg_cpu_ctx &c) {
+        auto *pool = (thread_pool *)c.pool;
+        tg_mul_mat_group_run(pool->group, pool->group_n, c);
+    }
+    void run_group(tg_tensor *const *nodes, int count) {
+        group = nodes;
+        group_n = count;
+        run(nodes[0], nullptr, group_fn, false);
+    }
     // Sleeping workers start spinning again (a graph is about to run: the
     // wake-up latency, tens of microseconds, overlaps the caller's checks
     // and first nodes instead of delaying the first parallel node).
@@ -245,9 +259,27 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;
         }
-    for (const tg_tensor *t : nodes) {
+    for (size_t i = 0; i < nodes.size(); i++) {
+        const tg_tensor *t = nodes[i];
         const tg_op_info &op = tg_op_get(t->op);
         if (t->op == TG_OP_VIEW) continue;
+        // matrix-vector products of one activation back to back (q, k, v;
+        // gate, up) run as one job: one wake-up and one wait instead of one
+        // per product, and the threads' row blocks run on from one matrix
+        // into the next
+        size_t j = i + 1;
+        if (impl->use_fast && impl->pool.n > 1 && tg_mul_mat_group_ok(t, t))
+            while (j < nodes.size() && j - i < thread_pool::k_group_max && tg_mul_mat_group_ok(t, nodes[j])) j++;
+        if (j - i >= 2) {
+            for (size_t g = i; g < j; g++)
+                if (!nodes[g]->precheck) {
+                    tg_status s = tg_cpu_run_check(nodes[g]);
+                    if (s != TG_OK) return s;
+                }
+            impl->pool.run_group(&nodes[i], (int)(j - i));
+            i = j - 1;
+            continue;
+        }
         if (!t->precheck) {
             tg_status s = tg_cpu_run_check(t);
             if (s != TG_OK) return s;

@@ -184,6 +184,27 @@ TEST_P(CpuFast, MulMat) {
     }, 1e-5);
 }
 
+// Matrix-vector products of one activation back to back run as one job
+// (backend_cpu.cpp, 2+ threads): the same values as each alone (check():
+// 1 thread runs them one by one, 2-4 grouped, bit-identical), also when a
+// member's weights are computed in the graph (then it is not grouped) and
+// when the weights are of different types.
+TEST_P(CpuFast, MulMatSiblings) {
+    forced use(table());
+    for (int64_t N : {1, 3, 4})
+        for (int64_t K : {48, 777}) {
+            check(("siblings N" + std::to_string(N) + " K" + std::to_string(K)).c_str(), [&](fx &f) {
+                tg_tensor *b = tg_scale(f.ctx, f.in(TG_TYPE_F32, {K, N, 1, 1}), 0.5f);
+                tg_tensor *q = tg_mul_mat(f.ctx, f.in(TG_TYPE_F16, {K, 70, 1, 1}), b);
+                tg_tensor *k = tg_mul_mat(f.ctx, f.in(TG_TYPE_BF16, {K, 33, 1, 1}), b);
+                tg_tensor *v = tg_mul_mat(f.ctx, f.in(TG_TYPE_F32, {K, 33, 1, 1}), b);
+                tg_tensor *w = tg_mul_mat(f.ctx, tg_scale(f.ctx, f.in(TG_TYPE_F32, {K, 40, 1, 1}), 2.0f), b);
+                tg_tensor *u = tg_mul_mat(f.ctx, f.in(TG_TYPE_F16, {K, 129, 1, 1}), b);
+                f.outs = {q, k, v, w, u}, f.fast_nodes = {q, k, v, w, u};
+            }, 1e-5);
+        }
+}
+
 // Decode products (up to 4 tokens) sum each output in the same order whatever
 // the token count: a token's result alone equals, bit for bit, its column of
 // a 4-token product (what lets a batched decode step match single steps).

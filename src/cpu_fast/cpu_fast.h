@@ -17,6 +17,13 @@ extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rul
 int64_t tg_mul_mat_q_plan(const tg_tensor *dst, int nth);
 void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c);
 
+// Matrix-vector products run as one job (backend_cpu.cpp): t can join a group
+// led by first (same F32 activation b read in place, 1 to 4 tokens, 2-D,
+// 16-bit or F32 weights with contiguous rows); tg_mul_mat_group_ok(t, t)
+// says whether t can lead one. The group's outputs equal each node's alone.
+bool tg_mul_mat_group_ok(const tg_tensor *first, const tg_tensor *t);
+void tg_mul_mat_group_run(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c);
+
 // Layout helpers
 inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }
 // The data pointer and every stride are whole multiples of the element size

@@ -24,6 +24,12 @@ constexpr int64_t k_mb = 32, k_nb = 32;  // rows and tokens per claimed block
 // used by more than 4 tokens: converted once per block, not once per tile)
 size_t wblock_bytes(const tg_tensor *a) { return a->type == TG_TYPE_F32 ? 0 : tg_align64((size_t)(k_mb * a->ne[0]) * 4); }
 
+// decode row blocks: about 4 per thread, at least k_mb rows
+int64_t decode_rows(int64_t M, int nth) {
+    const int64_t mbs = (M + 4 * nth - 1) / (4 * nth);
+    return mbs < k_mb ? k_mb : (mbs + 3) / 4 * 4;
+}
+
 // more than 4 tokens: b packed k-major in panels of P = 2*width tokens
 int64_t panel_width(int w) { return 2 * (int64_t)w; }
 size_t panels_bytes(const tg_tensor *b, int w) {
@@ -137,8 +143,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     // decode: longer row blocks (about 4 per thread, at least 32 rows) keep
     // each thread's weight stream sequential for longer; the row sums (and
     // so every output) do not depend on the block size
-    int64_t mbs = (M + 4 * c.nth - 1) / (4 * c.nth);
-    mbs = mbs < k_mb ? k_mb : (mbs + 3) / 4 * 4;
+    const int64_t mbs = decode_rows(M, c.nth);
     const int64_t nmb = (M + mbs - 1) / mbs, nnb = (N + k_nb - 1) / k_nb, per_batch = nmb * nnb;
     for (int64_t item = c.claim(); item < per_batch * B2 * B3; item = c.claim()) {
         const int64_t bi = item / per_batch, mb = item % per_batch % nmb, nb = item % per_batch / nmb;
@@ -161,3 +166,35 @@ double work(const tg_tensor *dst) { return (double)tg_nelements(dst->src[0]) * (
 }  // namespace
 
 const tg_cpu_fast tg_fast_mul_mat = {plan, run, work};
+
+bool tg_mul_mat_group_ok(const tg_tensor *first, const tg_tensor *t) {
+    if (t->op != TG_OP_MUL_MAT || first->op != TG_OP_MUL_MAT || t->src[1] != first->src[1]) return false;
+    const tg_tensor *a = t->src[0], *b = t->src[1];
+    // weights that no node computes: an intermediate a could share memory
+    // with another member's result (the planner frees it after its last use)
+    if (tg_view_root(const_cast<tg_tensor *>(a))->op != TG_OP_NONE) return false;
+    if (!tg_fast_type(a->type) || !tg_rows_contig(a) || a->nb[1] % tg_type_size(a->type) != 0) return false;
+    if (!b_in_place(b) || b->ne[1] > 4 || b->ne[2] != 1 || b->ne[3] != 1 || a->ne[2] != 1 || a->ne[3] != 1) return false;
+    return t->type == TG_TYPE_F32 && tg_rows_contig(t) && t->nb[1] % 4 == 0;
+}
+
+// The decode row blocks every node would have alone (decode_rows), in one
+// claimed sequence: the same row sums, so the same outputs.
+void tg_mul_mat_group_run(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c) {
+    const tg_simd &simd = tg_simd_get();
+    int64_t first[9] = {0};
+    for (int d = 0; d < n && d < 8; d++) {
+        const int64_t M = dsts[d]->src[0]->ne[1], mbs = decode_rows(M, c.nth);
+        first[d + 1] = first[d] + (M + mbs - 1) / mbs;
+    }
+    int d = 0;
+    for (int64_t item = c.claim(); item < first[n]; item = c.claim()) {
+        while (item >= first[d + 1]) d++;
+        const tg_tensor *dst = dsts[d], *a = dst->src[0], *b = dst->src[1];
+        const int64_t K = a->ne[0], M = a->ne[1], mbs = decode_rows(M, c.nth);
+        const size_t ts = tg_type_size(a->type), lda = a->nb[1] / ts, ldb = b->nb[1] / 4, ldo = dst->nb[1] / 4;
+        const int64_t m0 = (item - first[d]) * mbs, m1 = m0 + mbs < M ? m0 + mbs : M;
+        simd.mv[tg_simd_type_index(a->type)]((const char *)a->data + m0 * lda * ts, lda, (const float *)b->data, ldb, K,
+                                             (float *)dst->data + m0, ldo, m1 - m0, (int)b->ne[1]);
+    }
+}
