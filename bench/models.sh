@@ -3,7 +3,8 @@
 #  - the shipped models, batch 1 and 16, on the CPU (-t 2) and (when a GPU is
 #    present) CUDA;
 #  - the synthetic llamas of BENCHMARKS.md (random weights, tinygml-synth):
-#    0.26M F32 and 125M F16, prompt 64 tokens, 32 generated, batch 1, -t 2;
+#    0.26M F32 and 125M F16, prompt 64 tokens, 32 generated, batch 1, -t 2 (on
+#    the CPU twice: the file mapped, and read with --no-mmap, "cpu/read");
 #    with LLAMA_BENCH=/path/to/llama-bench, llama.cpp on the same files in the
 #    same run (llama-bench -t 2 -p 64 -n 32 -r 3 $LLAMA_BENCH_ARGS, default
 #    "--repack 0,1": with and without its extra (repacked / AMX) weight
@@ -35,15 +36,16 @@ if "$RUN" -m models/llama-recall.gguf -p x -n 1 --device cuda -q >/dev/null 2>&1
 printf '%-24s %-5s %5s %14s %14s\n' model dev batch "prompt tok/s" "gen tok/s"
 echo "[" > "$OUT"
 first=1
-row() {  # model dev batch prompt n_gen
-  local log pp tg
-  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --temp 0 --device "$2" -b "$3" -t 2 -q 2>&1 >/dev/null)
+row() {  # model dev batch prompt n_gen [read]: "read" loads with --no-mmap (CPU: huge pages)
+  local log pp tg how=mmap flags=()
+  if [ "${6:-}" = read ]; then how=read; flags=(--no-mmap); fi
+  log=$("$RUN" -m "$1" -p "$4" -n "$5" --ignore-eos --warmup --temp 0 --device "$2" -b "$3" -t 2 -q "${flags[@]}" 2>&1 >/dev/null)
   pp=$(echo "$log" | sed -n 's/^prompt:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
   tg=$(echo "$log" | sed -n 's/^generation:.*(\s*\([0-9.]*\) tokens\/s)/\1/p')
-  printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2" "$3" "$pp" "$tg"
+  printf '%-24s %-5s %5d %14s %14s\n' "$(basename "$1")" "$2$([ $how = read ] && echo /read)" "$3" "$pp" "$tg"
   [ $first -eq 1 ] || echo "," >> "$OUT"; first=0
-  printf '  {"model": "%s", "device": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "load1": %s}' \
-    "$(basename "$1")" "$2" "$3" "${pp:-null}" "${tg:-null}" "$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT"
+  printf '  {"model": "%s", "device": "%s", "load": "%s", "batch": %d, "prompt_tokens_per_s": %s, "gen_tokens_per_s": %s, "load1": %s}' \
+    "$(basename "$1")" "$2" "$how" "$3" "${pp:-null}" "${tg:-null}" "$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT"
 }
 if [ -z "${SKIP_SHIPPED:-}" ]; then
   for model in models/llama-recall.gguf models/hybrid-recall.gguf; do
@@ -62,6 +64,7 @@ if [ -z "${SKIP_SYNTH:-}" ] && [ -x "$SYNTH" ]; then
     [ -f "$f" ] || "$SYNTH" --preset "$1" -o "$f" >/dev/null
     for rep in $(seq "${REPS:-1}"); do
       for dev in $devices; do row "$f" "$dev" 1 "$P64" "$N"; done
+      row "$f" cpu 1 "$P64" "$N" read  # the CPU decoding from huge pages (README, --no-mmap)
       if [ -n "${LLAMA_BENCH:-}" ]; then
         # shellcheck disable=SC2086  # LLAMA_BENCH_ARGS is a list of flags
         "$LLAMA_BENCH" -m "$f" -t 2 -p 64 -n "$N" -r 3 ${LLAMA_BENCH_ARGS:---repack 0,1} -o jsonl 2>/dev/null |
@@ -171,7 +174,7 @@ for r in rows:
     elif r["batch"] == 1:
         for key, test in (("prompt_tokens_per_s", "prompt"), ("gen_tokens_per_s", "gen")):
             if r[key] is not None:
-                med.setdefault((r["model"], "tinygml " + r["device"], test), []).append(r[key])
+                med.setdefault((r["model"], "tinygml " + r["device"] + ("/read" if r.get("load") == "read" else ""), test), []).append(r[key])
 print("\nmedians over the runs (tokens/s):")
 for (m, who, test), v in sorted(med.items()):
     print("  %-24s %-22s %-6s %10.1f  (%d runs: %s)" % (m, who, test, statistics.median(v), len(v), " ".join("%.0f" % x for x in v)))

@@ -90,6 +90,16 @@ int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64
 }
 
 int32_t sampler::sample(const float *logits, int n_vocab, const int32_t *history, size_t n_history) {
+    const bool penalty_off = !(repeat_penalty > 0.0f && std::isfinite(repeat_penalty)) || repeat_penalty == 1.0f ||
+                             repeat_last_n == 0 || !history || !n_history;  // sample_penalty's "off"
+    if (greedy() && penalty_off) {
+        // the largest finite logit, the smallest id on ties (before's order),
+        // without building the candidate list (a decode step's host time)
+        int32_t best = -1;
+        for (int i = 0; i < n_vocab; i++)
+            if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+        return best;
+    }
     std::vector<candidate> c = sample_candidates(logits, n_vocab);  // a NaN or inf is never a candidate
     if (c.empty()) return -1;
     sample_penalty(c, history, n_history, repeat_penalty, repeat_last_n);

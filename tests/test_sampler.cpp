@@ -311,6 +311,16 @@ TEST(Sampler, GreedyTakesTheLargestLogitAfterThePenalty) {
     // ties: the smaller id
     std::vector<float> flat(50, 1.0f);
     EXPECT_EQ(s.sample(flat.data(), 50), 0);
+    // the direct scan of greedy without a penalty: non-finite logits skipped,
+    // the first of equal maxima, nothing finite -> -1
+    s.repeat_penalty = 1.0f;
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float mixed[] = {nan, inf, 2.0f, 5.0f, -inf, 5.0f, nan};
+    EXPECT_EQ(s.sample(mixed, 7), 3);
+    const float none[] = {nan, -inf, inf};
+    EXPECT_EQ(s.sample(none, 3), -1);
+    const float neg[] = {-inf, -7.0f, -3.0f, -3.0f};
+    EXPECT_EQ(s.sample(neg, 4, h, 1), 2);  // penalty 1: off, the history does not matter
 }
 
 // --- the draws ---------------------------------------------------------------
