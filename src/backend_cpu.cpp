@@ -268,9 +268,13 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
         // per product, and the threads' row blocks run on from one matrix
         // into the next
         size_t j = i + 1;
-        if (impl->use_fast && impl->pool.n > 1 && tg_mul_mat_group_ok(t, t))
-            while (j < nodes.size() && j - i < thread_pool::k_group_max && tg_mul_mat_group_ok(t, nodes[j])) j++;
-        if (j - i >= 2) {
+        double group_work = 0.0;
+        if (impl->use_fast && impl->pool.n > 1 && tg_mul_mat_group_ok(t, t)) {
+            group_work = node_work(t, op.cpu_fast);
+            while (j < nodes.size() && j - i < thread_pool::k_group_max && tg_mul_mat_group_ok(t, nodes[j]))
+                group_work += node_work(nodes[j++], op.cpu_fast);
+        }
+        if (j - i >= 2 && group_work >= k_small_work) {  // small products stay on one thread each, as alone
             for (size_t g = i; g < j; g++)
                 if (!nodes[g]->precheck) {
                     tg_status s = tg_cpu_run_check(nodes[g]);
