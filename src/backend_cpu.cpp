@@ -250,7 +250,15 @@ tg_status cpu_copy(tg_backend *b, void *dst, const void *src, size_t size) {
 
 tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
     auto *impl = (cpu_impl *)b->impl;
-    impl->pool.wake();
+    // wake sleeping workers now when some node will need them (a graph of
+    // small nodes only, a tiny model's decode step, leaves them asleep: a
+    // worker spinning beside thread 0 on one core would only slow it)
+    if (impl->pool.n > 1)
+        for (const tg_tensor *t : nodes)
+            if (t->op != TG_OP_VIEW && node_work(t, tg_op_get(t->op).cpu_fast) >= k_small_work) {
+                impl->pool.wake();
+                break;
+            }
     // checks whose inputs are persistent (t->precheck) run before anything is
     // written, so a bad position or id leaves every cache and output as it
     // was; the others run right before their op, on the values it will read

@@ -44,7 +44,20 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     }
 }
 
-double work(const tg_tensor *dst) { return (double)tg_nelements(dst->src[0]) * (double)dst->src[1]->ne[2] * 2; }
+// the keys the positions reach (at most L; the positions are read when the
+// node is about to run, so a decode step at position p counts p + 1 keys, not
+// the cache's whole length: a tiny model's decode attention stays on one thread)
+double work(const tg_tensor *dst) {
+    const tg_tensor *pos = dst->src[3];
+    const int64_t L = dst->src[1]->ne[2];
+    int64_t n = 1;
+    for (int64_t b = 0; b < pos->ne[1]; b++)
+        for (int64_t t = 0; t < pos->ne[0]; t++) {
+            const int64_t p = (int64_t)tg_get_i32(pos, t, b, 0, 0) + 1;
+            n = p > n ? (p < L ? p : L) : n;
+        }
+    return (double)tg_nelements(dst->src[0]) * (double)n * 2;
+}
 
 }  // namespace
 
