@@ -182,11 +182,15 @@ struct thread_pool {
         fast = fast_fn;
         next.store(0, std::memory_order_relaxed);
         if (n == 1 || single) {
-            if (fast) {
-                const tg_cpu_ctx c = {0, 1, work, &next, barrier, this};
-                fast(node, c);
-            } else {
-                ref(node, 0, 1);
+            try {  // as in work_on: a std::bad_alloc of a reference kernel is the node's error
+                if (fast) {
+                    const tg_cpu_ctx c = {0, 1, work, &next, barrier, this};
+                    fast(node, c);
+                } else {
+                    ref(node, 0, 1);
+                }
+            } catch (...) {
+                failed.store(true);
             }
             return;
         }

@@ -471,6 +471,13 @@ TEST(HardeningMore, KernelOutOfMemoryIsAnError) {
     EXPECT_EQ(tg_graph_compute(e.cpu, g), TG_ERR_OOM);
     EXPECT_NE(strstr(tg_last_error(), "attention"), nullptr) << tg_last_error();
     tg_backend_cpu_set_fast(e.cpu, true);
+    // the same on one thread (the node runs on the caller, outside the workers)
+    tg_backend *one = tg_backend_cpu(1);
+    ASSERT_NE(one, nullptr) << tg_last_error();
+    tg_backend_cpu_set_fast(one, false);
+    EXPECT_EQ(tg_graph_compute(one, g), TG_ERR_OOM);
+    EXPECT_NE(strstr(tg_last_error(), "attention"), nullptr) << tg_last_error();
+    tg_backend_free(one);
     // the backend still works
     tg_graph *g2 = tg_graph_new(e.ctx);
     tg_tensor *s2 = tg_scale(e.ctx, q, 2.0f);
