@@ -675,13 +675,6 @@ inline vf vmax(vf a, vf b) {
     return _mm256_max_ps(a, b);
 #endif
 }
-inline float vmaxall(vf v) {
-    float t[W];
-    memcpy(t, &v, sizeof t);
-    float m = t[0];
-    for (int i = 1; i < W; i++) m = t[i] > m ? t[i] : m;
-    return m;
-}
 #else
 inline vf vexp(vf x) {
     float t[W];
@@ -691,6 +684,7 @@ inline vf vexp(vf x) {
     return x;
 }
 inline vf vmax(vf a, vf b) { return a > b ? a : b; }
+#endif
 inline float vmaxall(vf v) {
     float t[W];
     memcpy(t, &v, sizeof t);
@@ -698,7 +692,6 @@ inline float vmaxall(vf v) {
     for (int i = 1; i < W; i++) m = t[i] > m ? t[i] : m;
     return m;
 }
-#endif
 
 // s[j] = scale * q.k_j for j < n: W keys per block, each an accumulator over
 // the vector steps of D, the block's W sums at once (vsums), then D's tail.
