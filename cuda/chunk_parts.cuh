@@ -175,6 +175,18 @@ __device__ inline void stage_rows(float *dst, int ds, const char *base, long lon
     }
 }
 
+// log2 d where d (> 0) is a power of 2, else -1: index loops shift instead of dividing.
+__device__ inline int pow2_shift(int d) { return d > 0 && (d & (d - 1)) == 0 ? __ffs(d) - 1 : -1; }
+// x / d and x % d (x >= 0) for a divisor fixed per launch: a shift and a mask where d is a power of 2.
+struct idiv {
+    int d, sh;
+    __device__ explicit idiv(int d_) : d(d_), sh(pow2_shift(d_)) {}
+    __device__ void split(int x, int &q, int &r) const {
+        if (sh >= 0) q = x >> sh, r = x & (d - 1);
+        else q = x / d, r = x - q * d;
+    }
+};
+
 // Rows of up to three tensors staged as stage_rows does (vec case only), in shared rounds: the
 // 16-byte loads of all three are in flight together, one memory latency per kUnits NT units
 // rather than one per tensor at least. A job of n = 0 rows is skipped.
@@ -191,11 +203,17 @@ template <int NT> __device__ inline void stage3(const row_job &j0, const row_job
     const int p0 = j0.type == TG_TYPE_F32 ? 4 : 8, p1 = j1.type == TG_TYPE_F32 ? 4 : 8, p2 = j2.type == TG_TYPE_F32 ? 4 : 8;
     const int U0 = j0.cnt / p0, U1 = j1.cnt / p1, U2 = j2.cnt / p2;
     const int e0 = j0.n * U0, e1 = e0 + j1.n * U1, total = e1 + j2.n * U2;
-    // unit u: its job, row and 16-byte column
+    // unit u: its job, row and 16-byte column (a shift where the units per row are a power of 2)
+    const int s0 = pow2_shift(U0), s1 = pow2_shift(U1), s2 = pow2_shift(U2);
     auto at = [&](int u, int &job, int &t, int &c) {
         job = u < e0 ? 0 : u < e1 ? 1 : 2;
-        const int v = u - (job == 0 ? 0 : job == 1 ? e0 : e1), uu = job == 0 ? U0 : job == 1 ? U1 : U2;
-        t = v / uu, c = v - t * uu;
+        const int v = u - (job == 0 ? 0 : job == 1 ? e0 : e1), sh = job == 0 ? s0 : job == 1 ? s1 : s2;
+        if (sh >= 0) {
+            t = v >> sh, c = v & ((1 << sh) - 1);
+        } else {
+            const int uu = job == 0 ? U0 : job == 1 ? U1 : U2;
+            t = v / uu, c = v - t * uu;
+        }
     };
 #pragma unroll 1
     for (int u0 = 0; u0 < total; u0 += NT * kUnits) {

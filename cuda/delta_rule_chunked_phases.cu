@@ -162,14 +162,15 @@ __global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
     }
 }
 
-// Phase 2, the sequential part: one block of 128 threads per (value column slice of BV, value
+// Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
 // head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
 // as the chunk's S_c, then (GATED_DELTA) U <- V' = U - W S_c in place, and
 // S = gamma S + Kd^T V'. The next chunk's W, Kd^T, U slice are in flight (cp.async) meanwhile when
 // two buffers fit (nbuf 2). The state is read once and written once (skipped when the graph's
-// device error record is set: a failed graph leaves it unchanged).
-__global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
-    constexpr int NW = 4, NT = 128;
+// device error record is set: a failed graph leaves it unchanged). 8 warps: one block per SM at
+// most (shared memory), so its warps are all the latency hiding there is.
+__global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
+    constexpr int NW = 8, NT = 256;
     extern __shared__ float4 ssm4[];
     const int DKP = a.DKP, DVP = a.DVP, BV = a.BV, QS = q_stride(DKP), VS = v_stride(BV);
     const int bufsz = state_buf(DKP, BV);
@@ -180,6 +181,7 @@ __global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
     const bool clear = tg_cuda_record_clear(a.err);
     const bool has_state = a.state.data != nullptr;
     const long long u0 = ((long long)b * a.Hv + h) * a.NC;
+    const idiv by_ku(DKP / 4), by_vu(nv / 4);  // 16-byte units per row of W (and of S_c), of U
 
     for (int x = tid; x < DKP * nv; x += NT) {
         const int jj = x / DKP, i = x - jj * DKP;  // i fastest: coalesced along the state's rows
@@ -195,18 +197,19 @@ __global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
         bufs(c, sW, sKd, sU);
         const float *W = a.W + (u0 + c) * kC * DKP, *Kd = a.Kd + (u0 + c) * kC * DKP;
         const float *U = a.U + (u0 + c) * kC * DVP + j0;
-        const int ku = DKP / 4, vu = nv / 4;
-        for (int x = tid; x < kC * ku && a.delta; x += NT) {
-            const int t = x / ku, i = 4 * (x - t * ku);
-            cp_async_stream<16>(&sW[t * QS + i], &W[t * DKP + i]);
+        for (int x = tid; x < kC * (DKP / 4) && a.delta; x += NT) {
+            int t, i;
+            by_ku.split(x, t, i);
+            cp_async_stream<16>(&sW[t * QS + 4 * i], &W[t * DKP + 4 * i]);
         }
         for (int x = tid; x < DKP * (kC / 4); x += NT) {
-            const int i = x / (kC / 4), t = 4 * (x - i * (kC / 4));
+            const int i = x / (kC / 4), t = 4 * (x % (kC / 4));
             cp_async_stream<16>(&sKd[i * kPS + t], &Kd[i * kC + t]);
         }
-        for (int x = tid; x < kC * vu; x += NT) {
-            const int t = x / vu, j = 4 * (x - t * vu);
-            cp_async_stream<16>(&sU[t * VS + j], &U[t * DVP + j]);
+        for (int x = tid; x < kC * (nv / 4); x += NT) {
+            int t, j;
+            by_vu.split(x, t, j);
+            cp_async_stream<16>(&sU[t * VS + 4 * j], &U[t * DVP + 4 * j]);
         }
         cp_async_commit();
     };
@@ -217,9 +220,10 @@ __global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
         if (a.nbuf == 1) issue(c);
         else if (c + 1 < a.NC) issue(c + 1);
         float *Sc = a.S + u * DKP * DVP + j0;
-        for (int x = tid; x < DKP * nv; x += NT) {
-            const int i = x / nv, jj = x - i * nv;
-            Sc[(long long)i * DVP + jj] = sS[i * VS + jj];
+        for (int x = tid; x < DKP * (nv / 4); x += NT) {
+            int i, jj;
+            by_vu.split(x, i, jj);
+            *(float4 *)&Sc[(long long)i * DVP + 4 * jj] = *(const float4 *)&sS[i * VS + 4 * jj];
         }
         if (a.nbuf == 2 && c + 1 < a.NC) cp_async_wait_prior1();
         else cp_async_wait_all();
@@ -228,12 +232,12 @@ __global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
         bufs(c, sW, sKd, sU);
         if (a.delta) {
             float *U = a.U + u * kC * DVP + j0;
-            using WT = wtiles<NW, 4, 2>;
+            using WT = wtiles<NW, 4, 1>;  // 16 x 8 tiles: 8 of them at BV 16, one per warp
             for (int p = 0, np = WT::passes(kC, nv); p < np; p++) {
                 const WT wt(p * NW * 4, kC, nv);
-                float acc[4][2][4];
+                float acc[4][1][4];
                 zero(acc);
-                wmma1<NW, 4, 2, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sW, QS, m, k); },
+                wmma1<NW, 4, 1, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sW, QS, m, k); },
                                        [&](int k, int j) { return ldb_cols(sS, VS, k, j); });
                 for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
                     const float x = tf32r(sU[t * VS + j] - acc[r][mi][e]);
@@ -245,12 +249,12 @@ __global__ void __launch_bounds__(128) delta_state_kernel(const phase_args a) {
             __syncthreads();
         }
         const float gam = __ldg(&a.gam[u]);
-        using ST = wtiles<NW, 4, 4>;
+        using ST = wtiles<NW, 4, 2>;
         for (int p = 0, np = ST::passes(DKP, nv); p < np; p++) {
             const ST wt(p * NW * 4, DKP, nv);
-            float acc[4][4][4];
+            float acc[4][2][4];
             zero(acc);
-            wmma1<NW, 4, 4, false>(acc, wt, kC, [&](int m, int k) { return lda_rows(sKd, kPS, m, k); },
+            wmma1<NW, 4, 2, false>(acc, wt, kC, [&](int m, int k) { return lda_rows(sKd, kPS, m, k); },
                                    [&](int k, int j) { return ldb_cols(sU, VS, k, j); });
             for_pairs(wt, [&](int r, int mi, int e, int i, int j) {
                 float *x = &sS[i * VS + j];
@@ -393,7 +397,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     *taken = true;
     delta_prep_kernel<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    delta_state_kernel<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 128, ss, cu->stream>>>(a);
+    delta_state_kernel<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     delta_out_kernel<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
