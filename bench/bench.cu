@@ -543,6 +543,12 @@ int main(int argc, char **argv) {
     bench_delta("gla.prefill/fused", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, fused);
     bench_delta("gdn.long/fused", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused, BF,
                 TG_DELTA_ALGO_CHUNKED);
+    // the chunk-parallel form forced (knob delta_chunk_fused 2) where AUTO takes the single kernel
+    tg_cuda_sig_knobs phases = dflt;
+    phases.delta_chunk_fused = 2;
+    bench_delta("gdn.prefill/3p", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases);
+    bench_delta("gdn.prefill.bf16/3p", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases, BF);
+    bench_delta("gla.prefill/3p", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases);
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

@@ -266,6 +266,9 @@ std::vector<ck_case> ck_cases() {
         {"fused_gla_D24_linear_gates", 4, 130, 8, 8, 24, 24, GL, LIN, false, -1, F32, CHUNKED, 0.85f, 1.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         {"fused_gdn_linear_zero_gates", 2, 200, 1, 2, 64, 64, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 0, F32, 1},
         {"fused_gdn_D128_bv128_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        // DKP > 128: the state update's K^T fragments by element loads (no room for the transposed copy)
+        {"fused_gdn_D256_bf16", 1, 130, 1, 2, 256, 256, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
+        {"fused_gla_D192", 1, 100, 1, 2, 192, 64, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v

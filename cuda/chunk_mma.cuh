@@ -1,0 +1,149 @@
+// chunk_mma.cuh - warp-level TF32 tensor-core products over F32 matrices in
+// shared memory, for the chunked delta rule (cuda/delta_rule_chunked*.cu).
+//
+// A product's output is cut into warp tiles of (16 MT) x 8: MT row blocks of
+// one mma.sync m16n8k8 each, sharing one B fragment per k step. Tiles go
+// round-robin to the block's warps (tile base + warp + NW r, r < R).
+// Fragments come from shared memory in one of two ways:
+//   lda_rows / ldb_rows  ldmatrix.x4 / .x2: the operand's k index is the
+//                        contiguous one (A row-major, B stored as B^T); one
+//                        instruction per A fragment, rows 16-byte aligned
+//   ldb_cols             B stored row-major (n contiguous): two 4-byte loads,
+//                        shared by the tile's MT row blocks
+// Operands reach the tensor cores as F32 bits (the hardware reads the TF32
+// part); values this code writes for them are rounded once (tf32r).
+#pragma once
+#include <cuda_runtime.h>
+
+namespace tg_chunk {
+
+struct frag_a {
+    unsigned x[4];  // A 16x8: (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); g = lane / 4, c = lane % 4
+};
+struct frag_b {
+    unsigned x[2];  // B 8x8: (k c, n g), (k c + 4, n g)
+};
+
+__device__ inline unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+// x rounded to the nearest TF32 (kept as an F32 value)
+__device__ inline float tf32r(float x) { return __uint_as_float(to_tf32(x)); }
+
+__device__ inline void mma_tf32(float (&d)[4], const frag_a &a, const frag_b &b) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]));
+}
+
+__device__ inline unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// A rows m0 .. m0 + 15, columns k0 .. k0 + 7 of a row-major matrix (row stride ld floats, a
+// multiple of 4; base 16-byte aligned). Bank-conflict free when ld % 32 is 4, 12, 20 or 28.
+__device__ inline frag_a lda_rows(const float *base, int ld, int m0, int k0) {
+    const int lane = threadIdx.x & 31;
+    const float *p = base + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 2);
+    frag_a f;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])
+                 : "r"(smem_u32(p)));
+    return f;
+}
+// B rows k0 .. k0 + 7, columns n0 .. n0 + 7 where B^T is row-major (element (k, n) at
+// base[n * ld + k]; ld as for lda_rows).
+__device__ inline frag_b ldb_rows(const float *base, int ld, int k0, int n0) {
+    const int lane = threadIdx.x & 31;
+    const float *p = base + (n0 + (lane & 7)) * ld + k0 + ((lane & 8) >> 1);
+    frag_b f;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(f.x[0]), "=r"(f.x[1])
+                 : "r"(smem_u32(p)));
+    return f;
+}
+// B rows k0 .. k0 + 7, columns n0 .. n0 + 7 of a row-major matrix (element (k, n) at
+// base[k * ld + n]). Bank-conflict free when ld % 32 is 8 or 24.
+__device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    frag_b f;
+    f.x[0] = __float_as_uint(base[(k0 + c) * ld + n0 + g]);
+    f.x[1] = __float_as_uint(base[(k0 + c + 4) * ld + n0 + g]);
+    return f;
+}
+
+// The warp's tiles of one pass over an M x N product (M a multiple of 16, N of 8): tile
+// base + warp + NW r (r < R), row-major over N / 8 columns of tiles; m0 -1: no tile.
+template <int NW, int R, int MT> struct wtiles {
+    int M, m0[R], n0[R];
+    __device__ wtiles(int base, int M_, int N) : M(M_) {
+        const int warp = threadIdx.x >> 5, ntn = N / 8, ntiles = ((M + 16 * MT - 1) / (16 * MT)) * ntn;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int t = base + warp + NW * r;
+            m0[r] = t < ntiles ? (t / ntn) * 16 * MT : -1;
+            n0[r] = t < ntiles ? (t % ntn) * 8 : 0;
+        }
+    }
+    // passes of NW R tiles that cover the product
+    __device__ static int passes(int M, int N) {
+        return (((M + 16 * MT - 1) / (16 * MT)) * (N / 8) + NW * R - 1) / (NW * R);
+    }
+    __device__ bool has(int r, int mi) const { return m0[r] >= 0 && m0[r] + 16 * mi < M; }
+};
+
+template <int R, int MT> __device__ inline void zero(float (&acc)[R][MT][4]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++) acc[r][mi][0] = acc[r][mi][1] = acc[r][mi][2] = acc[r][mi][3] = 0.0f;
+}
+
+// acc += A B over k < K (a multiple of 8) for the warp's tiles: fa(m0, k0) -> frag_a,
+// fb(k0, n0) -> frag_b. LOWER: A is lower triangular (a row block's k loop stops after its
+// last row). TWO: also acc2 += A2 B with the same B fragments (fa2).
+template <int NW, int R, int MT, bool LOWER, bool TWO, typename FA, typename FB, typename FA2>
+__device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT> &wt, int K, FA fa, FB fb,
+                            float (*acc2)[MT][4], FA2 fa2) {
+    int kend = 0;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (wt.m0[r] >= 0) kend = max(kend, LOWER ? min(K, wt.m0[r] + 16 * MT) : K);
+#pragma unroll 2
+    for (int k0 = 0; k0 < kend; k0 += 8) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (wt.m0[r] < 0 || (LOWER && k0 >= wt.m0[r] + 16 * MT)) continue;
+            const frag_b b = fb(k0, wt.n0[r]);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const int m = wt.m0[r] + 16 * mi;
+                if (m >= wt.M || (LOWER && k0 >= m + 16)) continue;
+                mma_tf32(acc[r][mi], fa(m, k0), b);
+                if constexpr (TWO) mma_tf32(acc2[r][mi], fa2(m, k0), b);
+            }
+        }
+    }
+}
+template <int NW, int R, int MT, bool LOWER, typename FA, typename FB>
+__device__ inline void wmma1(float (&acc)[R][MT][4], const wtiles<NW, R, MT> &wt, int K, FA fa, FB fb) {
+    wmma<NW, R, MT, LOWER, false>(acc, wt, K, fa, fb, (float(*)[MT][4]) nullptr, fa);
+}
+
+// f(r, mi, e, row, col) for the element pairs acc[r][mi][e], [e + 1] (e = 0, 2) of the warp's
+// tiles: columns col, col + 1 of row.
+template <int NW, int R, int MT, typename F> __device__ inline void for_pairs(const wtiles<NW, R, MT> &wt, F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+            if (wt.has(r, mi)) {
+                const int m = wt.m0[r] + 16 * mi + g, n = wt.n0[r] + 2 * c;
+                f(r, mi, 0, m, n);
+                f(r, mi, 2, m + 8, n);
+            }
+}
+
+}  // namespace tg_chunk

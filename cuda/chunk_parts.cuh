@@ -1,0 +1,328 @@
+// chunk_parts.cuh - the pieces both forms of the chunked delta rule share
+// (cuda/delta_rule_chunked.cu: the single-kernel form and the host entry;
+// cuda/delta_rule_chunked_phases.cu: the chunk-parallel form): the call's
+// arguments, gate prefix and decays, row norms, staging of q/k/v rows,
+// (I + A)^-1 of a chunk, paired output stores, and the host layout checks.
+// The products themselves are in chunk_mma.cuh.
+#pragma once
+#include <cstdint>
+
+#include "chunk_mma.cuh"
+#include "common.cuh"
+#include "delta_rule.cuh"
+
+namespace tg_chunk {
+
+constexpr int kC = 64;       // tokens per chunk
+constexpr int kPS = kC + 4;  // row stride of the C x C matrices (floats)
+constexpr int kUnits = 8;    // 16-byte loads in flight per thread when staging
+
+struct chunk_args {
+    tg_cuda_desc q, k, v, g, beta, state, o;
+    int Dk, Dv, Hk, Hv, B;
+    long long T;
+    int delta, log_gate, l2norm;
+    float scale;
+    int DKP, BV, nslices;
+    int qk_vec, v_vec;  // q/k rows (v slices) load as 16-byte units
+    int o_pair;         // output columns j, j + 1 (j even) store as one 8-byte pair
+    const tg_cuda_err *err;
+};
+
+__host__ __device__ inline int q_stride(int DKP) { return DKP + 4; }
+__host__ __device__ inline int v_stride(int BV) { return BV + 8; }
+
+// token), replaced by the inclusive prefix L_t = sum log|a|, with the sign (-1 for an odd count of
+// negative LINEAR gates) in sSg and the last zero gate at or before t in sZ (-1: none): a scan of
+// (sum log|a|, count of negative gates, last zero), two tokens per lane.
+__device__ inline void gate_prefix(float *sL, float *sSg, int *sZ, int log_gate) {
+    const int lane = threadIdx.x & 31;
+    float l[2];
+    int neg[2], z[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = 2 * lane + e;
+        const float gv = sL[r];
+        const bool zero = log_gate ? gv == -INFINITY : gv == 0.0f;
+        l[e] = zero ? 0.0f : log_gate ? gv : logf(fabsf(gv));
+        neg[e] = !zero && !log_gate && gv < 0.0f;
+        z[e] = zero ? r : -1;
+    }
+    float L = l[0] + l[1];
+    int N = neg[0] + neg[1], Z = max(z[0], z[1]);
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const float Lo = __shfl_up_sync(0xffffffffu, L, off);
+        const int No = __shfl_up_sync(0xffffffffu, N, off), Zo = __shfl_up_sync(0xffffffffu, Z, off);
+        if (lane >= off) L += Lo, N += No, Z = max(Z, Zo);
+    }
+    // exclusive prefix of this lane, then its two tokens
+    float Le = L - (l[0] + l[1]);
+    int Ne = N - (neg[0] + neg[1]), Ze = __shfl_up_sync(0xffffffffu, Z, 1);
+    if (lane == 0) Ze = -1, Le = 0.0f, Ne = 0;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        Le += l[e], Ne += neg[e], Ze = max(Ze, z[e]);
+        const int r = 2 * lane + e;
+        sL[r] = Le, sSg[r] = (Ne & 1) ? -1.0f : 1.0f, sZ[r] = Ze;
+    }
+}
+// The decay from just after token s to t within a chunk (s = -1: from the chunk's start):
+// 0 if a zero gate lies in (s, t], else sign_t sign_s exp(L_t - L_s).
+__device__ inline float chunk_decay(const float *sL, const float *sSg, const int *sZ, int t, int s) {
+    if (sZ[t] > s) return 0.0f;
+    return s < 0 ? sSg[t] * expf(sL[t]) : sSg[t] * sSg[s] * expf(sL[t] - sL[s]);
+}
+// Rows t < n of a (and of b, when not NULL), cnt values at row stride ld: l2-normalized as the
+// op's l2norm_qk does it (sum in double, one F32 multiplier) when norm, one warp per row; rounded
+// to TF32 either way.
+template <int NW> __device__ inline void norm_rows(float *a, float *b, int ld, int n, int cnt, int norm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rows = b ? 2 * n : n;
+    if (norm) {
+        for (int y = warp; y < rows; y += NW) {
+            float *row = (y < n ? a : b) + (y < n ? y : y - n) * ld;
+            double ss = 0.0;
+            for (int i = lane; i < cnt; i += 32) ss += (double)row[i] * row[i];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+            const float inv = (float)(1.0 / sqrt(ss + (double)1e-6f));
+            for (int i = lane; i < cnt; i += 32) row[i] = tf32r(row[i] * inv);
+        }
+    } else {
+        for (int x = threadIdx.x; x < n * ld; x += NW * 32) {
+            a[x] = tf32r(a[x]);
+            if (b) b[x] = tf32r(b[x]);
+        }
+    }
+}
+// Two adjacent output columns (x at p, y at p + es; has_y: y exists) in the output's type: one
+// 8-byte (F32) or 4-byte (16-bit) store where pair allows.
+__device__ inline void store_pair(char *p, long long es, tg_type type, float x, float y, bool has_y, bool pair) {
+    if (pair && has_y) {
+        if (type == TG_TYPE_F32) *(float2 *)p = make_float2(x, y);
+        else if (type == TG_TYPE_F16) *(__half2 *)p = __floats2half2_rn(x, y);
+        else *(__nv_bfloat162 *)p = __floats2bfloat162_rn(x, y);
+        return;
+    }
+    tg_cuda_store(p, type, x);
+    if (has_y) tg_cuda_store(p + es, type, y);
+}
+
+// The scan's rule: an exact zero stays zero under any non-NaN factor.
+__device__ inline float keep_zero_mul(float d, float x) { return x == 0.0f && !isnan(d) ? 0.0f : d * x; }
+
+// 16 bytes of a row (4 F32 or 8 F16/BF16 values) to floats in shared memory (16-byte aligned).
+__device__ inline void put_unit(float *d, uint4 u, tg_type type) {
+    if (type == TG_TYPE_F32) {
+        *(float4 *)d = make_float4(__uint_as_float(u.x), __uint_as_float(u.y), __uint_as_float(u.z), __uint_as_float(u.w));
+        return;
+    }
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (type == TG_TYPE_F16) {
+            __half2 h;
+            memcpy(&h, &w[e], 4);
+            const float2 x = __half22float2(h);
+            f[2 * e] = x.x, f[2 * e + 1] = x.y;
+        } else {
+            __nv_bfloat162 h;
+            memcpy(&h, &w[e], 4);
+            const float2 x = __bfloat1622float2(h);
+            f[2 * e] = x.x, f[2 * e + 1] = x.y;
+        }
+    }
+    *(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(d + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Rows t < n (global row t at base + t * rs, element e at + e * es) of cnt elements into
+// dst + t * ds, as F32. vec: unit-stride rows of cnt * es bytes, a multiple of 16, 16-byte aligned:
+// kUnits 16-byte loads per thread in flight at once; otherwise element by element.
+template <int NT>
+__device__ inline void stage_rows(float *dst, int ds, const char *base, long long rs, long long es, tg_type type, int n,
+                                  int cnt, bool vec) {
+    const int tid = threadIdx.x;
+    if (vec) {
+        const int epu = type == TG_TYPE_F32 ? 4 : 8, U = cnt / epu, total = n * U;
+#pragma unroll 1
+        for (int u0 = 0; u0 < total; u0 += NT * kUnits) {
+            uint4 r[kUnits];
+#pragma unroll
+            for (int m = 0; m < kUnits; m++) {
+                const int u = u0 + tid + NT * m;
+                if (u < total) {
+                    const int t = u / U, c = u - t * U;
+                    r[m] = __ldg((const uint4 *)(base + t * rs + 16LL * c));
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < kUnits; m++) {
+                const int u = u0 + tid + NT * m;
+                if (u < total) {
+                    const int t = u / U, c = u - t * U;
+                    put_unit(dst + t * ds + c * epu, r[m], type);
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll 1
+    for (int x = tid; x < n * cnt; x += NT) {
+        const int t = x / cnt, i = x - t * cnt;
+        dst[t * ds + i] = tg_cuda_load(base + t * rs + i * es, type);
+    }
+}
+
+// log2 d where d (> 0) is a power of 2, else -1: index loops shift instead of dividing.
+__device__ inline int pow2_shift(int d) { return d > 0 && (d & (d - 1)) == 0 ? __ffs(d) - 1 : -1; }
+// x / d and x % d (x >= 0) for a divisor fixed per launch: a shift and a mask where d is a power of 2.
+struct idiv {
+    int d, sh;
+    __device__ explicit idiv(int d_) : d(d_), sh(pow2_shift(d_)) {}
+    __device__ void split(int x, int &q, int &r) const {
+        if (sh >= 0) q = x >> sh, r = x & (d - 1);
+        else q = x / d, r = x - q * d;
+    }
+};
+
+// Rows of up to three tensors staged as stage_rows does (vec case only), in shared rounds: the
+// 16-byte loads of all three are in flight together, one memory latency per kUnits NT units
+// rather than one per tensor at least. A job of n = 0 rows is skipped.
+struct row_job {
+    float *dst;
+    int ds;            // row stride of dst (floats)
+    const char *base;  // row t at base + t * rs
+    long long rs;
+    tg_type type;
+    int n, cnt;  // rows, elements per row (cnt * element size a multiple of 16)
+};
+template <int NT> __device__ inline void stage3(const row_job &j0, const row_job &j1, const row_job &j2) {
+    const int tid = threadIdx.x;
+    const int p0 = j0.type == TG_TYPE_F32 ? 4 : 8, p1 = j1.type == TG_TYPE_F32 ? 4 : 8, p2 = j2.type == TG_TYPE_F32 ? 4 : 8;
+    const int U0 = j0.cnt / p0, U1 = j1.cnt / p1, U2 = j2.cnt / p2;
+    const int e0 = j0.n * U0, e1 = e0 + j1.n * U1, total = e1 + j2.n * U2;
+    // unit u: its job, row and 16-byte column (a shift where the units per row are a power of 2)
+    const int s0 = pow2_shift(U0), s1 = pow2_shift(U1), s2 = pow2_shift(U2);
+    auto at = [&](int u, int &job, int &t, int &c) {
+        job = u < e0 ? 0 : u < e1 ? 1 : 2;
+        const int v = u - (job == 0 ? 0 : job == 1 ? e0 : e1), sh = job == 0 ? s0 : job == 1 ? s1 : s2;
+        if (sh >= 0) {
+            t = v >> sh, c = v & ((1 << sh) - 1);
+        } else {
+            const int uu = job == 0 ? U0 : job == 1 ? U1 : U2;
+            t = v / uu, c = v - t * uu;
+        }
+    };
+#pragma unroll 1
+    for (int u0 = 0; u0 < total; u0 += NT * kUnits) {
+        uint4 r[kUnits];
+#pragma unroll
+        for (int m = 0; m < kUnits; m++) {
+            const int u = u0 + tid + NT * m;
+            if (u < total) {
+                int job, t, c;
+                at(u, job, t, c);
+                const char *base = job == 0 ? j0.base : job == 1 ? j1.base : j2.base;
+                const long long rs = job == 0 ? j0.rs : job == 1 ? j1.rs : j2.rs;
+                r[m] = __ldg((const uint4 *)(base + t * rs + 16LL * c));
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < kUnits; m++) {
+            const int u = u0 + tid + NT * m;
+            if (u < total) {
+                int job, t, c;
+                at(u, job, t, c);
+                float *dst = job == 0 ? j0.dst : job == 1 ? j1.dst : j2.dst;
+                const int ds = job == 0 ? j0.ds : job == 1 ? j1.ds : j2.ds;
+                const tg_type type = job == 0 ? j0.type : job == 1 ? j1.type : j2.type;
+                put_unit(dst + t * ds + c * (type == TG_TYPE_F32 ? 4 : 8), r[m], type);
+            }
+        }
+    }
+}
+
+// T = (I + A)^-1 of the strictly lower C x C matrix A (row stride kPS) into sT, by NT threads, by
+// blocks of 16: the four diagonal blocks by forward substitution (column j by L lanes; every
+// T[t][j] is written by the lane that reads it later: lane (t - j) % L), then the blocks below
+// them, diagonal by diagonal: T_ij = -T_ii sum_{j <= k < i} A_ik T_kj (X = the sum, kept in the
+// unused upper block (j, i) of T). Ends before the last barrier: the caller syncs.
+template <int NT> __device__ inline void invert_unit_lower(const float *sA, float *sT) {
+    const int tid = threadIdx.x;
+    {
+        constexpr int L = NT / kC;  // lanes per column (4 or 8), consecutive in a warp
+        const int j = tid / L, l = tid % L, d0 = j & ~15;
+#pragma unroll 1
+        for (int t = d0; t < d0 + 16; t++) {
+            float x = 0.0f;
+            if (t > j) {
+#pragma unroll 2
+                for (int r = j + l; r < t; r += L) x = fmaf(sA[t * kPS + r], sT[r * kPS + j], x);
+            }
+#pragma unroll
+            for (int off = 1; off < L; off <<= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+            if (t < j) {
+                if (l == 0) sT[t * kPS + j] = 0.0f;
+            } else if ((t - j) % L == l) {
+                sT[t * kPS + j] = t == j ? 1.0f : -x;
+            }
+        }
+    }
+#pragma unroll 1
+    for (int lv = 1; lv < 4; lv++) {
+        const int nb = 4 - lv;  // blocks (i, j = i - lv), i = lv .. 3
+        __syncthreads();
+        for (int x = tid; x < nb * 256; x += NT) {
+            const int i = lv + x / 256, j = i - lv, r = (x / 16) % 16, c = x % 16;
+            float y = 0.0f;
+            for (int m = 16 * j; m < 16 * i; m++) y = fmaf(sA[(16 * i + r) * kPS + m], sT[m * kPS + 16 * j + c], y);
+            sT[(16 * j + r) * kPS + 16 * i + c] = y;  // X_ij at block (j, i)
+        }
+        __syncthreads();
+        for (int x = tid; x < nb * 256; x += NT) {
+            const int i = lv + x / 256, j = i - lv, r = (x / 16) % 16, c = x % 16;
+            float y = 0.0f;
+            for (int m = 0; m <= r; m++)
+                y = fmaf(sT[(16 * i + r) * kPS + 16 * i + m], sT[(16 * j + m) * kPS + 16 * i + c], y);
+            sT[(16 * i + r) * kPS + 16 * j + c] = -y;
+        }
+    }
+}
+
+// 16-byte unit loads of rows of cnt elements: unit stride, rows (at any index of dims 1..3) and
+// the start at col0 16-byte aligned, cnt * es a multiple of 16.
+inline bool rows16(const tg_tensor *t, long long cnt, long long col0) {
+    const size_t es = tg_type_size(t->type);
+    if (t->nb[0] != es || (cnt * es) % 16 || ((uintptr_t)t->data + col0 * es) % 16) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 16) return false;
+    return true;
+}
+
+// Output column pairs (j even) as one store: unit stride, every row start aligned to a pair.
+inline bool o_pairs(const tg_tensor *o) {
+    const size_t es = tg_type_size(o->type), al = 2 * es;
+    if (o->nb[0] != es || (uintptr_t)o->data % al) return false;
+    for (int i = 1; i < 4; i++)
+        if (o->ne[i] > 1 && o->nb[i] % al) return false;
+    return true;
+}
+
+// Raise a kernel's dynamic shared-memory limit once (grow-only).
+template <typename K>
+inline tg_status smem_limit(tg_backend *be, K kernel, size_t smem, size_t &set, const char *call) {
+    if (smem > set) {
+        TG_CUDA_TRY(be, call, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        set = smem;
+    }
+    return TG_OK;
+}
+
+// The chunk-parallel form (cuda/delta_rule_chunked_phases.cu), when its shared memory fits the
+// device (optin bytes per block) and its scratch the budget; *taken false: the caller runs the
+// single-kernel form instead.
+tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, int optin, bool *taken);
+
+}  // namespace tg_chunk

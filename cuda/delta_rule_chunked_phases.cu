@@ -1,0 +1,410 @@
+// delta_rule_chunked_phases.cu - the chunk-parallel form of the chunked delta rule, for calls whose
+// (sequence, value head) pairs alone would not fill the GPU (cuda/delta_rule_chunked.cu chooses;
+// bench/NOTES.md has the numbers). Three kernels over the backend's scratch, per (sequence, value
+// head, chunk) unit W, Kd^T, U, S_c and gamma:
+//   delta_prep_kernel   per unit: gate prefix, A, T = (I + A)^-1, W = T (beta d(t,-1) K),
+//                       U = T (beta V), Kd^T = (K (.) d(C-1, t))^T, gamma = d(C-1, -1)
+//   delta_state_kernel  per (Dv slice, value head, sequence), the only sequential part: per
+//                       chunk S_c = S; U <- V' = U - W S; S = gamma S + Kd^T V' (next chunk's
+//                       operands in flight by cp.async)
+//   delta_out_kernel    per unit: O = scale (d(t,-1) Q S_c + (Q K^T (.) decay) V')
+// Products: chunk_mma.cuh (TF32 mma.sync, ldmatrix A fragments).
+#include <algorithm>
+#include <climits>
+
+#include "chunk_parts.cuh"
+
+namespace tg_chunk {
+namespace {
+
+// Most scratch the chunk-parallel form takes (grow-only, kept by the backend); beyond it the
+// single-kernel form runs, which needs none.
+constexpr size_t kPhaseScratchBudget = (size_t)4 << 30;
+
+struct phase_args {
+    tg_cuda_desc q, k, v, g, beta, state, o;
+    int Dk, Dv, Hk, Hv;
+    long long T;
+    int delta, log_gate, l2norm;
+    float scale;
+    int DKP, DVP, NC;       // padded head dims (multiples of 16 and 8), chunks per sequence
+    int qk_vec, v_vec;      // q/k rows (whole v rows) load as 16-byte units
+    int o_pair;             // output column pairs (j even) store as one
+    int BV, nslices, nbuf;  // state pass: value columns per block, slices per head, load buffers
+    // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
+    // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP), gamma
+    float *W, *Kd, *U, *S, *gam;
+    const tg_cuda_err *err;
+};
+constexpr int kVSC = 72;  // row stride of the output pass's 64-column blocks
+__host__ __device__ inline int vstr(int n) { return (n + 31) / 32 * 32 + 8; }
+size_t prep_smem(int DKP, int DVP) {
+    return ((size_t)kC * q_stride(DKP) + (size_t)kC * vstr(DVP) + 2 * (size_t)kC * kPS + 6 * (size_t)kC) * 4;
+}
+// one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
+__host__ __device__ inline int state_buf(int DKP, int BV) {
+    return kC * q_stride(DKP) + DKP * kPS + kC * v_stride(BV);
+}
+size_t state_smem(int DKP, int BV, int nbuf) {
+    return ((size_t)nbuf * state_buf(DKP, BV) + (size_t)DKP * v_stride(BV)) * 4;
+}
+size_t out_smem(int DKP) {
+    const size_t ks = std::max((size_t)kC * q_stride(DKP), (size_t)DKP * kVSC);
+    return ((size_t)kC * q_stride(DKP) + ks + (size_t)kC * kPS + (size_t)kC * kVSC + 4 * (size_t)kC) * 4;
+}
+
+// Stage chunk c's rows of x (q or k: rows at (0, hk, t0 + t, b)) into dst, row stride ld.
+__device__ inline void stage_qk(float *dst, int ld, const tg_cuda_desc &x, int hk, long long t0, int b, int n,
+                                const phase_args &a) {
+    stage_rows<256>(dst, ld, tg_cuda_ptr(x, 0, hk, t0, b), x.nb[2], x.nb[0], x.type, n, a.Dk, a.qk_vec);
+}
+// Gates of the chunk into sL (neutral past n), beta into sB (0 past n; may be NULL).
+__device__ inline void stage_gates(float *sL, float *sB, const phase_args &a, int h, long long t0, int b, int n) {
+    const int tid = threadIdx.x;
+    if (tid < kC) {
+        const bool in = tid < n;
+        sL[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+        if (sB) sB[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0)) : 0.0f;
+    }
+}
+
+// Phase 1, one block of 256 threads per (chunk, value head, sequence): Kd^T = (K (.) d(C-1, t))^T,
+// the chunk's decay gamma = d(C-1, -1); GATED_DELTA: A = beta K K^T (.) decay (s < t),
+// T = (I + A)^-1, W = T (beta d(t, -1) K), U = T (beta V); GATED_LINEAR: U = beta V.
+__global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
+    constexpr int NW = 8, NT = 256;
+    extern __shared__ float4 psm4[];
+    const int DKP = a.DKP, DVP = a.DVP, QS = q_stride(DKP), VS = vstr(DVP);
+    float *sK = (float *)psm4, *sV = sK + kC * QS, *sA = sV + kC * VS, *sT = sA + kC * kPS;
+    float *sL = sT + kC * kPS, *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    int *sZ = (int *)(sDl + kC);
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
+    const int hk = h / (a.Hv / a.Hk);
+    const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
+    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+
+    for (int x = tid; x < kC * (QS + VS); x += NT) sK[x] = 0.0f;  // padding stays zero
+    __syncthreads();
+    if (a.qk_vec && a.v_vec) {  // both tensors' loads in flight together
+        stage3<NT>({sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, a.Dk},
+                   {sV, VS, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], a.v.type, n, a.Dv}, {});
+    } else {
+        stage_qk(sK, QS, a.k, hk, t0, b, n, a);
+        stage_rows<NT>(sV, VS, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], a.v.nb[0], a.v.type, n, a.Dv, a.v_vec);
+    }
+    stage_gates(sL, sB, a, h, t0, b, n);
+    __syncthreads();
+    if (warp == 0) gate_prefix(sL, sSg, sZ, a.log_gate);
+    norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
+    __syncthreads();
+    auto decay = [&](int t, int s) { return chunk_decay(sL, sSg, sZ, t, s); };
+    if (tid < kC) sD0[tid] = decay(tid, -1), sDl[tid] = decay(kC - 1, tid);
+    if (tid == 0) a.gam[u] = decay(kC - 1, -1);
+    if (a.delta) {
+        const wtiles<NW, 2, 2> wt(0, kC, kC);  // 16 tiles of 32 x 8: one pass
+        float acc[2][2][4];
+        zero(acc);
+        wmma1<NW, 2, 2, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sK, QS, m, k); },
+                               [&](int k, int s) { return ldb_rows(sK, QS, k, s); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int s) {
+            for (int d = 0; d < 2; d++)
+                sA[t * kPS + s + d] = s + d < t ? sB[t] * acc[r][mi][e + d] * decay(t, s + d) : 0.0f;
+        });
+    }
+    __syncthreads();
+    // Kd^T: row i holds K[t][i] d(C-1, t) over the chunk's 64 tokens, 4 tokens per store
+    float *Kd = a.Kd + u * kC * DKP;
+    for (int x = tid; x < kC * DKP / 4; x += NT) {
+        const int i = x / (kC / 4), t = 4 * (x - i * (kC / 4));
+        float y[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) y[e] = tf32r(keep_zero_mul(sDl[t + e], sK[(t + e) * QS + i]));
+        *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
+    }
+    if (a.delta) invert_unit_lower<NT>(sA, sT);
+    __syncthreads();
+    // K' = beta d(t, -1) K (in place of K), V' = beta V (in place of V)
+    for (int x = tid; x < kC * DKP && a.delta; x += NT) {
+        const int t = x / DKP, i = x - t * DKP;
+        sK[t * QS + i] = tf32r(sB[t] * keep_zero_mul(sD0[t], sK[t * QS + i]));
+    }
+    float *U = a.U + u * kC * DVP;
+    for (int x = tid; x < kC * DVP; x += NT) {
+        const int t = x / DVP, j = x - t * DVP;
+        const float y = tf32r(sB[t] * sV[t * VS + j]);
+        if (a.delta) sV[t * VS + j] = y;
+        else U[t * DVP + j] = y;
+    }
+    if (!a.delta) return;
+    __syncthreads();
+    // W = T K', U = T V' (T lower triangular), straight to the scratch
+    auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
+    float *W = a.W + u * kC * DKP;
+    using WT = wtiles<NW, 2, 2>;
+    for (int p = 0, np = WT::passes(kC, DKP); p < np; p++) {
+        const WT wt(p * NW * 2, kC, DKP);
+        float acc[2][2][4];
+        zero(acc);
+        wmma1<NW, 2, 2, true>(acc, wt, kC, t_at, [&](int k, int i) { return ldb_cols(sK, QS, k, i); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+            *(float2 *)&W[t * DKP + j] = make_float2(tf32r(acc[r][mi][e]), tf32r(acc[r][mi][e + 1]));
+        });
+    }
+    for (int p = 0, np = WT::passes(kC, DVP); p < np; p++) {
+        const WT wt(p * NW * 2, kC, DVP);
+        float acc[2][2][4];
+        zero(acc);
+        wmma1<NW, 2, 2, true>(acc, wt, kC, t_at, [&](int k, int j) { return ldb_cols(sV, VS, k, j); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+            *(float2 *)&U[t * DVP + j] = make_float2(tf32r(acc[r][mi][e]), tf32r(acc[r][mi][e + 1]));
+        });
+    }
+}
+
+// Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
+// head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
+// as the chunk's S_c, then (GATED_DELTA) U <- V' = U - W S_c in place, and
+// S = gamma S + Kd^T V'. The next chunk's W, Kd^T, U slice are in flight (cp.async) meanwhile when
+// two buffers fit (nbuf 2). The state is read once and written once (skipped when the graph's
+// device error record is set: a failed graph leaves it unchanged). 8 warps: one block per SM at
+// most (shared memory), so its warps are all the latency hiding there is.
+__global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
+    constexpr int NW = 8, NT = 256;
+    extern __shared__ float4 ssm4[];
+    const int DKP = a.DKP, DVP = a.DVP, BV = a.BV, QS = q_stride(DKP), VS = v_stride(BV);
+    const int bufsz = state_buf(DKP, BV);
+    float *sS = (float *)ssm4 + a.nbuf * bufsz;
+    const int tid = threadIdx.x;
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int j0 = slice * BV, nv = min(BV, DVP - j0), nvr = min(BV, a.Dv - j0);  // nv: a multiple of 8
+    const bool clear = tg_cuda_record_clear(a.err);
+    const bool has_state = a.state.data != nullptr;
+    const long long u0 = ((long long)b * a.Hv + h) * a.NC;
+    const idiv by_ku(DKP / 4), by_vu(nv / 4);  // 16-byte units per row of W (and of S_c), of U
+
+    for (int x = tid; x < DKP * nv; x += NT) {
+        const int jj = x / DKP, i = x - jj * DKP;  // i fastest: coalesced along the state's rows
+        sS[i * VS + jj] = has_state && i < a.Dk && jj < nvr ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
+    }
+    __syncthreads();  // the slice is in place before the first S_c store reads it
+    // chunk c's W (rows of DKP), Kd^T (rows of kC) and U slice (rows of nv) into buffer c % nbuf
+    auto bufs = [&](int c, float *&sW, float *&sKd, float *&sU) {
+        sW = (float *)ssm4 + (c % a.nbuf) * bufsz, sKd = sW + kC * QS, sU = sKd + DKP * kPS;
+    };
+    auto issue = [&](int c) {
+        float *sW, *sKd, *sU;
+        bufs(c, sW, sKd, sU);
+        const float *W = a.W + (u0 + c) * kC * DKP, *Kd = a.Kd + (u0 + c) * kC * DKP;
+        const float *U = a.U + (u0 + c) * kC * DVP + j0;
+        for (int x = tid; x < kC * (DKP / 4) && a.delta; x += NT) {
+            int t, i;
+            by_ku.split(x, t, i);
+            cp_async_stream<16>(&sW[t * QS + 4 * i], &W[t * DKP + 4 * i]);
+        }
+        for (int x = tid; x < DKP * (kC / 4); x += NT) {
+            const int i = x / (kC / 4), t = 4 * (x % (kC / 4));
+            cp_async_stream<16>(&sKd[i * kPS + t], &Kd[i * kC + t]);
+        }
+        for (int x = tid; x < kC * (nv / 4); x += NT) {
+            int t, j;
+            by_vu.split(x, t, j);
+            cp_async_stream<16>(&sU[t * VS + 4 * j], &U[t * DVP + 4 * j]);
+        }
+        cp_async_commit();
+    };
+    if (a.nbuf == 2) issue(0);
+#pragma unroll 1
+    for (int c = 0; c < a.NC; c++) {
+        const long long u = u0 + c;
+        if (a.nbuf == 1) issue(c);
+        else if (c + 1 < a.NC) issue(c + 1);
+        float *Sc = a.S + u * DKP * DVP + j0;
+        for (int x = tid; x < DKP * (nv / 4); x += NT) {
+            int i, jj;
+            by_vu.split(x, i, jj);
+            *(float4 *)&Sc[(long long)i * DVP + 4 * jj] = *(const float4 *)&sS[i * VS + 4 * jj];
+        }
+        if (a.nbuf == 2 && c + 1 < a.NC) cp_async_wait_prior1();
+        else cp_async_wait_all();
+        __syncthreads();
+        float *sW, *sKd, *sU;
+        bufs(c, sW, sKd, sU);
+        if (a.delta) {
+            float *U = a.U + u * kC * DVP + j0;
+            using WT = wtiles<NW, 4, 1>;  // 16 x 8 tiles: 8 of them at BV 16, one per warp
+            for (int p = 0, np = WT::passes(kC, nv); p < np; p++) {
+                const WT wt(p * NW * 4, kC, nv);
+                float acc[4][1][4];
+                zero(acc);
+                wmma1<NW, 4, 1, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sW, QS, m, k); },
+                                       [&](int k, int j) { return ldb_cols(sS, VS, k, j); });
+                for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+                    const float x = tf32r(sU[t * VS + j] - acc[r][mi][e]);
+                    const float y = tf32r(sU[t * VS + j + 1] - acc[r][mi][e + 1]);
+                    sU[t * VS + j] = x, sU[t * VS + j + 1] = y;
+                    *(float2 *)&U[t * DVP + j] = make_float2(x, y);
+                });
+            }
+            __syncthreads();
+        }
+        const float gam = __ldg(&a.gam[u]);
+        using ST = wtiles<NW, 4, 2>;
+        for (int p = 0, np = ST::passes(DKP, nv); p < np; p++) {
+            const ST wt(p * NW * 4, DKP, nv);
+            float acc[4][2][4];
+            zero(acc);
+            wmma1<NW, 4, 2, false>(acc, wt, kC, [&](int m, int k) { return lda_rows(sKd, kPS, m, k); },
+                                   [&](int k, int j) { return ldb_cols(sU, VS, k, j); });
+            for_pairs(wt, [&](int r, int mi, int e, int i, int j) {
+                float *x = &sS[i * VS + j];
+                x[0] = keep_zero_mul(gam, x[0]) + acc[r][mi][e], x[1] = keep_zero_mul(gam, x[1]) + acc[r][mi][e + 1];
+            });
+        }
+        __syncthreads();
+    }
+    if (!has_state || !clear) return;
+    for (int x = tid; x < a.Dk * nvr; x += NT) {
+        const int jj = x / a.Dk, i = x - jj * a.Dk;
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
+    }
+}
+
+// Phase 3, one block of 256 threads per (chunk, value head, sequence):
+// O = scale (d(t, -1) Q S_c + P V'), P = Q K^T (.) decay (s <= t), in blocks of 64 value columns.
+__global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
+    constexpr int NW = 8, NT = 256;
+    extern __shared__ float4 osm4[];
+    const int DKP = a.DKP, DVP = a.DVP, QS = q_stride(DKP);
+    const int ks = max(kC * QS, DKP * kVSC);
+    float *sQ = (float *)osm4, *sK = sQ + kC * QS, *sP = sK + ks, *sV = sP + kC * kPS;
+    float *sL = sV + kC * kVSC, *sSg = sL + kC, *sD0 = sSg + kC;
+    int *sZ = (int *)(sD0 + kC);
+    float *sS = sK;  // S_c blocks in place of K once P is made
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
+    const int hk = h / (a.Hv / a.Hk);
+    const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
+    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+
+    for (int x = tid; x < 2 * kC * QS; x += NT) sQ[x] = 0.0f;  // sQ, sK adjacent: padding stays zero
+    __syncthreads();
+    if (a.qk_vec) {
+        stage3<NT>({sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, a.Dk},
+                   {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, a.Dk}, {});
+    } else {
+        stage_qk(sQ, QS, a.q, hk, t0, b, n, a);
+        stage_qk(sK, QS, a.k, hk, t0, b, n, a);
+    }
+    stage_gates(sL, nullptr, a, h, t0, b, n);
+    __syncthreads();
+    if (warp == 0) gate_prefix(sL, sSg, sZ, a.log_gate);
+    norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
+    __syncthreads();
+    auto decay = [&](int t, int s) { return chunk_decay(sL, sSg, sZ, t, s); };
+    if (tid < kC) sD0[tid] = decay(tid, -1);
+    auto q_at = [&](int m, int k) { return lda_rows(sQ, QS, m, k); };
+    {
+        const wtiles<NW, 2, 2> wt(0, kC, kC);
+        float acc[2][2][4];
+        zero(acc);
+        wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int s) { return ldb_rows(sK, QS, k, s); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int s) {
+            for (int d = 0; d < 2; d++)
+                sP[t * kPS + s + d] = s + d <= t ? tf32r(acc[r][mi][e + d] * decay(t, s + d)) : 0.0f;
+        });
+    }
+    const float *Sc = a.S + u * DKP * DVP, *V = a.U + u * kC * DVP;
+#pragma unroll 1
+    for (int jb = 0; jb < DVP; jb += 64) {
+        const int nc = min(64, DVP - jb), cu = nc / 4;
+        __syncthreads();  // P is made (first block); the previous block's reads are done
+        for (int x = tid; x < DKP * cu; x += NT) {
+            const int i = x / cu, j = 4 * (x - i * cu);
+            *(float4 *)&sS[i * kVSC + j] = __ldg((const float4 *)&Sc[(long long)i * DVP + jb + j]);
+        }
+        for (int x = tid; x < kC * cu; x += NT) {
+            const int t = x / cu, j = 4 * (x - t * cu);
+            *(float4 *)&sV[t * kVSC + j] = __ldg((const float4 *)&V[t * DVP + jb + j]);
+        }
+        __syncthreads();
+        const wtiles<NW, 2, 2> wt(0, kC, nc);  // 64 x 64: 16 tiles of 32 x 8, one pass
+        float acc[2][2][4];
+        zero(acc);
+        wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int j) { return ldb_cols(sS, kVSC, k, j); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+            acc[r][mi][e] = keep_zero_mul(sD0[t], acc[r][mi][e]);
+            acc[r][mi][e + 1] = keep_zero_mul(sD0[t], acc[r][mi][e + 1]);
+        });
+        wmma1<NW, 2, 2, true>(acc, wt, kC, [&](int m, int k) { return lda_rows(sP, kPS, m, k); },
+                              [&](int k, int j) { return ldb_cols(sV, kVSC, k, j); });
+        for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+            if (t >= n || jb + j >= a.Dv) return;
+            store_pair(tg_cuda_ptr(a.o, jb + j, h, t0 + t, b), a.o.nb[0], a.o.type, a.scale * acc[r][mi][e],
+                       a.scale * acc[r][mi][e + 1], jb + j + 1 < a.Dv, a.o_pair);
+        });
+    }
+}
+
+// Bytes of the chunk-parallel form's scratch, and the regions' offsets (floats, 256-byte aligned):
+// W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit), S_c (DKP x DVP per unit), gamma.
+size_t phase_scratch(long long units, int DKP, int DVP, bool delta, size_t off[5]) {
+    const size_t per[5] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, (size_t)DKP * DVP, 1};
+    size_t total = 0;
+    for (int i = 0; i < 5; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
+    return total * sizeof(float);
+}
+
+}  // namespace
+
+tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, int optin, bool *taken) {
+    const char *call = "delta_rule";
+    tg_cuda_impl *cu = tg_cuda(be);
+    *taken = false;
+    phase_args a = {};
+    a.q = c.q, a.k = c.k, a.v = c.v, a.g = c.g, a.beta = c.beta, a.state = c.state, a.o = c.o;
+    a.Dk = c.Dk, a.Dv = c.Dv, a.Hk = c.Hk, a.Hv = c.Hv, a.T = c.T;
+    a.delta = c.delta, a.log_gate = c.log_gate, a.l2norm = c.l2norm, a.scale = c.scale, a.err = c.err;
+    a.DKP = c.DKP, a.DVP = (c.Dv + 7) / 8 * 8;
+    const long long NC = (c.T + kC - 1) / kC, units = NC * c.Hv * c.B;
+    if (NC > INT_MAX || units * kC > INT_MAX) return TG_OK;
+    a.NC = (int)NC;
+    // the state pass: BV of 64 (or the knob's) value columns, not past DVP, halved while the grid still
+    // fits one wave of SMs (fewer slices re-read W and Kd fewer times); two load buffers where they fit
+    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int knob = cu->sig.delta_chunk_bv;
+    int BV = knob > 0 ? knob : 64;
+    while (BV > 8 && BV / 2 >= a.DVP) BV /= 2;
+    auto slices = [&](int bv) { return (long long)(a.DVP + bv - 1) / bv; };
+    while (knob == 0 && BV > 8 && c.B * c.Hv * slices(BV / 2) <= sms) BV /= 2;
+    while (BV > 8 && state_smem(a.DKP, BV, 1) > (size_t)optin) BV /= 2;
+    a.BV = BV, a.nslices = (int)slices(BV), a.nbuf = state_smem(a.DKP, BV, 2) <= (size_t)optin ? 2 : 1;
+    const size_t sp = prep_smem(a.DKP, a.DVP), ss = state_smem(a.DKP, BV, a.nbuf), so = out_smem(a.DKP);
+    if (std::max(sp, std::max(ss, so)) > (size_t)optin) return TG_OK;
+    size_t off[5];
+    const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, off);
+    if (bytes > kPhaseScratchBudget) return TG_OK;
+    float *scr = nullptr;
+    tg_status s = tg_cuda_scratch(be, bytes, (void **)&scr, call);
+    if (s != TG_OK) return s;
+    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = scr + off[3], a.gam = scr + off[4];
+    a.qk_vec = c.qk_vec, a.o_pair = c.o_pair;
+    a.v_vec = rows16(dst->src[2], c.Dv, 0);
+    static size_t set[3] = {0, 0, 0};
+    if ((s = smem_limit(be, delta_prep_kernel, sp, set[0], call)) != TG_OK) return s;
+    if ((s = smem_limit(be, delta_state_kernel, ss, set[1], call)) != TG_OK) return s;
+    if ((s = smem_limit(be, delta_out_kernel, so, set[2], call)) != TG_OK) return s;
+    *taken = true;
+    delta_prep_kernel<<<(unsigned)units, 256, sp, cu->stream>>>(a);
+    TG_CUDA_LAUNCHED(be, call);
+    delta_state_kernel<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
+    TG_CUDA_LAUNCHED(be, call);
+    delta_out_kernel<<<(unsigned)units, 256, so, cu->stream>>>(a);
+    TG_CUDA_LAUNCHED(be, call);
+    static char name[64];
+    snprintf(name, sizeof(name), "chunked-3p/dk%d/bv%d/nb%d%s", a.DKP, BV, a.nbuf, a.qk_vec ? "" : "/scalar");
+    cu->sig_last[TG_CUDA_SIG_DELTA] = name;
+    return TG_OK;
+}
+
+}  // namespace tg_chunk
