@@ -14,7 +14,9 @@
 //            end in a fixed order (deterministic)
 // Decode (few queries per kv head) splits the KV rows into nsplit ranges so
 // that the grid fills the GPU (flash-decoding); each split writes its
-// unnormalized sums with its m and l, and a combine kernel merges them:
+// unnormalized sums with its m and l, and the last split of each row to
+// finish merges them (a separate combine kernel where the backend's counters
+// do not cover the grid, or with the knob attn_combine = 1):
 //   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
 // Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
 // no rows and gives zeros, as the reference.
@@ -38,7 +40,35 @@ struct split_args {
     int nsplit;  // ranges of KV rows
     int chunk;   // rows per range
     float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
+    int *count;  // nsplit > 1: per block row (y, z), splits done; nullptr: combine_kernel merges
 };
+
+// The merge of query qg's splits (pq: its nsplit records of Dv sums, m, l):
+// M = max m_s, l = sum exp(m_s - M) l_s, value i = sum exp(m_s - M) o_s[i] / l.
+// L2 loads (__ldcg): in split_kernel the records come from other blocks of the
+// same launch.
+__device__ inline void merge_ml(const float *pq, int nsplit, long long Dv, float *M_, float *l_) {
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; s++) M = fmaxf(M, __ldcg(pq + s * (Dv + 2) + Dv));
+    float l = 0.0f;
+    if (M != -INFINITY)
+        for (int s = 0; s < nsplit; s++) {
+            const float m = __ldcg(pq + s * (Dv + 2) + Dv);
+            if (m != -INFINITY) l += expf(m - M) * __ldcg(pq + s * (Dv + 2) + Dv + 1);
+        }
+    *M_ = M, *l_ = l;
+}
+__device__ inline float merge_value(const float *pq, int nsplit, long long Dv, float M, float l, long long i) {
+    float o = 0.0f;
+    if (l > 0.0f) {
+        for (int s = 0; s < nsplit; s++) {
+            const float m = __ldcg(pq + s * (Dv + 2) + Dv);
+            if (m != -INFINITY) o += expf(m - M) * __ldcg(pq + s * (Dv + 2) + i);
+        }
+        o /= l;
+    }
+    return o;
+}
 
 // Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
 // ml[2][QN], nrow[QN] (int), racc[RG][QN][Dv].
@@ -55,6 +85,8 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     float *qs = smem, *ps = qs + QN * D, *red = ps + QN * kRows, *ml = red + 2 * QN * kWarps;
     int *nrow = (int *)(ml + 2 * QN);
     float *racc = (float *)(nrow + QN);
+    tg_pdl_trigger();
+    tg_pdl_wait();
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int s = blockIdx.x, qc = blockIdx.y % A.nqc;
     const long long hk = blockIdx.y / A.nqc, b = blockIdx.z;
@@ -210,34 +242,47 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
             if (dv == 0) pp[Dv] = ml[qq], pp[Dv + 1] = l;
         }
     }
+    if (A.nsplit == 1 || !A.count) return;
+
+    // The last block of this row of splits (query chunk, kv head, sequence) to
+    // finish merges them, as combine_kernel would (same arithmetic, same
+    // order); it sets the row's count back to 0 for the next launch.
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        int *c = A.count + ((long long)blockIdx.z * gridDim.y + blockIdx.y);
+        s_last = atomicAdd(c, 1) == A.nsplit - 1;
+        if (s_last) *c = 0;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    for (int qq = 0; qq < QN; qq++) {
+        const long long f = (long long)qc * QN + qq;
+        if (f >= nflat) break;
+        const long long h = hk * A.group + f % A.group, t = f / A.group;
+        const float *pq = A.part + (h + Hq * (t + T_ * b)) * A.nsplit * (Dv + 2);
+        float M, l;
+        merge_ml(pq, A.nsplit, Dv, &M, &l);
+        for (long long i = tid; i < Dv; i += kThreads)
+            *(float *)tg_cuda_ptr(A.out, i, h, t, b) = merge_value(pq, A.nsplit, Dv, M, l, i);
+    }
 }
 
 // One block per query (grid-stride), threads along Dv.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq) {
+    tg_pdl_trigger();
+    tg_pdl_wait();
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
         const float *pq = part + qg * nsplit * (Dv + 2);
-        float M = -INFINITY;
-        for (int s = 0; s < nsplit; s++) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
-        float l = 0.0f;
-        if (M != -INFINITY)
-            for (int s = 0; s < nsplit; s++) {
-                const float m = pq[s * (Dv + 2) + Dv];
-                if (m != -INFINITY) l += expf(m - M) * pq[s * (Dv + 2) + Dv + 1];
-            }
+        float M, l;
+        merge_ml(pq, nsplit, Dv, &M, &l);
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-        for (long long i = threadIdx.x; i < Dv; i += kThreads) {
-            float o = 0.0f;
-            if (l > 0.0f) {
-                for (int s = 0; s < nsplit; s++) {
-                    const float m = pq[s * (Dv + 2) + Dv];
-                    if (m != -INFINITY) o += expf(m - M) * pq[s * (Dv + 2) + i];
-                }
-                o /= l;
-            }
-            *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
-        }
+        for (long long i = threadIdx.x; i < Dv; i += kThreads)
+            *(float *)tg_cuda_ptr(out, i, h, t, b) = merge_value(pq, nsplit, Dv, M, l, i);
     }
 }
 
@@ -249,7 +294,7 @@ bool rows16(const tg_tensor *t) {
 }
 
 template <typename T, int QN> tg_status launch(tg_backend *be, split_args A, dim3 grid, size_t smem) {
-    split_kernel<T, QN><<<grid, kThreads, smem, tg_cuda(be)->stream>>>(A);
+    tg_cuda_launch(tg_cuda(be)->pdl, tg_cuda(be)->stream, split_kernel<T, QN>, grid, kThreads, smem, A);
     TG_CUDA_LAUNCHED(be, "attention");
     return TG_OK;
 }
@@ -295,6 +340,10 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
+    // the splits merged by the last block of each row (no combine launch) when
+    // the backend's counters cover the rows and the knob allows it
+    const long long rows = nqc * Hkv * B;
+    A.count = nsplit > 1 && rows <= impl->attn_count_cap && impl->sig.attn_combine != 1 ? impl->attn_count : nullptr;
     const long long nq = Hq * T * B;
     if (nsplit > 1) {
         *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
@@ -306,8 +355,9 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
     }
-    if (*st != TG_OK || nsplit == 1) return true;
-    combine_kernel<<<tg_cuda_blocks(nq, 1), kThreads, 0, impl->stream>>>(A.part, (int)nsplit, A.out, nq);
+    if (*st != TG_OK || nsplit == 1 || A.count) return true;
+    tg_cuda_launch(impl->pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0, (const float *)A.part,
+                   (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
     return true;

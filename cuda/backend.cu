@@ -199,6 +199,7 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
+    if (impl->attn_count) (void)cudaFree(impl->attn_count);
     if (impl->cublas) (void)cublasDestroy(impl->cublas);
     if (impl->stream) (void)cudaStreamDestroy(impl->stream);
     (void)cudaGetLastError();
@@ -612,6 +613,14 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUBLAS_TRY(nullptr, call, cublasSetWorkspace(impl->cublas, impl->cublas_ws, ws));
     if (const char *env = getenv("TG_CUDA_GRAPHS")) impl->graphs = strcmp(env, "0") != 0;
     if (const char *env = getenv("TG_CUDA_FUSE")) impl->fuse = strcmp(env, "0") != 0;
+    int cc_major = 0;
+    TG_CUDA_TRY(nullptr, call, cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    impl->pdl = cc_major >= 9;
+    cudaFuncAttributes fa;  // the kernels' griddepcontrol is compiled in only for sm_90 and later
+    if (impl->pdl && (cudaFuncGetAttributes(&fa, record_out_kernel) != cudaSuccess || fa.binaryVersion < 90))
+        impl->pdl = false;
+    (void)cudaGetLastError();
+    if (const char *env = getenv("TG_CUDA_PDL")) impl->pdl = impl->pdl && strcmp(env, "0") != 0;
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
     impl->rb_cap = (size_t)1 << 20;
@@ -620,6 +629,9 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
     TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
+    impl->attn_count_cap = 1 << 16;
+    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->attn_count, (size_t)impl->attn_count_cap * sizeof(int)));
+    TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->attn_count, 0, (size_t)impl->attn_count_cap * sizeof(int), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));
     return TG_OK;

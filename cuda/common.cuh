@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "internal.h"
@@ -92,13 +93,25 @@ struct tg_cuda_impl {
     // node fusions (cuda/fuse.cu; env TG_CUDA_FUSE=0: off) and the count of
     // each kind the last enqueued graph took (tests)
     bool fuse = true;
-    int fusions[4] = {0, 0, 0, 0};
+    int fusions[TG_CUDA_FUSION_KINDS] = {};
     // b of the next quantized GEMV, already quantized into the scratch by the
     // kernel that wrote it (cuda/fuse.cu: rms_norm*w right before a quantized
     // mul_mat of its result): that tensor's data, K and column count, valid
     // for the next enqueued node only (nullptr: none).
     const char *preq_data = nullptr;
     long long preq_k = 0, preq_cols = 0;
+    // attention split (cuda/attention_split.cu): per row of split blocks, how
+    // many have finished (0 between launches; the last one resets it)
+    int *attn_count = nullptr;
+    long long attn_count_cap = 0;
+    // programmatic dependent launch of the decode-path kernels (GEMV, norms,
+    // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
+    bool pdl = false;
+    // byte ranges [lo, hi) the graph being enqueued writes (its nodes, and the
+    // sources ops write in place), set by tg_cuda_enqueue_nodes for the time
+    // of the enqueue (empty otherwise): a GEMV whose weights overlap none of
+    // them loads them before its tg_pdl_wait (tg_cuda_graph_const)
+    std::vector<std::pair<uintptr_t, uintptr_t>> graph_written;
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[3] = {"", "", ""};
@@ -121,6 +134,45 @@ tg_status tg_cublas_status(tg_backend *be, cublasStatus_t s, const char *call, c
 
 // Check the launch that just happened (configuration errors, not faults).
 #define TG_CUDA_LAUNCHED(be, call) TG_CUDA_TRY(be, call, cudaGetLastError())
+
+// Programmatic dependent launch (sm_90 and later; tg_cuda_impl::pdl). A
+// kernel launched by tg_cuda_launch with pdl set may begin while the kernel
+// before it in the stream is finishing (once every block of that one has
+// called tg_pdl_trigger or ended), so its blocks start and its first loads
+// are in flight instead of the GPU draining between two kernels of a decode
+// step. Such a kernel calls tg_pdl_wait() before it reads anything an
+// earlier launch writes and before it writes anything: wait returns once the
+// kernel before has ended and its writes are visible. Before the wait it may
+// only do arithmetic and read tensors that no node of the graph writes (the
+// GEMV's weights: tg_cuda_impl::graph_written). Both are no-ops below sm_90
+// and in a launch without the attribute (then the stream orders as usual).
+__device__ __forceinline__ void tg_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tg_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic
+// serialization attribute when pdl is set (the kernel must call tg_pdl_wait
+// as above). Errors as a <<<>>> launch: check with TG_CUDA_LAUNCHED.
+template <typename... KP, typename... A>
+inline void tg_cuda_launch(bool pdl, cudaStream_t stream, void (*kernel)(KP...), dim3 grid, dim3 block, size_t smem,
+                           A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    if (pdl) cfg.attrs = at, cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
 
 // Grid size for n items with block threads, capped for grid-stride loops.
 inline unsigned tg_cuda_blocks(long long n, int threads, long long cap = 65535LL * 16) {
@@ -166,6 +218,10 @@ inline tg_cuda_desc tg_cuda_desc_of(const tg_tensor *t) {
     }
     return d;
 }
+
+// The bytes of d are written by no node of the graph being enqueued (false
+// outside an enqueue): a PDL kernel may read them before its tg_pdl_wait.
+bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d);
 __device__ inline char *tg_cuda_ptr(const tg_cuda_desc &d, long long i0, long long i1, long long i2, long long i3) {
     return d.data + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
 }

@@ -37,7 +37,7 @@ struct matcher {
     const std::vector<tg_tensor *> &nodes;
     std::vector<char> done;                           // consumed by an earlier fusion
     std::unordered_map<const tg_tensor *, int> reads;  // readers of each storage root
-    int counts[4] = {0, 0, 0, 0};                      // fusions taken: norm*w, mm+add, swiglu, shared b
+    int counts[TG_CUDA_FUSION_KINDS] = {};             // fusions taken, by kind (fuse.cuh)
 
     matcher(tg_backend *b, const std::vector<tg_tensor *> &n) : be(b), nodes(n), done(n.size(), 0) {
         for (const tg_tensor *t : nodes)
@@ -163,8 +163,30 @@ struct matcher {
         return true;
     }
 
+    // rope(q) next to rope_kv_update (either order): one launch. The update
+    // writes only its caches, the rope only its output: neither may overlap
+    // what the other reads or writes.
+    bool rope_pair(int i, tg_status *st) {
+        const int j = next(i);
+        if (j < 0) return false;
+        const tg_tensor *a = nodes[i], *b = nodes[j];
+        if (a->op == TG_OP_ROPE_KV_UPDATE) std::swap(a, b);
+        if (a->op != TG_OP_ROPE || b->op != TG_OP_ROPE_KV_UPDATE) return false;
+        if (a->type != TG_TYPE_F32 || a->src[0]->type != TG_TYPE_F32) return false;
+        for (int s = 0; s < 5; s++)
+            if (overlap(a, b->src[s])) return false;
+        for (int s = 0; s < 2; s++)
+            if (overlap(b->src[s], a->src[0]) || overlap(b->src[s], a->src[1])) return false;
+        if (!tg_cuda_rope_pair(be, a, b, st)) return false;
+        done[j] = 1;
+        counts[4]++;
+        return true;
+    }
+
     bool try_fuse(int i, tg_status *st) {
         switch (nodes[i]->op) {
+            case TG_OP_ROPE:
+            case TG_OP_ROPE_KV_UPDATE: return rope_pair(i, st);
             case TG_OP_RMS_NORM: return norm_mul(i, st);
             case TG_OP_MUL_MAT: return swiglu(i, st) || shared_b(i, st) || mm_add(i, st);
             default: return false;
@@ -174,7 +196,50 @@ struct matcher {
 
 }  // namespace
 
+bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
+    if (impl->graph_written.empty() || !d.data) return false;
+    uintptr_t lo = (uintptr_t)d.data, hi = lo + (uintptr_t)(d.ne[0] > 0 ? d.ne[0] : 1) * (uintptr_t)d.nb[0];
+    for (int i = 1; i < 4; i++) hi += (uintptr_t)(d.ne[i] - 1) * (uintptr_t)d.nb[i];
+    for (const auto &w : impl->graph_written)
+        if (lo < w.second && w.first < hi) return false;
+    return true;
+}
+
+namespace {
+
+// What the graph writes: every node's own bytes, and the sources written in
+// place (cpy's destination, the caches of rope_kv_update, a delta_rule state).
+void note_written(tg_cuda_impl *impl, const std::vector<tg_tensor *> &nodes) {
+    auto add = [&](const tg_tensor *t) {
+        if (!t || !t->data) return;
+        uintptr_t lo, hi;
+        span(t, &lo, &hi);
+        impl->graph_written.push_back({lo, hi});
+    };
+    impl->graph_written.clear();
+    for (const tg_tensor *t : nodes) {
+        add(t);
+        if (t->op == TG_OP_CPY) add(t->src[1]);
+        if (t->op == TG_OP_ROPE_KV_UPDATE) add(t->src[0]), add(t->src[1]);
+        if (t->op == TG_OP_DELTA_RULE) add(t->src[5]);
+    }
+}
+
+tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes);
+
+}  // namespace
+
 tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    note_written(impl, nodes);
+    const tg_status s = enqueue_nodes(be, nodes);
+    impl->graph_written.clear();
+    return s;
+}
+
+namespace {
+
+tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
     for (int &c : impl->fusions) c = 0;
     if (!impl->fuse) {
@@ -197,10 +262,12 @@ tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &
         if (s != TG_OK) return (impl->preq_data = nullptr), s;
     }
     impl->preq_data = nullptr;
-    for (int k = 0; k < 4; k++) impl->fusions[k] = m.counts[k];
+    for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) impl->fusions[k] = m.counts[k];
     return TG_OK;
 }
 
-void tg_cuda_fusions_last(tg_backend *be, int counts[4]) {
-    for (int k = 0; k < 4; k++) counts[k] = tg_cuda(be)->fusions[k];
+}  // namespace
+
+void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]) {
+    for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) counts[k] = tg_cuda(be)->fusions[k];
 }

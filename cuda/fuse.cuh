@@ -4,6 +4,7 @@
 //   mul_mat (GEMV), add(of a same-shape tensor)   -> the add in the GEMV's epilogue
 //   mul_mat gate, mul_mat up, swiglu(gate, up)    -> one GEMV reading both weights
 //   up to 3 mul_mat sharing b (q, k, v)           -> one GEMV launch
+//   rope(q), rope_kv_update at the same positions -> one rope launch
 // Each fused kernel computes the same bits as the unfused kernels and still
 // writes the intermediate results (cheap at decode sizes), so an
 // intermediate read later (a graph output, a planner-off test) is intact.
@@ -26,3 +27,7 @@ tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &
 // mmq_preq, off by default).
 tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
                                bool quantize = false);
+
+// cuda/rope.cu: rope (of q) and rope_kv_update (of k, v) in one launch; false
+// when the pair does not fit one launch (nothing launched, *st untouched).
+bool tg_cuda_rope_pair(tg_backend *be, const tg_tensor *rope, const tg_tensor *kv, tg_status *st);

@@ -14,8 +14,11 @@
 // R grows with N (b's loads per weight byte stay bounded: R >= N/2) and with
 // the row count (fewer, fuller blocks when the grid fills the GPU many times
 // over). The grid spans the rows of every job (q, k and v in one launch):
-// blocks [blk_end[j-1], blk_end[j]) take job j. A warp-per-group kernel is
-// kept behind a bench knob (signature.cuh mmv_kernel) for comparison.
+// blocks [blk_end[j-1], blk_end[j]) take job j. (A warp-per-group kernel was
+// kept beside it for comparison until it had lost at every 1.1B shape;
+// bench/NOTES.md.) On sm_90 the kernel is launched by programmatic dependent
+// launch: with weights no node of the graph writes, its first loads are in
+// flight before it waits for the kernel before it (common.cuh tg_pdl_wait).
 #include <climits>
 
 #include "mmv.cuh"
@@ -32,15 +35,17 @@ struct mmv_args {
     tg_cuda_mmv p;
     long long blk_end[TG_CUDA_MMV_MAX_JOBS];  // prefix sums of the jobs' blocks
     int rows_per_block;                        // R, or R / 2 for swiglu (gate and up rows)
+    int a_const;  // no node of the graph writes the weights: first loads before tg_pdl_wait
 };
 
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
 // VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
 template <typename TA, int NMAX, int R, bool VEC>
-__global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ mmv_args args) {  // the block kernel
+__global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
     const tg_cuda_mmv &p = args.p;
+    tg_pdl_trigger();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long blk = blockIdx.x;
     int j = 0;
@@ -48,7 +53,8 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
         while (j + 1 < p.njob && blk >= args.blk_end[j]) j++;
     const long long m0 = (blk - (j ? args.blk_end[j - 1] : 0)) * args.rows_per_block;
     const tg_cuda_desc &d0 = p.job[j].d;
-    const long long i2 = blockIdx.y % d0.ne[2], i3 = blockIdx.y / d0.ne[2];
+    long long i2, i3;
+    tg_cuda_mmv_batch(d0, &i2, &i3);
     const int N = (int)d0.ne[1];
     const long long K = p.job[0].a.ne[0];
 
@@ -68,8 +74,8 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
 
     if (VEC) {
         const long long nchunk = K / VE;
-        for (long long c0 = threadIdx.x; c0 < nchunk; c0 += (long long)kThreads * U) {
-            uint4 raw[U][R];
+        uint4 raw[U][R];
+        auto load = [&](long long c0) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const long long c = c0 + (long long)u * kThreads;
@@ -77,6 +83,12 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
                 for (int r = 0; r < R; r++)
                     if (c < nchunk) raw[u][r] = __ldg((const uint4 *)arow[r] + c);
             }
+        };
+        // constant weights: the first round's loads overlap the kernel before
+        if (args.a_const) load(threadIdx.x);
+        tg_pdl_wait();
+        for (long long c0 = threadIdx.x; c0 < nchunk; c0 += (long long)kThreads * U) {
+            if (c0 != threadIdx.x || !args.a_const) load(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const long long c = c0 + (long long)u * kThreads;
@@ -101,6 +113,7 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
             }
         }
     } else {
+        tg_pdl_wait();
         for (long long k = threadIdx.x; k < K; k += kThreads) {
             float w[R];
 #pragma unroll
@@ -151,124 +164,6 @@ __global__ void __launch_bounds__(kThreads) mmv_kernel(const __grid_constant__ m
     }
 }
 
-// The warp kernel (knob mmv_kernel = 1; the block kernel above is the
-// default, faster on the H200 than this kernel's persistent form at every
-// 1.1B shape measured): a warp per group of R rows (swiglu: R/2 gate rows and
-// the same up rows), looping groups w, w + nwarps, ... ; lanes split k in
-// 16-byte chunks, U*R = 4 loads per lane in flight per step; one warp-shuffle
-// reduction per group, no block barriers.
-template <typename TA, int NMAX, int R, bool VEC>
-__global__ void __launch_bounds__(kThreads) mmv_warp_kernel(const __grid_constant__ mmv_args args) {
-    constexpr int VE = 16 / sizeof(TA);
-    // 4 loads per lane per step (main's warp-per-row kernel had 4 in flight
-    // and more warps resident; 8 per lane measured slower at 64 registers)
-    constexpr int U = 4 / R > 0 ? 4 / R : 1;
-    const tg_cuda_mmv &p = args.p;
-    const int lane = threadIdx.x % 32;
-    const long long nw = (long long)gridDim.x * kWarps;
-    const long long ngroups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
-    const int RG = args.rows_per_block;
-    const tg_cuda_desc &dd = p.job[0].d;
-    const long long i2 = blockIdx.y % dd.ne[2], i3 = blockIdx.y / dd.ne[2];
-    const int N = (int)dd.ne[1];
-    const long long K = p.job[0].a.ne[0];
-    const float *bcol[NMAX];
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
-
-    for (long long g = (long long)blockIdx.x * kWarps + threadIdx.x / 32; g < ngroups; g += nw) {
-        int j = 0;
-        if (!p.swiglu)
-            while (j + 1 < p.njob && g >= args.blk_end[j]) j++;
-        const long long m0 = (g - (j ? args.blk_end[j - 1] : 0)) * RG;
-        const TA *arow[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) arow[r] = (const TA *)tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
-        float acc[R][NMAX];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
-        if (VEC) {
-            const long long nchunk = K / VE;
-            for (long long c0 = lane; c0 < nchunk; c0 += 32LL * U) {
-                uint4 raw[U][R];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const long long c = c0 + 32LL * u;
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-                        if (c < nchunk) raw[u][r] = __ldg((const uint4 *)arow[r] + c);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const long long c = c0 + 32LL * u;
-                    if (c >= nchunk) break;
-                    float w[R][VE];
-#pragma unroll
-                    for (int r = 0; r < R; r++) tg_cuda_cvt16(raw[u][r], w[r], TA());
-#pragma unroll
-                    for (int n = 0; n < NMAX; n++) {
-                        if (n >= N) break;
-                        float x[VE];
-#pragma unroll
-                        for (int e = 0; e < VE; e += 4) {
-                            const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
-                            x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
-                        }
-#pragma unroll
-                        for (int r = 0; r < R; r++)
-#pragma unroll
-                            for (int e = 0; e < VE; e++) acc[r][n] = fmaf(w[r][e], x[e], acc[r][n]);
-                    }
-                }
-            }
-        } else {
-            for (long long k = lane; k < K; k += 32) {
-                float w[R];
-#pragma unroll
-                for (int r = 0; r < R; r++) w[r] = to_f32(arow[r][k]);
-#pragma unroll
-                for (int n = 0; n < NMAX; n++) {
-                    if (n >= N) break;
-                    const float x = bcol[n][k];
-#pragma unroll
-                    for (int r = 0; r < R; r++) acc[r][n] = fmaf(w[r], x, acc[r][n]);
-                }
-            }
-        }
-        // every lane gets every total; lane l writes output l = r * NMAX + n
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int n = 0; n < NMAX; n++) acc[r][n] = tg_warp_sum(acc[r][n]);
-        if (p.swiglu) {
-            float gv = 0.0f, uv = 0.0f;
-#pragma unroll
-            for (int r = 0; r < R / 2; r++)
-#pragma unroll
-                for (int n = 0; n < NMAX; n++)
-                    if (lane == r * NMAX + n) gv = acc[r][n], uv = acc[r + R / 2][n];
-            const int r = lane / NMAX, n = lane % NMAX;
-            const long long m = m0 + r;
-            if (r < R / 2 && n < N && m < p.job[0].a.ne[1]) {
-                tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
-            }
-            continue;
-        }
-        float v = 0.0f;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int n = 0; n < NMAX; n++)
-                if (lane == r * NMAX + n) v = acc[r][n];
-        const int r = lane / NMAX, n = lane % NMAX;
-        const long long m = m0 + r;
-        const tg_cuda_mmv_job &jb = p.job[j];
-        if (r < R && n < N && m < jb.a.ne[1]) tg_cuda_mmv_store(jb, m, n, i2, i3, v);
-    }
-}
-
 // Columns i1 + ne1 * (i2 + ne2 * i3) at one stride: merge them into dim 1.
 bool merge_columns(tg_cuda_desc &d) {
     long long n = d.ne[1], st = d.nb[1];
@@ -296,23 +191,15 @@ bool aligned16(const tg_cuda_desc &t) {
 
 struct mmv_launch {
     cudaStream_t st;
-    bool block_kernel;  // the block kernel (default) or the warp kernel (knob)
     long long batches;
+    bool pdl;  // by programmatic dependent launch
 };
 
 template <typename TA, int NMAX, int R>
 void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
-    const long long groups = args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1];
-    if (L.block_kernel) {
-        const dim3 grid((unsigned)groups, (unsigned)L.batches);
-        if (vec) mmv_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
-        else mmv_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
-        return;
-    }
-    // one group per warp (a persistent grid measured slower)
-    const dim3 grid((unsigned)((groups + kWarps - 1) / kWarps), (unsigned)L.batches);
-    if (vec) mmv_warp_kernel<TA, NMAX, R, true><<<grid, kThreads, 0, L.st>>>(args);
-    else mmv_warp_kernel<TA, NMAX, R, false><<<grid, kThreads, 0, L.st>>>(args);
+    const dim3 grid((unsigned)args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1], (unsigned)L.batches);
+    if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true>, grid, kThreads, 0, args);
+    else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false>, grid, kThreads, 0, args);
 }
 
 // R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
@@ -397,16 +284,18 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     }
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
-    const bool block_kernel = impl->sig.mmv_kernel != 1;
-    // R: at least N / 2 (b's loads per weight byte); the block kernel doubles
-    // it while its grid still fills the GPU 4 times
+    // R: at least N / 2 (b's loads per weight byte); doubled while the grid
+    // still fills the GPU 4 times; knob mmv_rows: forced (not below that least)
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
     if (p.swiglu && R < 2) R = 2;
-    if (block_kernel)
+    if (impl->sig.mmv_rows > 0) R = impl->sig.mmv_rows > R ? (impl->sig.mmv_rows >= 4 ? 4 : impl->sig.mmv_rows) : R;
+    else
         while (R < 4 && rows * batches / (2 * R) >= 4LL * sms) R *= 2;
     mmv_args args;
     args.p = p;
     args.rows_per_block = p.swiglu ? R / 2 : R;
+    args.a_const = impl->pdl;
+    for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {
         groups += (p.job[j].a.ne[1] + args.rows_per_block - 1) / args.rows_per_block;
@@ -415,7 +304,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = groups;
     if (groups > INT_MAX || batches > 65535)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, groups, batches);
-    const mmv_launch L = {impl->stream, block_kernel, batches};
+    const mmv_launch L = {impl->stream, batches, impl->pdl};
     switch (ta) {
         case TG_TYPE_F16: launch_t<__half>(L, args, N, R, vec); break;
         case TG_TYPE_BF16: launch_t<__nv_bfloat16>(L, args, N, R, vec); break;

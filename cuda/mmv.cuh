@@ -35,8 +35,17 @@ __device__ inline const char *tg_cuda_mmv_row(const tg_cuda_mmv &p, int j, long 
     const long long m = m0 + (p.swiglu && r >= R / 2 ? r - R / 2 : r);
     const tg_cuda_desc &a = p.job[jr].a;
     const long long M = a.ne[1];
-    const long long a2 = i2 / (d0.ne[2] / a.ne[2]), a3 = i3 / (d0.ne[3] / a.ne[3]);
+    // broadcast batches; no 64-bit division for the usual 2-D weights (a
+    // division is ~70 instructions, and these run before the first load)
+    const long long a2 = a.ne[2] == 1 ? 0 : i2 / (d0.ne[2] / a.ne[2]);
+    const long long a3 = a.ne[3] == 1 ? 0 : i3 / (d0.ne[3] / a.ne[3]);
     return tg_cuda_ptr(a, 0, m < M ? m : M - 1, a2, a3);
+}
+// Output batch (i2, i3) of a GEMV block: blockIdx.y = i2 + ne2 * i3 (< 65536)
+__device__ inline void tg_cuda_mmv_batch(const tg_cuda_desc &d, long long *i2, long long *i3) {
+    const unsigned y = blockIdx.y, n2 = (unsigned)d.ne[2];
+    *i2 = n2 == 1 ? 0 : y % n2;
+    *i3 = n2 == 1 ? y : y / n2;
 }
 // Epilogues of output (m, n): the gate/up pair and h = swiglu(g, u), or one
 // job's d and its optional residual add s = d + r. r is read before d is

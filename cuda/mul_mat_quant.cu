@@ -54,6 +54,8 @@ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 // ds + c * K / 32. One warp per block of 32, a lane per element. A block with
 // a NaN or inf gets d = NaN, so the products it enters are NaN.
 __global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long long nblk, long long kb) {
+    tg_pdl_trigger();
+    tg_pdl_wait();
     const int lane = threadIdx.x % 32;
     const long long nw = (long long)gridDim.x * blockDim.x / 32;
     for (long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; blk < nblk; blk += nw) {
@@ -268,6 +270,8 @@ struct mmvq_args {
     int wpr;             // warps per group: 1, 2 or 4
     const int8_t *bq;    // b quantized: column c's K int8 at bq + c * K
     const float2 *bd;    // and its (d, d * sum q) pairs at bd + c * K / 32
+    bool pdl;            // launched by programmatic dependent launch
+    int a_const;         // no node of the graph writes the weights: first loads before tg_pdl_wait
 };
 
 // U: the 1.1B llama's rows give each lane 2 units (Q4_K: 1) per row at
@@ -279,9 +283,11 @@ template <tg_type T, int R> constexpr int mmvq_units() {
 }
 
 template <tg_type T, int NMAX, int R>
-__global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant__ mmvq_args args) {
+__global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? (R == 4 ? 5 : R == 2 ? 7 : 8) : 1)
+    mmvq_kernel(const __grid_constant__ mmvq_args args) {
     constexpr int SUB = qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
     const tg_cuda_mmv &p = args.p;
+    tg_pdl_trigger();
     const int wpr = args.wpr;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
     const long long g = (long long)blockIdx.x * (kWarps / wpr) + warp / wpr;
@@ -291,7 +297,8 @@ __global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant
         while (j + 1 < p.njob && g >= args.grp_end[j]) j++;
     const long long m0 = (g - (j ? args.grp_end[j - 1] : 0)) * args.rows_per_group;
     const tg_cuda_desc &d0 = p.job[j].d;
-    const long long i2 = blockIdx.y % d0.ne[2], i3 = blockIdx.y / d0.ne[2];
+    long long i2, i3;
+    tg_cuda_mmv_batch(d0, &i2, &i3);
     const int N = (int)d0.ne[1];
     const long long K = p.job[0].a.ne[0], kb = K / 32;
     const int nu = (int)(K / UE);
@@ -304,15 +311,25 @@ __global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant
     for (int r = 0; r < R; r++)
 #pragma unroll
         for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+    const int step = 32 * wpr, ufirst = lane + 32 * part;
+    qunit<T> w[U][R];
+    auto load = [&](int u0) {
+#pragma unroll
+        for (int k = 0; k < U; k++)
+            if (u0 + k * step < nu)
+#pragma unroll
+                for (int r = 0; r < R; r++) load_unit<T>(arow[r], u0 + k * step, w[k][r]);
+    };
+    // constant weights: the first round's loads overlap the kernel before
+    // (not for Q4_K, whose units are the largest: its register count grew
+    // most with them held across the wait)
+    constexpr bool kPre = T != TG_TYPE_Q4_K;
+    const bool pre = kPre && active && args.a_const;
+    if (pre) load(ufirst);
+    tg_pdl_wait();
     if (active) {
-        const int step = 32 * wpr;
-        for (int u0 = lane + 32 * part; u0 < nu; u0 += step * U) {
-            qunit<T> w[U][R];
-#pragma unroll
-            for (int k = 0; k < U; k++)
-                if (u0 + k * step < nu)
-#pragma unroll
-                    for (int r = 0; r < R; r++) load_unit<T>(arow[r], u0 + k * step, w[k][r]);
+        for (int u0 = ufirst; u0 < nu; u0 += step * U) {
+            if (u0 != ufirst || !pre) load(u0);
 #pragma unroll
             for (int k = 0; k < U; k++) {
                 const int u = u0 + k * step;
@@ -379,7 +396,7 @@ __global__ void __launch_bounds__(32 * kWarps) mmvq_kernel(const __grid_constant
 template <tg_type T, int NMAX, int R> void launch_mmvq_r(cudaStream_t st, const mmvq_args &args, long long batches) {
     const long long gpb = kWarps / args.wpr;
     const dim3 grid((unsigned)((args.ngroups + gpb - 1) / gpb), (unsigned)batches);
-    mmvq_kernel<T, NMAX, R><<<grid, 32 * kWarps, 0, st>>>(args);
+    tg_cuda_launch(args.pdl, st, mmvq_kernel<T, NMAX, R>, grid, 32 * kWarps, 0, args);
 }
 
 // R in {1, 2, 4}: at least NMAX / 2 (and 2 for swiglu)
@@ -495,10 +512,13 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     impl->preq_data = nullptr;
     if (!preq) {
         const long long nblk = ncols * kb;
-        quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(
-            p.b, (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
+        tg_cuda_launch(impl->pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
+                       (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
         TG_CUDA_LAUNCHED(be, call);
     }
+    args.pdl = impl->pdl;
+    args.a_const = impl->pdl;
+    for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     // warps per group from K alone (the order of a row's sum depends on it)
     const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
     args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;

@@ -1,6 +1,8 @@
 // norm.cu - rms_norm, l2_norm over ne0, and softmax: a warp per row for rows of
 // up to 256 elements, a block of 8 warps per row above; reductions in
 // registers and warp shuffles (plus one shared-memory step across warps).
+#include <type_traits>
+
 #include "common.cuh"
 #include "fuse.cuh"
 #include "mmv.cuh"
@@ -53,8 +55,13 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
     constexpr int RPB = row_cfg<WPR>::rows_per_block, TPR = 32 * WPR;
     const int grp = threadIdx.x / TPR, tid = threadIdx.x % TPR;
     const long long n0 = x.ne[0];
+    tg_pdl_trigger();
+    tg_pdl_wait();
     for (long long r = (long long)blockIdx.x * RPB + grp; r < nrows; r += (long long)gridDim.x * RPB) {
-        const long long i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        // (no 64-bit division for a matrix of rows: each is ~70 instructions before the first load)
+        const bool flat = x.ne[2] * x.ne[3] == 1;
+        const long long i1 = flat ? r : r % x.ne[1], i2 = flat ? 0 : (r / x.ne[1]) % x.ne[2],
+                        i3 = flat ? 0 : r / (x.ne[1] * x.ne[2]);
         const char *xr = tg_cuda_ptr(x, 0, i1, i2, i3);
         char *yr = tg_cuda_ptr(y, 0, i1, i2, i3);
         if (OP == NORM_SOFTMAX) {
@@ -90,13 +97,25 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
             // in registers between the sum and the stores: x is read once.
             constexpr int kRound = 8;
             const bool one_round = n0 <= (long long)kRound * TPR;
-            const char *wr = MUL ? tg_cuda_ptr(w, 0, i1 % w.ne[1], i2 % w.ne[2], i3 % w.ne[3]) : nullptr;
+            const char *wr = MUL ? tg_cuda_ptr(w, 0, w.ne[1] == 1 ? 0 : i1 % w.ne[1], w.ne[2] == 1 ? 0 : i2 % w.ne[2],
+                                               w.ne[3] == 1 ? 0 : i3 % w.ne[3])
+                                 : nullptr;
             char *zr = MUL ? tg_cuda_ptr(z, 0, i1, i2, i3) : nullptr;
             float xv[kRound], wv[kRound];
-            auto load_round = [&](long long i0) {
+            // F32 x and w (the usual case) by plain loads: with tg_cuda_load's
+            // switch on the type in the unrolled round, the loads were not all in
+            // flight at once
+            const bool f32 = x.type == TG_TYPE_F32 && (!MUL || (w.type == TG_TYPE_F32 && w.ne[0] == n0));
+            auto load_as = [&](long long i0, auto plain) {
+                constexpr bool F = decltype(plain)::value;
 #pragma unroll
                 for (int u = 0; u < kRound; u++) {
                     const long long i = i0 + (long long)u * TPR;
+                    if (F) {
+                        xv[u] = i < n0 ? *(const float *)(xr + i * x.nb[0]) : 0.0f;
+                        wv[u] = MUL && i < n0 ? *(const float *)(wr + i * w.nb[0]) : 0.0f;
+                        continue;
+                    }
                     xv[u] = i < n0 ? tg_cuda_load(xr + i * x.nb[0], x.type) : 0.0f;
                     wv[u] = 0.0f;
                     if (MUL && i < n0) {
@@ -104,6 +123,10 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                         wv[u] = tg_cuda_load(wr + iw * w.nb[0], w.type);
                     }
                 }
+            };
+            auto load_round = [&](long long i0) {
+                if (f32) load_as(i0, std::true_type());
+                else load_as(i0, std::false_type());
             };
             float ss = 0.0f;
             for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
@@ -131,24 +154,25 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
 }
 
 template <int OP, int WPR, bool MUL = false, bool Q8 = false>
-static void launch_norm(cudaStream_t stream, const tg_cuda_desc &x, const tg_cuda_desc &y, long long nrows, float param,
+static void launch_norm(const tg_cuda_impl *impl, const tg_cuda_desc &x, const tg_cuda_desc &y, long long nrows, float param,
                         const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}, int8_t *bq = nullptr,
                         float2 *bd = nullptr) {
     constexpr int RPB = row_cfg<WPR>::rows_per_block;
     const long long blocks = (nrows + RPB - 1) / RPB;
     const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
-    norm_kernel<OP, WPR, MUL, Q8><<<grid, row_cfg<WPR>::threads, 0, stream>>>(x, y, nrows, param, w, z, bq, bd);
+    tg_cuda_launch(impl->pdl, impl->stream, norm_kernel<OP, WPR, MUL, Q8>, grid, row_cfg<WPR>::threads, 0, x, y, nrows,
+                   param, w, z, bq, bd);
 }
 
 template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *dst, const char *call) {
-    cudaStream_t stream = tg_cuda(be)->stream;
+    const tg_cuda_impl *cu = tg_cuda(be);
     const tg_cuda_desc x = tg_cuda_desc_of(dst->src[0]), y = tg_cuda_desc_of(dst);
     const long long nrows = tg_nrows(dst);
     const float param = tg_get_params<float>(dst);  // eps, or the softmax scale
     if (x.ne[0] <= kWarpRowMax)
-        launch_norm<OP, 1>(stream, x, y, nrows, param);
+        launch_norm<OP, 1>(cu, x, y, nrows, param);
     else
-        launch_norm<OP, 8>(stream, x, y, nrows, param);
+        launch_norm<OP, 8>(cu, x, y, nrows, param);
     TG_CUDA_LAUNCHED(be, call);
     return TG_OK;
 }
@@ -160,7 +184,6 @@ tg_status tg_cuda_softmax(tg_backend *be, const tg_tensor *dst) { return norm_cu
 tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
                                bool quantize) {
     tg_cuda_impl *impl = tg_cuda(be);
-    cudaStream_t stream = impl->stream;
     const tg_cuda_desc x = tg_cuda_desc_of(norm->src[0]), y = tg_cuda_desc_of(norm);
     const tg_cuda_desc wd = tg_cuda_desc_of(w), z = tg_cuda_desc_of(mul);
     const long long nrows = tg_nrows(norm), n0 = x.ne[0];
@@ -174,10 +197,10 @@ tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_t
         if (s != TG_OK) return s;
         bq = (int8_t *)scratch, bd = (float2 *)(scratch + q_bytes);
     }
-    if (bq && n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true, true>(stream, x, y, nrows, eps, wd, z, bq, bd);
-    else if (bq) launch_norm<NORM_RMS, 8, true, true>(stream, x, y, nrows, eps, wd, z, bq, bd);
-    else if (n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true>(stream, x, y, nrows, eps, wd, z);
-    else launch_norm<NORM_RMS, 8, true>(stream, x, y, nrows, eps, wd, z);
+    if (bq && n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true, true>(impl, x, y, nrows, eps, wd, z, bq, bd);
+    else if (bq) launch_norm<NORM_RMS, 8, true, true>(impl, x, y, nrows, eps, wd, z, bq, bd);
+    else if (n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true>(impl, x, y, nrows, eps, wd, z);
+    else launch_norm<NORM_RMS, 8, true>(impl, x, y, nrows, eps, wd, z);
     TG_CUDA_LAUNCHED(be, "rms_norm");
     if (bq) impl->preq_data = (const char *)mul->data, impl->preq_k = n0, impl->preq_cols = nrows;
     return TG_OK;

@@ -20,6 +20,7 @@
 // tables the results are bit-identical to the CPU's.
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "common.cuh"
 #include "ops.h"
@@ -49,6 +50,7 @@ struct rope_args {
     double base;
     int cpr, N;       // chunks (of VEC values) per row; per token and tensor (H * cpr < 2^31)
     int rounds, bpt;  // chunks per thread per tensor (1, 2, 4); blocks per token
+    bool pdl;         // launched by programmatic dependent launch (host side only)
 };
 
 template <int VEC> __device__ inline void load_vec(const char *p, float (&v)[VEC]) {
@@ -103,8 +105,9 @@ __device__ inline int load_pos(const tg_cuda_desc &pos, int t, int b) {
     return *(const int *)tg_cuda_ptr(pos, t, b, 0, 0);
 }
 
-template <int VEC, int KIND, bool NEOX, int R, int MINB>
-__global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_args a, tg_cuda_err *err) {
+// One block's work of a launch of a (blk: the block's index in that launch).
+template <int VEC, int KIND, bool NEOX, int R>
+__device__ __forceinline__ void rope_rows_block(const rope_args &a, const int blk, tg_cuda_err *err) {
     static_assert(R == 1 || R == 2 || (R == 4 && !NEOX), "chunks per thread (NEOX: at most 2)");
     extern __shared__ float sm[];  // cos[half], sin[half]
     float *sc = sm, *ss = sm + a.half;
@@ -112,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_ar
 
     constexpr bool kv = KIND != KIND_ROPE;
     const int tid = threadIdx.x, nth = blockDim.x;
-    const int tok = blockIdx.x / a.bpt, part = blockIdx.x % a.bpt;
+    const int tok = blk / a.bpt, part = blk % a.bpt;
     const int t = tok % a.T, b = tok / a.T;
     const long long nb0 = a.x.nb[0];
 
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_ar
         // one barrier makes the angles visible and is the go/no-go: every block saw the same
         // positions, so either all write or none does. Nothing is written; block 0 reports the
         // first bad position of this launch (unless an earlier kernel reported already).
-        if (KIND == KIND_KV_FUSED && blockIdx.x == 0) {
+        if (KIND == KIND_KV_FUSED && blk == 0) {
             if (tid == 0) s_bad = INT_MAX;
             __syncthreads();
             if (first_bad != INT_MAX) atomicMin(&s_bad, first_bad);
@@ -226,6 +229,27 @@ __global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_ar
             if (kv) store_vec<VEC>(tg_cuda_ptr(a.yv, d0, h, row_out, b), a.yv.type, xv[r]);
         }
     }
+}
+
+template <int VEC, int KIND, bool NEOX, int R, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) rope_rows_kernel(const rope_args a, tg_cuda_err *err) {
+    tg_pdl_trigger();
+    tg_pdl_wait();
+    rope_rows_block<VEC, KIND, NEOX, R>(a, blockIdx.x, err);
+}
+
+// rope of q (blocks [0, qblocks), launch q) and rope_kv_update (the other
+// blocks, launch a) in one grid: a decode step's pair at the same positions.
+// Each block does what it would do in its own launch (the update's go/no-go
+// is among the update's blocks only), so the results are the two launches'.
+template <int VEC, int KIND, bool NEOX, int R, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB)
+    rope_pair_kernel(const __grid_constant__ rope_args q, const __grid_constant__ rope_args a, int qblocks,
+                     tg_cuda_err *err) {
+    tg_pdl_trigger();
+    tg_pdl_wait();
+    if ((int)blockIdx.x < qblocks) rope_rows_block<VEC, KIND_ROPE, NEOX, R>(q, blockIdx.x, err);
+    else rope_rows_block<VEC, KIND, NEOX, R>(a, blockIdx.x - qblocks, err);
 }
 
 // Grid: nt*nt*B blocks (token tile ti, segment si, sequence b), nt = ceil(T/256).
@@ -288,33 +312,64 @@ bool vec4_ok(const tg_tensor *t) {
     return true;
 }
 
-template <int VEC, bool NEOX, int R, int MINB>
-void launch_r(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
-    if (kind == KIND_ROPE) rope_rows_kernel<VEC, KIND_ROPE, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
-    if (kind == KIND_KV) rope_rows_kernel<VEC, KIND_KV, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
-    if (kind == KIND_KV_FUSED) rope_rows_kernel<VEC, KIND_KV_FUSED, NEOX, R, MINB><<<grid, threads, smem, st>>>(a, e);
+// A launch of the row kernel (q == nullptr), or of the pair kernel: q's
+// qblocks blocks first, then a's (VEC 4 only: decode-sized contiguous rows).
+struct rows_launch {
+    int kind;
+    dim3 grid;
+    int threads;
+    size_t smem;
+    cudaStream_t st;
+    const rope_args *q;
+    int qblocks;
+};
+template <int VEC, bool NEOX, int R, int MINB> void launch_r(const rows_launch &L, const rope_args &a, tg_cuda_err *e) {
+    auto go = [&](auto k) {
+        constexpr int K = decltype(k)::value;
+        if constexpr (K != KIND_ROPE && VEC == 4)
+            if (L.q) {
+                tg_cuda_launch(a.pdl, L.st, rope_pair_kernel<VEC, K, NEOX, R, MINB>, L.grid, L.threads, L.smem, *L.q, a,
+                               L.qblocks, e);
+                return;
+            }
+        tg_cuda_launch(a.pdl, L.st, rope_rows_kernel<VEC, K, NEOX, R, MINB>, L.grid, L.threads, L.smem, a, e);
+    };
+    if (L.kind == KIND_ROPE) go(std::integral_constant<int, KIND_ROPE>());
+    if (L.kind == KIND_KV) go(std::integral_constant<int, KIND_KV>());
+    if (L.kind == KIND_KV_FUSED) go(std::integral_constant<int, KIND_KV_FUSED>());
 }
 // R (chunks per thread) and the register budget: 4 blocks of 256 per SM (R 4: 64 registers, 8 bytes
 // of spill; 128 KB of loads in flight per SM). The R 4 kernel of v1 (76 registers, 3 blocks per SM)
 // was 4% slower on kv.prefill and is no longer built (bench/NOTES.md, kv.prefill/mb3).
-template <int VEC, bool NEOX>
-void launch_kind(int kind, dim3 grid, int threads, size_t smem, cudaStream_t st, const rope_args &a, tg_cuda_err *e) {
-    if (a.rounds == 1) launch_r<VEC, NEOX, 1, 4>(kind, grid, threads, smem, st, a, e);
-    else if (NEOX || a.rounds == 2) launch_r<VEC, NEOX, 2, 4>(kind, grid, threads, smem, st, a, e);
-    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(kind, grid, threads, smem, st, a, e);
+template <int VEC, bool NEOX> void launch_kind(const rows_launch &L, const rope_args &a, tg_cuda_err *e) {
+    if (a.rounds == 1) launch_r<VEC, NEOX, 1, 4>(L, a, e);
+    else if (NEOX || a.rounds == 2) launch_r<VEC, NEOX, 2, 4>(L, a, e);
+    else launch_r<VEC, NEOX, NEOX ? 2 : 4, 4>(L, a, e);
 }
+
+// The launch shape of one rope / rope_kv_update, with a's fields filled in.
+struct rows_plan {
+    int kind = KIND_ROPE;
+    bool vec = false, empty = false;
+    bool validate = false;  // the separate validation kernel first
+    int threads = 0;
+    long long blocks = 0;
+    size_t smem = 0;
+};
 
 // Shared host side: checks, variant choice, launch shape. ts[0, n_vec): the
 // row tensors whose layout decides the vector path; ts[n_vec, n_ts): the
 // others (positions, tables), which only need element alignment.
 // pre: (rope_kv_update) the graph's pre-check pass has validated the
 // positions already (tg_cuda_kv_prechecked): the write launch only reads the
-// error record, with no check of its own.
-tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, const tg_tensor *const *ts, int n_vec,
-                      int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp,
-                      bool pre = false) {
+// error record, with no check of its own. threads > 0: that block size
+// (a pair launch shares one).
+tg_status plan_rows(tg_backend *be, const char *call, bool kv, rope_args &a, const tg_tensor *const *ts, int n_vec,
+                    int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp, bool pre,
+                    int threads, rows_plan *pl) {
     tg_cuda_impl *cu = tg_cuda(be);
-    if (T * B == 0 || D * H == 0) return TG_OK;
+    *pl = rows_plan();
+    if (T * B == 0 || D * H == 0) return (pl->empty = true), TG_OK;
     if (T * B > INT_MAX || D * H > INT_MAX)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T*B = %lld or D*H = %lld above 2^31-1", call,
                       (long long)(T * B), (long long)(D * H));
@@ -326,6 +381,7 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
         if (i < n_vec) vec = vec && vec4_ok(ts[i]);
     }
     a.T = (int)T, a.B = (int)B;
+    a.pdl = cu->pdl;
     a.n_rot = rp.n_rot, a.half = rp.n_rot / 2, a.neox = rp.mode == TG_ROPE_NEOX;
     a.base = (double)rp.base;
     const int VEC = vec ? 4 : 1;
@@ -348,12 +404,11 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
     if (angles > kMaxSmem)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: n_rot %d above the supported %d", call, rp.n_rot,
                       (int)(kMaxSmem / sizeof(float)));
-    const size_t smem = angles;
 
     // block: up to 256 threads, each with up to 4 chunks per tensor; fewer
     // chunks per thread (more blocks) while the grid would not fill the GPU
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
-    const int threads = a.N >= kThreads ? kThreads : (a.N + 31) / 32 * 32;
+    if (threads <= 0) threads = a.N >= kThreads ? kThreads : (a.N + 31) / 32 * 32;
     const int rmax = a.neox ? kRounds / 2 : kRounds;
     a.rounds = rmax;
     auto per_token = [&](int rounds) { return (a.N + threads * rounds - 1) / (threads * rounds); };
@@ -362,34 +417,76 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
     if (a.rounds == 3) a.rounds = 2;
     a.bpt = per_token(a.rounds);
     if (tokens * a.bpt > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid too large", call);
-    const dim3 grid((unsigned)(tokens * a.bpt));
-
     if (kind == KIND_KV && !pre && cu->sig.kv_validate != 3) {
         const long long nt = (T + kValTile - 1) / kValTile;
         if (nt * nt * B > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: T = %lld too large", call, (long long)T);
-        kv_validate_kernel<<<(unsigned)(nt * nt * B), kValTile, 0, cu->stream>>>(a.pos, a.T, a.L,
-                                                                                a.cs.data ? a.Ltab : -1, (int)nt,
-                                                                                cu->d_err);
-        TG_CUDA_LAUNCHED(be, call);
+        pl->validate = true;
     }
-    if (vec)
-        (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
-    else
-        (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(kind, grid, threads, smem, cu->stream, a, cu->d_err);
-    TG_CUDA_LAUNCHED(be, call);
+    pl->kind = kind, pl->vec = vec, pl->threads = threads, pl->blocks = tokens * a.bpt, pl->smem = angles;
+    return TG_OK;
+}
 
-    // variant name for bench/ (formatted only when it changes: keep the launch path lean)
+tg_status launch_validate(tg_backend *be, const char *call, const rope_args &a) {
+    tg_cuda_impl *cu = tg_cuda(be);
+    const long long nt = (a.T + kValTile - 1) / kValTile;
+    kv_validate_kernel<<<(unsigned)(nt * nt * a.B), kValTile, 0, cu->stream>>>(a.pos, a.T, a.L, a.cs.data ? a.Ltab : -1,
+                                                                             (int)nt, cu->d_err);
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
+// variant name for bench/ (formatted only when it changes: keep the launch path lean)
+void name_variant(tg_cuda_impl *cu, bool kv, const rope_args &a, const rows_plan &pl, bool pre, bool pair) {
     static const char *const kinds[3] = {"", "/validate+write", "/fused"};
     char (&name)[2][48] = cu->rope_name;
     int (&last)[2][4] = cu->rope_last;
-    const int now[4] = {a.neox, vec, kind * 8 + (kv && cu->sig.kv_validate == 3) + 2 * pre, a.rounds};
+    const int now[4] = {a.neox + 2 * pair, pl.vec, pl.kind * 8 + (kv && cu->sig.kv_validate == 3) + 2 * pre, a.rounds};
     if (memcmp(now, last[kv], sizeof(now)) != 0) {
         memcpy(last[kv], now, sizeof(now));
-        snprintf(name[kv], sizeof(name[kv]), "%s%s%s/r%d", vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
-                 kv && cu->sig.kv_validate == 3 ? "/write-only" : pre ? "/prechecked" : kinds[kind], a.rounds);
+        snprintf(name[kv], sizeof(name[kv]), "%s%s%s%s/r%d", pl.vec ? "vec4" : "scalar", a.neox ? "/neox" : "",
+                 kv && cu->sig.kv_validate == 3 ? "/write-only" : pre ? "/prechecked" : kinds[pl.kind],
+                 pair ? "/with-q" : "", a.rounds);
     }
     cu->sig_last[kv ? TG_CUDA_SIG_KV : TG_CUDA_SIG_ROPE] = name[kv];
+}
+
+tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, const tg_tensor *const *ts, int n_vec,
+                      int n_ts, int64_t D, int64_t H, int64_t T, int64_t B, const tg_rope_params &rp,
+                      bool pre = false) {
+    tg_cuda_impl *cu = tg_cuda(be);
+    rows_plan pl;
+    tg_status s = plan_rows(be, call, kv, a, ts, n_vec, n_ts, D, H, T, B, rp, pre, 0, &pl);
+    if (s != TG_OK || pl.empty) return s;
+    if (pl.validate && (s = launch_validate(be, call, a)) != TG_OK) return s;
+    const rows_launch L = {pl.kind, dim3((unsigned)pl.blocks), pl.threads, pl.smem, cu->stream, nullptr, 0};
+    if (pl.vec) (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(L, a, cu->d_err);
+    else (a.neox ? launch_kind<1, true> : launch_kind<1, false>)(L, a, cu->d_err);
+    TG_CUDA_LAUNCHED(be, call);
+    name_variant(cu, kv, a, pl, pre, false);
     return TG_OK;
+}
+
+// The arguments of a rope node and of a rope_kv_update node.
+void rope_args_of(const tg_tensor *dst, rope_args *a) {
+    *a = rope_args();
+    a->x = tg_cuda_desc_of(dst->src[0]);
+    a->y = tg_cuda_desc_of(dst);
+    a->xv = a->yv = a->x;  // unused
+    a->pos = tg_cuda_desc_of(dst->src[1]);
+    a->cs = a->sn = tg_cuda_desc_of(nullptr);
+}
+void kv_args_of(const tg_tensor *dst, rope_args *a) {
+    const tg_tensor *kc = dst->src[0], *cs = dst->src[5];
+    *a = rope_args();
+    a->x = tg_cuda_desc_of(dst->src[2]);
+    a->xv = tg_cuda_desc_of(dst->src[3]);
+    a->y = tg_cuda_desc_of(kc);
+    a->yv = tg_cuda_desc_of(dst->src[1]);
+    a->pos = tg_cuda_desc_of(dst->src[4]);
+    a->cs = tg_cuda_desc_of(cs);
+    a->sn = tg_cuda_desc_of(dst->src[6]);
+    a->L = kc->ne[2];
+    a->Ltab = cs ? cs->ne[1] : 0;
 }
 
 }  // namespace
@@ -398,12 +495,8 @@ tg_status launch_rows(tg_backend *be, const char *call, bool kv, rope_args &a, c
 tg_status tg_cuda_rope(tg_backend *be, const tg_tensor *dst) {
     const tg_tensor *x = dst->src[0], *pos = dst->src[1];
     const tg_rope_params rp = tg_get_params<tg_rope_params>(dst);
-    rope_args a = {};
-    a.x = tg_cuda_desc_of(x);
-    a.y = tg_cuda_desc_of(dst);
-    a.xv = a.yv = a.x;  // unused
-    a.pos = tg_cuda_desc_of(pos);
-    a.cs = a.sn = tg_cuda_desc_of(nullptr);
+    rope_args a;
+    rope_args_of(dst, &a);
     const tg_tensor *ts[3] = {x, dst, pos};
     return launch_rows(be, "rope", false, a, ts, 2, 3, x->ne[0], x->ne[1], x->ne[2], x->ne[3], rp);
 }
@@ -432,17 +525,50 @@ tg_status tg_cuda_rope_kv_update(tg_backend *be, const tg_tensor *dst) {
     const tg_tensor *kc = dst->src[0], *vc = dst->src[1], *kn = dst->src[2], *vn = dst->src[3];
     const tg_tensor *pos = dst->src[4], *cs = dst->src[5], *sn = dst->src[6];
     const tg_rope_params rp = tg_get_params<tg_rope_params>(dst);
-    rope_args a = {};
-    a.x = tg_cuda_desc_of(kn);
-    a.xv = tg_cuda_desc_of(vn);
-    a.y = tg_cuda_desc_of(kc);
-    a.yv = tg_cuda_desc_of(vc);
-    a.pos = tg_cuda_desc_of(pos);
-    a.cs = tg_cuda_desc_of(cs);
-    a.sn = tg_cuda_desc_of(sn);
-    a.L = kc->ne[2];
-    a.Ltab = cs ? cs->ne[1] : 0;
+    rope_args a;
+    kv_args_of(dst, &a);
     const tg_tensor *ts[7] = {kc, vc, kn, vn, pos, cs, sn};
     return launch_rows(be, "rope_kv_update", true, a, ts, 4, cs ? 7 : 5, kn->ne[0], kn->ne[1], kn->ne[2], kn->ne[3], rp,
                        tg_cuda_kv_prechecked(be, dst));
+}
+
+// rope(q) and rope_kv_update in one launch (cuda/fuse.cu checks that they may
+// run together: same positions and parameters, no tables, nothing one writes
+// is read or written by the other). false: not fusable here (nothing done).
+bool tg_cuda_rope_pair(tg_backend *be, const tg_tensor *rope, const tg_tensor *kv, tg_status *st) {
+    tg_cuda_impl *cu = tg_cuda(be);
+    const tg_rope_params rq = tg_get_params<tg_rope_params>(rope), rk = tg_get_params<tg_rope_params>(kv);
+    if (rq.n_rot != rk.n_rot || rq.mode != rk.mode || rq.base != rk.base || kv->src[5] || rope->src[1] != kv->src[4])
+        return false;
+    const tg_tensor *x = rope->src[0], *kn = kv->src[2];
+    if (x->ne[2] != kn->ne[2] || x->ne[3] != kn->ne[3]) return false;
+    const bool pre = tg_cuda_kv_prechecked(be, kv);
+    rope_args q, a;
+    rope_args_of(rope, &q);
+    kv_args_of(kv, &a);
+    const tg_tensor *tq[3] = {x, rope, rope->src[1]};
+    const tg_tensor *tk[5] = {kv->src[0], kv->src[1], kn, kv->src[3], kv->src[4]};
+    rows_plan pq, pk;
+    // the natural block sizes first, then the larger one for both
+    for (int threads = 0, pass = 0; pass < 2; pass++) {
+        if (plan_rows(be, "rope", false, q, tq, 2, 3, x->ne[0], x->ne[1], x->ne[2], x->ne[3], rq, false, threads, &pq) !=
+                TG_OK ||
+            plan_rows(be, "rope_kv_update", true, a, tk, 4, 5, kn->ne[0], kn->ne[1], kn->ne[2], kn->ne[3], rk, pre,
+                      threads, &pk) != TG_OK) {
+            return false;  // the unfused launches report it
+        }
+        if (pq.empty || pk.empty || !pq.vec || !pk.vec) return false;
+        if (pq.threads == pk.threads) break;
+        threads = pq.threads > pk.threads ? pq.threads : pk.threads;
+    }
+    if (pq.threads != pk.threads || q.rounds != a.rounds || pq.smem != pk.smem || pq.blocks + pk.blocks > INT_MAX)
+        return false;
+    if (pk.validate && (*st = launch_validate(be, "rope_kv_update", a)) != TG_OK) return true;
+    const rows_launch L = {pk.kind, dim3((unsigned)(pq.blocks + pk.blocks)), pk.threads, pk.smem, cu->stream, &q,
+                           (int)pq.blocks};
+    (a.neox ? launch_kind<4, true> : launch_kind<4, false>)(L, a, cu->d_err);
+    *st = TG_OK;
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) *st = tg_cuda_status(be, e, "rope_kv_update", "launch");
+    if (*st == TG_OK) name_variant(cu, false, q, pq, false, true), name_variant(cu, true, a, pk, pre, true);
+    return true;
 }

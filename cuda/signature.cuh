@@ -48,9 +48,10 @@ struct tg_cuda_sig_knobs {
     // where the scratch would pass its budget). AUTO's T threshold follows the
     // form (cuda/delta_rule.cu).
     int delta_chunk_fused = 0;
-    // mul_mat GEMV (N <= 8, cuda/mmv.cu): 0 auto (the block kernel: 128
-    // threads per group of rows), 1 the warp kernel (a warp per group).
-    int mmv_kernel = 0;
+    // mul_mat GEMV (N <= 8, cuda/mmv.cu): rows per block of 128 threads, 0
+    // auto (1, 2 or 4 by N and the grid), else 1, 2 or 4 forced (never below
+    // what N needs: N / 2, and 2 for gate/up + swiglu).
+    int mmv_rows = 0;
     // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
     // kernel, b quantized once per launch, U units per row per lane in
     // flight; the fusions take quantized products too), 1 the per-product
@@ -62,6 +63,10 @@ struct tg_cuda_sig_knobs {
     // bits). 0 (default): off, as the H200 run measured the 1.1B Q4_0 / Q8_0
     // decode 7% / 11% slower with it (bench/NOTES.md, "Quantized decode").
     int mmq_preq = 0;
+    // attention decode split over the KV rows (cuda/attention_split.cu): 0
+    // auto (the last split of each row of blocks merges the row's splits), 1
+    // a separate combine kernel merges them (same bits).
+    int attn_combine = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -89,8 +94,10 @@ void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays)
 int tg_cuda_graph_kernels(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
-// mul_mat+add, gate/up+swiglu, mul_mats sharing b. All 0 with fusion off.
-void tg_cuda_fusions_last(tg_backend *be, int counts[4]);
+// mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update.
+// All 0 with fusion off.
+constexpr int TG_CUDA_FUSION_KINDS = 5;
+void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]);
 // Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it
 // was created). Change it only while no compute runs; captures taken with the
 // other setting are not reused.

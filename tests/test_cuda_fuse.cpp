@@ -44,7 +44,7 @@ struct layer_case {
     tg_type wt;
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
-    int mmv_kernel = 0;      // GEMV kernel knob: 0 the block kernel, 1 the warp kernel
+    int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
     int mmq_preq = 0;        // knob mmq_preq: 1 the fused norm quantizes b for the quantized GEMV
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
@@ -97,7 +97,7 @@ tg_status upload(tg_tensor *t, const std::vector<float> &v) {
 struct layer_result {
     std::vector<std::vector<float>> outs;  // one per output, per compute
     bool tails_ok = true;
-    int fusions[4] = {0, 0, 0, 0};
+    int fusions[TG_CUDA_FUSION_KINDS] = {};
 };
 
 constexpr int kTail = 37;
@@ -190,7 +190,7 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> cpu_guard(cpu, tg_backend_free);
 
     layer_result fused, plain, ref;
-    tg_cuda_knobs(gpu)->mmv_kernel = c.mmv_kernel;
+    tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;
     tg_cuda_knobs(gpu)->mmq_preq = c.mmq_preq;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
@@ -207,7 +207,8 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     const int expect[4] = {c.use_intermediates ? 1 : 2, gemv ? (c.use_intermediates ? 1 : 2) : 0,
                            gemv && !c.use_intermediates ? 1 : 0, gemv ? (c.use_intermediates ? 2 : 1) : 0};
     for (int k = 0; k < 4; k++) EXPECT_EQ(fused.fusions[k], expect[k]) << "fusion kind " << k;
-    for (int k = 0; k < 4; k++) EXPECT_EQ(plain.fusions[k], 0) << "fusion kind " << k << " with fusion off";
+    EXPECT_EQ(fused.fusions[4], 0) << "a rope pair in a graph without rope";
+    for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) EXPECT_EQ(plain.fusions[k], 0) << "fusion kind " << k << " with fusion off";
 
     const size_t nout = ref.outs.size();
     ASSERT_EQ(plain.outs.size(), nout);
@@ -260,9 +261,13 @@ std::vector<layer_case> layer_cases() {
         {"llm_1p1b_q4_0_n1_preq", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1},
         {"odd_q4_k_n8_preq", TG_TYPE_Q4_K, 256, 768, 256, 37, 8, false, 0, 1},
         {"odd_q8_0_n3_preq", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 1},
-        {"llm_1p1b_f16_n1_warp", F16, E, F, QD, KD, 1, false, 1},
-        {"odd_bf16_n3_warp", BF16, 1001, 333, 1001, 75, 3, false, 1},
-        {"odd_f16_n5_uses_warp", F16, 1003, 517, 1003, 37, 5, true, 1},
+        // every rows-per-block of the GEMV (knob mmv_rows) at the 1.1B and odd sizes
+        {"llm_1p1b_f16_n1_r1", F16, E, F, QD, KD, 1, false, 1},
+        {"llm_1p1b_f16_n1_r2", F16, E, F, QD, KD, 1, false, 2},
+        {"llm_1p1b_f16_n1_r4", F16, E, F, QD, KD, 1, false, 4},
+        {"odd_bf16_n3_r4", BF16, 1001, 333, 1001, 75, 3, false, 4},
+        {"odd_f16_n1_uses_r1", F16, 1003, 517, 1003, 37, 1, true, 1},
+        {"odd_f32_n2_r4", F32, 7, 5, 7, 3, 2, false, 4},
     };
 }
 
@@ -283,7 +288,7 @@ TEST(CudaFuse, EnvironmentSwitchTurnsFusionOff) {
     const layer_case c = {"env", TG_TYPE_F16, 64, 96, 64, 16, 1, false};
     layer_result r;
     run_layer(off, c, make_data(c), 1, &r);
-    for (int k = 0; k < 4; k++) EXPECT_EQ(r.fusions[k], 0) << "fusion kind " << k;
+    for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) EXPECT_EQ(r.fusions[k], 0) << "fusion kind " << k;
 }
 
 // Greedy decoding of a llama with fusion on and off: same tokens, same logits bit for bit.
@@ -310,10 +315,16 @@ void decode_both(const std::string &path, int steps) {
             logits[pass].insert(logits[pass].end(), l.begin(), l.end());
             ASSERT_EQ(tgm::session_eval(s, 0, 1, &t, 1, false, &l), TG_OK) << tg_last_error();
         }
-        int f[4];
+        int f[TG_CUDA_FUSION_KINDS];
         tg_cuda_fusions_last(gpu, f);
-        if (pass == 0) EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no fusion in a llama decode step";
-        else EXPECT_EQ(f[0] + f[1] + f[2] + f[3], 0);
+        int all = 0;
+        for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) all += f[k];
+        if (pass == 0) {
+            EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no GEMV or norm fusion in a llama decode step";
+            EXPECT_EQ(f[4], m->hp.n_layer) << "rope(q) + rope_kv_update not one launch in every layer";
+        } else {
+            EXPECT_EQ(all, 0);
+        }
         tgm::session_free(s);
     }
     tgm::model_free(m);

@@ -305,4 +305,117 @@ INSTANTIATE_TEST_SUITE_P(
                       rope_case{"forced_scalar_neox", 2, 5, 3, 64, 32, NX, 10000.0f, LAY_SCALAR, 0, 99}),
     [](const ::testing::TestParamInfo<rope_case> &i) { return std::string(i.param.name); });
 
+
+// ===========================================================================
+// rope(q) and rope_kv_update at the same positions: the CUDA backend fuses
+// the pair into one launch (cuda/fuse.cu); the results are the two launches'
+// bit for bit, and a bad position still leaves both caches as they were.
+
+struct pair_case {
+    const char *name;
+    int B, T, Hq, Hkv, D;
+    tg_rope_mode mode;
+    tg_type kt, vt;
+    int validate;  // knob kv_validate (0 auto: the update checks itself in the fused kernel; 2 separate kernel)
+};
+void PrintTo(const pair_case &c, std::ostream *os) { *os << c.name; }
+struct CudaSigRopePair : CudaSig, ::testing::WithParamInterface<pair_case> {};
+
+struct pair_out {
+    tg_status st = TG_OK;
+    std::vector<float> q;  // the rotated q
+    store k, v;            // the caches' backing bytes
+    int fused = -1;        // rope pairs the last enqueue took (CUDA)
+};
+
+pair_out run_pair(tg_backend *be, const pair_case &c, const kv_data &d, const store &qin, const placed &pq) {
+    pair_out r;
+    built x;
+    const kv_case &kc = d.c;
+    tg_tensor *qb = tg_new_tensor_1d(x.ctx, TG_TYPE_F32, pq.total);
+    tg_tensor *kb = tg_new_tensor_1d(x.ctx, kc.kt, d.pk.total), *vb = tg_new_tensor_1d(x.ctx, kc.vt, d.pv.total);
+    tg_tensor *knb = tg_new_tensor_1d(x.ctx, TG_TYPE_F32, d.pn.total), *vnb = tg_new_tensor_1d(x.ctx, TG_TYPE_F32, d.pn.total);
+    tg_tensor *pos = tg_new_tensor_2d(x.ctx, TG_TYPE_I32, c.T, c.B);
+    tg_rope_params rp = tg_rope_default_params(c.D);
+    rp.mode = c.mode;
+    tg_tensor *qr = tg_rope(x.ctx, view_of(x.ctx, qb, pq), pos, &rp);
+    tg_tensor *kw = tg_rope_kv_update(x.ctx, view_of(x.ctx, kb, d.pk), view_of(x.ctx, vb, d.pv), view_of(x.ctx, knb, d.pn),
+                                      view_of(x.ctx, vnb, d.pn), pos, nullptr, nullptr, &rp);
+    EXPECT_TRUE(qr && kw) << tg_last_error();
+    if (!qr || !kw) return (r.st = TG_ERR_ARG), r;
+    x.g = tg_graph_new(x.ctx);
+    EXPECT_EQ(tg_graph_expand(x.g, qr), TG_OK);
+    EXPECT_EQ(tg_graph_expand(x.g, kw), TG_OK);
+    x.buf = tg_backend_alloc(be, x.ctx);
+    EXPECT_NE(x.buf, nullptr) << tg_last_error();
+    x.set(qb, qin.b.data()), x.set(kb, d.k0.b.data()), x.set(vb, d.v0.b.data());
+    x.set(knb, d.kn.b.data()), x.set(vnb, d.vn.b.data()), x.set(pos, d.pos.data());
+    tg_graph_stats gs{};
+    EXPECT_EQ(tg_graph_plan(x.g, &gs), TG_OK) << tg_last_error();
+    poison_compute_buffer(be);
+    r.st = tg_graph_compute(be, x.g);
+#ifdef TG_HAVE_CUDA
+    if (be->mem == TG_MEM_DEVICE) {
+        int f[TG_CUDA_FUSION_KINDS];
+        tg_cuda_fusions_last(be, f);
+        r.fused = f[4];
+    }
+#endif
+    r.q.resize((size_t)c.B * c.T * c.Hq * c.D);
+    if (r.st == TG_OK) x.get(qr, r.q.data());
+    r.k = store(kc.kt, d.pk.total), r.v = store(kc.vt, d.pv.total);
+    x.get(kb, r.k.b.data()), x.get(vb, r.v.b.data());
+    return r;
+}
+
+TEST_P(CudaSigRopePair, OneLaunchSameBitsAsTwo) {
+#ifdef TG_HAVE_CUDA
+    const pair_case &c = GetParam();
+    const kv_case kc = {"", c.B, c.T, c.Hkv, c.D, 256, c.D, c.mode, ANG_BASE, c.kt, c.vt, LAY_CONTIG, c.validate};
+    kv_data d = make_kv(kc, 31 + c.D);
+    std::mt19937 rng(3 + c.B);
+    const placed pq = place(TG_TYPE_F32, c.D, c.Hq, c.T, c.B, 0, 0, 0);
+    store qin(TG_TYPE_F32, pq.total);
+    const auto r = tgt::random_floats(rng, pq.total);
+    for (size_t i = 0; i < r.size(); i++) qin.set(i, r[i]);
+    knobs kb(c.validate, 0, 0, 0);
+    for (int bad = 0; bad < 2; bad++) {
+        if (bad) d.pos[d.pos.size() - 1] = 256;  // one past the cache: the update must fail and write nothing
+        tg_cuda_set_fuse(gpu, true);
+        const pair_out fused = run_pair(gpu, c, d, qin, pq);
+        tg_cuda_set_fuse(gpu, false);
+        const pair_out plain = run_pair(gpu, c, d, qin, pq);
+        tg_cuda_set_fuse(gpu, true);
+        if (HasFatalFailure()) return;
+        EXPECT_EQ(fused.fused, 1) << "the pair was not one launch";
+        EXPECT_EQ(plain.fused, 0);
+        if (bad) {
+            EXPECT_NE(fused.st, TG_OK);
+            EXPECT_NE(plain.st, TG_OK);
+            EXPECT_EQ(fused.k.b, d.k0.b) << "K cache changed by a failed fused update";
+            EXPECT_EQ(fused.v.b, d.v0.b) << "V cache changed by a failed fused update";
+            continue;
+        }
+        ASSERT_EQ(fused.st, TG_OK) << tg_last_error();
+        ASSERT_EQ(plain.st, TG_OK) << tg_last_error();
+        EXPECT_EQ(memcmp(fused.q.data(), plain.q.data(), fused.q.size() * 4), 0) << "rotated q differs";
+        EXPECT_EQ(fused.k.b, plain.k.b) << "K cache differs";
+        EXPECT_EQ(fused.v.b, plain.v.b) << "V cache differs";
+        const pair_out ref = run_pair(cpu, c, d, qin, pq);
+        ASSERT_EQ(ref.st, TG_OK) << tg_last_error();
+        for (float x : fused.q) ASSERT_TRUE(std::isfinite(x));
+        EXPECT_LT(tgt::rel_error(fused.q, std::vector<double>(ref.q.begin(), ref.q.end())), 1e-5) << "q vs the CPU";
+        check_cache(d, d.pk, d.k0, ref.k, fused.k, "K");
+        check_cache(d, d.pv, d.v0, ref.v, fused.v, "V");
+    }
+#endif
+}
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, CudaSigRopePair,
+    ::testing::Values(pair_case{"decode_d64_f32", 1, 1, 32, 8, 64, IL, F32, F32, 0},
+                      pair_case{"decode_d128_neox_f16_b3", 3, 1, 32, 8, 128, NX, F16, F16, 0},
+                      pair_case{"t4_d64_bf16_b2", 2, 4, 12, 4, 64, IL, BF16, F32, 0},
+                      pair_case{"decode_separate_check", 2, 1, 16, 16, 64, IL, F32, F16, 2}),
+    [](const ::testing::TestParamInfo<pair_case> &i) { return std::string(i.param.name); });
+
 }  // namespace
