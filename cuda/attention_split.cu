@@ -43,31 +43,39 @@ struct split_args {
     int *count;  // nsplit > 1: per block row (y, z), splits done; nullptr: combine_kernel merges
 };
 
-// The merge of query qg's splits (pq: its nsplit records of Dv sums, m, l):
-// M = max m_s, l = sum exp(m_s - M) l_s, value i = sum exp(m_s - M) o_s[i] / l.
-// L2 loads (__ldcg): in split_kernel the records come from other blocks of the
-// same launch.
-__device__ inline void merge_ml(const float *pq, int nsplit, long long Dv, float *M_, float *l_) {
+// The merge of one query's splits by one warp (pq: its nsplit records of Dv
+// sums, m, l): M = max m_s, l = sum exp(m_s - M) l_s (lane j sums the splits
+// j, j + 32, ... in order, then a fixed shuffle tree), then each lane its
+// values i = sum_s exp(m_s - M) o_s[i] / l over the splits in order. The
+// same code in split_kernel's last block and in combine_kernel: same bits.
+// L2 loads (__ldcg): in split_kernel the records come from other blocks of
+// the same launch.
+__device__ inline void merge_warp(const float *pq, int nsplit, long long Dv, const tg_cuda_desc &out, long long h,
+                                  long long t, long long b) {
+    const int lane = threadIdx.x % 32;
+    const long long rs = Dv + 2;
     float M = -INFINITY;
-    for (int s = 0; s < nsplit; s++) M = fmaxf(M, __ldcg(pq + s * (Dv + 2) + Dv));
+    for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, __ldcg(pq + s * rs + Dv));
+    M = tg_warp_max(M);
     float l = 0.0f;
     if (M != -INFINITY)
-        for (int s = 0; s < nsplit; s++) {
-            const float m = __ldcg(pq + s * (Dv + 2) + Dv);
-            if (m != -INFINITY) l += expf(m - M) * __ldcg(pq + s * (Dv + 2) + Dv + 1);
+        for (int s = lane; s < nsplit; s += 32) {
+            const float m = __ldcg(pq + s * rs + Dv);
+            if (m != -INFINITY) l += expf(m - M) * __ldcg(pq + s * rs + Dv + 1);
         }
-    *M_ = M, *l_ = l;
-}
-__device__ inline float merge_value(const float *pq, int nsplit, long long Dv, float M, float l, long long i) {
-    float o = 0.0f;
-    if (l > 0.0f) {
-        for (int s = 0; s < nsplit; s++) {
-            const float m = __ldcg(pq + s * (Dv + 2) + Dv);
-            if (m != -INFINITY) o += expf(m - M) * __ldcg(pq + s * (Dv + 2) + i);
+    l = tg_warp_sum(l);
+    for (long long i = lane; i < Dv; i += 32) {
+        float o = 0.0f;
+        if (l > 0.0f) {
+#pragma unroll 4
+            for (int s = 0; s < nsplit; s++) {
+                const float m = __ldcg(pq + s * rs + Dv);
+                if (m != -INFINITY) o += expf(m - M) * __ldcg(pq + s * rs + i);
+            }
+            o /= l;
         }
-        o /= l;
+        *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
     }
-    return o;
 }
 
 // Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
@@ -258,31 +266,23 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int qq = 0; qq < QN; qq++) {
+    for (int qq = warp; qq < QN; qq += kWarps) {  // a warp per query
         const long long f = (long long)qc * QN + qq;
         if (f >= nflat) break;
         const long long h = hk * A.group + f % A.group, t = f / A.group;
-        const float *pq = A.part + (h + Hq * (t + T_ * b)) * A.nsplit * (Dv + 2);
-        float M, l;
-        merge_ml(pq, A.nsplit, Dv, &M, &l);
-        for (long long i = tid; i < Dv; i += kThreads)
-            *(float *)tg_cuda_ptr(A.out, i, h, t, b) = merge_value(pq, A.nsplit, Dv, M, l, i);
+        merge_warp(A.part + (h + Hq * (t + T_ * b)) * A.nsplit * (Dv + 2), A.nsplit, Dv, A.out, h, t, b);
     }
 }
 
-// One block per query (grid-stride), threads along Dv.
+// A warp per query (grid-stride), lanes along Dv.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq) {
     tg_pdl_trigger();
     tg_pdl_wait();
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
-        const float *pq = part + qg * nsplit * (Dv + 2);
-        float M, l;
-        merge_ml(pq, nsplit, Dv, &M, &l);
+    for (long long qg = (long long)blockIdx.x * kWarps + threadIdx.x / 32; qg < nq; qg += (long long)gridDim.x * kWarps) {
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-        for (long long i = threadIdx.x; i < Dv; i += kThreads)
-            *(float *)tg_cuda_ptr(out, i, h, t, b) = merge_value(pq, nsplit, Dv, M, l, i);
+        merge_warp(part + qg * nsplit * (Dv + 2), nsplit, Dv, out, h, t, b);  // a warp per query
     }
 }
 
@@ -356,7 +356,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1 || A.count) return true;
-    tg_cuda_launch(impl->pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0, (const float *)A.part,
+    tg_cuda_launch(impl->pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, kWarps), kThreads, 0, (const float *)A.part,
                    (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");

@@ -617,7 +617,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
     impl->pdl = cc_major >= 9;
     cudaFuncAttributes fa;  // the kernels' griddepcontrol is compiled in only for sm_90 and later
-    if (impl->pdl && (cudaFuncGetAttributes(&fa, record_out_kernel) != cudaSuccess || fa.binaryVersion < 90))
+    // (both: a build for an older arch JIT-compiled here reports binaryVersion 90
+    // from PTX in which the griddepcontrol instructions were compiled out)
+    if (impl->pdl && (cudaFuncGetAttributes(&fa, record_out_kernel) != cudaSuccess || fa.binaryVersion < 90 ||
+                      fa.ptxVersion < 90))
         impl->pdl = false;
     (void)cudaGetLastError();
     if (const char *env = getenv("TG_CUDA_PDL")) impl->pdl = impl->pdl && strcmp(env, "0") != 0;

@@ -9,10 +9,12 @@
 
 namespace {
 
-// Bytes [lo, hi) a tensor's elements may touch.
+// Bytes [lo, hi) a tensor's elements may touch (rows of quantized types in
+// whole blocks: nb[0] is then a block's bytes).
 void span(const tg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
-    uintptr_t n = tg_type_size(t->type);
-    for (int d = 0; d < TG_MAX_DIMS; d++) n += (uintptr_t)(t->ne[d] - 1) * t->nb[d];
+    uintptr_t n = tg_type_block_size(t->type) > 1 ? (uintptr_t)tg_row_size(t->type, t->ne[0])
+                                                  : tg_type_size(t->type) + (uintptr_t)(t->ne[0] - 1) * t->nb[0];
+    for (int d = 1; d < TG_MAX_DIMS; d++) n += (uintptr_t)(t->ne[d] - 1) * t->nb[d];
     *lo = (uintptr_t)t->data;
     *hi = *lo + n;
 }
@@ -198,7 +200,12 @@ struct matcher {
 
 bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
     if (impl->graph_written.empty() || !d.data) return false;
-    uintptr_t lo = (uintptr_t)d.data, hi = lo + (uintptr_t)(d.ne[0] > 0 ? d.ne[0] : 1) * (uintptr_t)d.nb[0];
+    // a row: whole blocks for quantized types (nb[0] a block's bytes), else
+    // its elements at stride nb[0]
+    const int64_t bs = tg_type_block_size(d.type);
+    uintptr_t lo = (uintptr_t)d.data;
+    uintptr_t hi = lo + (bs > 1 ? (uintptr_t)tg_row_size(d.type, d.ne[0])
+                                : tg_type_size(d.type) + (uintptr_t)(d.ne[0] - 1) * (uintptr_t)d.nb[0]);
     for (int i = 1; i < 4; i++) hi += (uintptr_t)(d.ne[i] - 1) * (uintptr_t)d.nb[i];
     for (const auto &w : impl->graph_written)
         if (lo < w.second && w.first < hi) return false;
@@ -218,6 +225,7 @@ void note_written(tg_cuda_impl *impl, const std::vector<tg_tensor *> &nodes) {
     };
     impl->graph_written.clear();
     for (const tg_tensor *t : nodes) {
+        if (t->op == TG_OP_VIEW) continue;  // writes nothing (an op into a view is a node of its own)
         add(t);
         if (t->op == TG_OP_CPY) add(t->src[1]);
         if (t->op == TG_OP_ROPE_KV_UPDATE) add(t->src[0]), add(t->src[1]);

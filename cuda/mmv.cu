@@ -285,12 +285,16 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
     // R: at least N / 2 (b's loads per weight byte); doubled while the grid
-    // still fills the GPU 4 times; knob mmv_rows: forced (not below that least)
+    // still fills the GPU twice (4 rows measured faster than 2 at every 1.1B
+    // shape, also at 2048 rows: bench/NOTES.md); knob mmv_rows: forced (not
+    // below that least)
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
     if (p.swiglu && R < 2) R = 2;
-    if (impl->sig.mmv_rows > 0) R = impl->sig.mmv_rows > R ? (impl->sig.mmv_rows >= 4 ? 4 : impl->sig.mmv_rows) : R;
-    else
-        while (R < 4 && rows * batches / (2 * R) >= 4LL * sms) R *= 2;
+    if (impl->sig.mmv_rows > 0) {
+        const int k = impl->sig.mmv_rows <= 1 ? 1 : impl->sig.mmv_rows <= 2 ? 2 : 4;  // a kernel's R: 1, 2 or 4
+        R = k > R ? k : R;
+    } else
+        while (R < 4 && rows * batches / (2 * R) >= 2LL * sms) R *= 2;
     mmv_args args;
     args.p = p;
     args.rows_per_block = p.swiglu ? R / 2 : R;

@@ -291,6 +291,35 @@ TEST(CudaFuse, EnvironmentSwitchTurnsFusionOff) {
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) EXPECT_EQ(r.fusions[k], 0) << "fusion kind " << k;
 }
 
+// Greedy decoding of m on its backend gpu: a prompt of 5, then steps tokens
+// (each step a CUDA-graph replay after the first); the tokens, every step's
+// logits, and the fusions of the last step.
+void greedy_decode(tg_backend *gpu, tgm::model *m, int steps, std::vector<int32_t> *toks, std::vector<float> *logits,
+                   int f[TG_CUDA_FUSION_KINDS]) {
+    const int V = m->hp.n_vocab, P = 5;
+    tgm::session *s = tgm::session_new(m, 1, P + steps + 1);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    std::vector<int32_t> prompt = {1, 17, 42, 99, 7};
+    std::vector<float> l;
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, prompt.data(), P, false, &l), TG_OK) << tg_last_error();
+    tgm::sampler greedy;
+    for (int i = 0; i < steps; i++) {
+        int32_t t = greedy.sample(l.data(), V);
+        toks->push_back(t);
+        logits->insert(logits->end(), l.begin(), l.end());
+        ASSERT_EQ(tgm::session_eval(s, 0, 1, &t, 1, false, &l), TG_OK) << tg_last_error();
+    }
+    tg_cuda_fusions_last(gpu, f);
+    tgm::session_free(s);
+}
+
+void expect_same(const std::vector<int32_t> (&toks)[2], const std::vector<float> (&logits)[2]) {
+    EXPECT_EQ(toks[0], toks[1]);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0) << "logits differ";
+    for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
 // Greedy decoding of a llama with fusion on and off: same tokens, same logits bit for bit.
 void decode_both(const std::string &path, int steps) {
     tg_backend *gpu = tg_backend_cuda(0);
@@ -298,25 +327,13 @@ void decode_both(const std::string &path, int steps) {
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> guard(gpu, tg_backend_free);
     tgm::model *m = tgm::model_load(path.c_str(), gpu);
     ASSERT_NE(m, nullptr) << tg_last_error();
-    const int V = m->hp.n_vocab, P = 5;
-    std::vector<std::vector<int32_t>> toks(2);
-    std::vector<std::vector<float>> logits(2);
+    std::vector<int32_t> toks[2];
+    std::vector<float> logits[2];
     for (int pass = 0; pass < 2; pass++) {
         tg_cuda_set_fuse(gpu, pass == 0);
-        tgm::session *s = tgm::session_new(m, 1, P + steps + 1);
-        ASSERT_NE(s, nullptr) << tg_last_error();
-        std::vector<int32_t> prompt = {1, 17, 42, 99, 7};
-        std::vector<float> l;
-        ASSERT_EQ(tgm::session_eval(s, 0, 1, prompt.data(), P, false, &l), TG_OK) << tg_last_error();
-        tgm::sampler greedy;
-        for (int i = 0; i < steps; i++) {
-            int32_t t = greedy.sample(l.data(), V);
-            toks[pass].push_back(t);
-            logits[pass].insert(logits[pass].end(), l.begin(), l.end());
-            ASSERT_EQ(tgm::session_eval(s, 0, 1, &t, 1, false, &l), TG_OK) << tg_last_error();
-        }
         int f[TG_CUDA_FUSION_KINDS];
-        tg_cuda_fusions_last(gpu, f);
+        greedy_decode(gpu, m, steps, &toks[pass], &logits[pass], f);
+        if (::testing::Test::HasFatalFailure()) break;
         int all = 0;
         for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) all += f[k];
         if (pass == 0) {
@@ -325,13 +342,9 @@ void decode_both(const std::string &path, int steps) {
         } else {
             EXPECT_EQ(all, 0);
         }
-        tgm::session_free(s);
     }
     tgm::model_free(m);
-    EXPECT_EQ(toks[0], toks[1]);
-    ASSERT_EQ(logits[0].size(), logits[1].size());
-    EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0) << "logits differ";
-    for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x));
+    expect_same(toks, logits);
 }
 
 TEST(CudaFuse, ToyLlamaSameTokensFusedAndUnfused) {
@@ -348,6 +361,85 @@ TEST(CudaFuse, ToyLlamaSameTokensFusedAndUnfused) {
 TEST(CudaFuse, ShippedLlamaSameTokensFusedAndUnfused) {
     if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
     decode_both(std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf", small() ? 6 : 32);
+}
+
+// A GEMV whose weights a node of the same graph writes just before it (here
+// the rms_norm of a 2048 x 2048 F32 matrix, itself launched by programmatic
+// dependent launch, so the GEMV could start while it runs) must not load them
+// before its wait: it must see the norm's results. Against the CPU backend.
+std::vector<float> norm_then_gemv(tg_backend *be, const std::vector<float> &a, const std::vector<float> &x, int K,
+                                  int M) {
+    tg_context *ctx = tg_init({1u << 20, nullptr, true});
+    std::unique_ptr<tg_context, void (*)(tg_context *)> cg(ctx, tg_free);
+    tg_tensor *ta = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, M), *tx = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, 1);
+    tg_tensor *y = tg_mul_mat(ctx, tg_rms_norm(ctx, ta, 1e-5f), tx);
+    tg_graph *g = tg_graph_new(ctx);
+    EXPECT_EQ(tg_graph_expand(g, y), TG_OK) << tg_last_error();
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    EXPECT_NE(buf, nullptr) << tg_last_error();
+    std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> bg(buf, tg_buffer_free);
+    std::vector<float> out((size_t)M, NAN);
+    if (!buf) return out;
+    EXPECT_EQ(tg_tensor_set(ta, a.data(), 0, a.size() * 4), TG_OK);
+    EXPECT_EQ(tg_tensor_set(tx, x.data(), 0, x.size() * 4), TG_OK);
+    tg_graph_stats st{};
+    EXPECT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
+    for (int rep = 0; rep < 3; rep++) {  // plain, capture, replay
+        tgt::poison_compute_buffer(be, st.planned_bytes);
+        EXPECT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
+    }
+    EXPECT_EQ(tg_tensor_get(y, out.data(), 0, out.size() * 4), TG_OK);
+    return out;
+}
+
+TEST(CudaFuse, GemvSeesWeightsTheGraphWroteJustBefore) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    const int K = 2048, M = small() ? 256 : 2048;
+    std::mt19937 rng(17);
+    const std::vector<float> a = tgt::random_floats(rng, (size_t)K * M), x = tgt::random_floats(rng, K);
+    tg_backend *gpu = tg_backend_cuda(0), *cpu = tg_backend_cpu(2);
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> g1(gpu, tg_backend_free), g2(cpu, tg_backend_free);
+    ASSERT_TRUE(gpu && cpu) << tg_last_error();
+    const std::vector<float> got = norm_then_gemv(gpu, a, x, K, M), want = norm_then_gemv(cpu, a, x, K, M);
+    for (float v : got) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LE(tgt::rel_error(got, std::vector<double>(want.begin(), want.end())), 1e-5);
+}
+
+// Programmatic dependent launch (early weight loads included) and the
+// attention split's last-block merge change no bits: a backend created with
+// TG_CUDA_PDL=0 whose splits merge in the combine kernel (knob attn_combine 1)
+// decodes the shipped llama, and a toy with 512 positions, with the default
+// backend's tokens and logits, over replayed steps.
+TEST(CudaFuse, PdlAndSplitMergeChangeNoBits) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tgt::toy_config cfg;
+    cfg.n_embd = small() ? 64 : 512, cfg.n_ff = small() ? 96 : 1024, cfg.n_head = 8, cfg.n_head_kv = 2;
+    cfg.n_layer = 2, cfg.n_ctx = 512, cfg.wtype = TG_TYPE_F16;
+    const std::string toy = tgt::write_temp_model(tgt::toy_model_writer(cfg, 5), "pdl_llama");
+    ASSERT_FALSE(toy.empty()) << tg_last_error();
+    for (const std::string &path : {std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf", toy}) {
+        std::vector<int32_t> toks[2];
+        std::vector<float> logits[2];
+        for (int pass = 0; pass < 2; pass++) {
+            const char *old = getenv("TG_CUDA_PDL");
+            const std::string saved = old ? old : "";
+            if (pass == 1) setenv("TG_CUDA_PDL", "0", 1);
+            tg_backend *gpu = tg_backend_cuda(0);
+            if (old) setenv("TG_CUDA_PDL", saved.c_str(), 1);
+            else unsetenv("TG_CUDA_PDL");
+            ASSERT_NE(gpu, nullptr) << tg_last_error();
+            std::unique_ptr<tg_backend, void (*)(tg_backend *)> guard(gpu, tg_backend_free);
+            tg_cuda_knobs(gpu)->attn_combine = pass;
+            tgm::model *m = tgm::model_load(path.c_str(), gpu);
+            ASSERT_NE(m, nullptr) << tg_last_error();
+            int f[TG_CUDA_FUSION_KINDS];
+            greedy_decode(gpu, m, small() ? 6 : 40, &toks[pass], &logits[pass], f);
+            tgm::model_free(m);
+            if (HasFatalFailure()) return;
+        }
+        expect_same(toks, logits);
+    }
+    std::remove(toy.c_str());
 }
 
 #else

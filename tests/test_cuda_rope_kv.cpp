@@ -317,6 +317,8 @@ struct pair_case {
     tg_rope_mode mode;
     tg_type kt, vt;
     int validate;  // knob kv_validate (0 auto: the update checks itself in the fused kernel; 2 separate kernel)
+    int n_rot = 0;          // 0: D
+    bool kv_first = false;  // the update's node before the rope's
 };
 void PrintTo(const pair_case &c, std::ostream *os) { *os << c.name; }
 struct CudaSigRopePair : CudaSig, ::testing::WithParamInterface<pair_case> {};
@@ -336,7 +338,7 @@ pair_out run_pair(tg_backend *be, const pair_case &c, const kv_data &d, const st
     tg_tensor *kb = tg_new_tensor_1d(x.ctx, kc.kt, d.pk.total), *vb = tg_new_tensor_1d(x.ctx, kc.vt, d.pv.total);
     tg_tensor *knb = tg_new_tensor_1d(x.ctx, TG_TYPE_F32, d.pn.total), *vnb = tg_new_tensor_1d(x.ctx, TG_TYPE_F32, d.pn.total);
     tg_tensor *pos = tg_new_tensor_2d(x.ctx, TG_TYPE_I32, c.T, c.B);
-    tg_rope_params rp = tg_rope_default_params(c.D);
+    tg_rope_params rp = tg_rope_default_params(c.n_rot ? c.n_rot : c.D);
     rp.mode = c.mode;
     tg_tensor *qr = tg_rope(x.ctx, view_of(x.ctx, qb, pq), pos, &rp);
     tg_tensor *kw = tg_rope_kv_update(x.ctx, view_of(x.ctx, kb, d.pk), view_of(x.ctx, vb, d.pv), view_of(x.ctx, knb, d.pn),
@@ -344,8 +346,8 @@ pair_out run_pair(tg_backend *be, const pair_case &c, const kv_data &d, const st
     EXPECT_TRUE(qr && kw) << tg_last_error();
     if (!qr || !kw) return (r.st = TG_ERR_ARG), r;
     x.g = tg_graph_new(x.ctx);
-    EXPECT_EQ(tg_graph_expand(x.g, qr), TG_OK);
-    EXPECT_EQ(tg_graph_expand(x.g, kw), TG_OK);
+    EXPECT_EQ(tg_graph_expand(x.g, c.kv_first ? kw : qr), TG_OK);
+    EXPECT_EQ(tg_graph_expand(x.g, c.kv_first ? qr : kw), TG_OK);
     x.buf = tg_backend_alloc(be, x.ctx);
     EXPECT_NE(x.buf, nullptr) << tg_last_error();
     x.set(qb, qin.b.data()), x.set(kb, d.k0.b.data()), x.set(vb, d.v0.b.data());
@@ -371,7 +373,8 @@ pair_out run_pair(tg_backend *be, const pair_case &c, const kv_data &d, const st
 TEST_P(CudaSigRopePair, OneLaunchSameBitsAsTwo) {
 #ifdef TG_HAVE_CUDA
     const pair_case &c = GetParam();
-    const kv_case kc = {"", c.B, c.T, c.Hkv, c.D, 256, c.D, c.mode, ANG_BASE, c.kt, c.vt, LAY_CONTIG, c.validate};
+    const kv_case kc = {"", c.B, c.T, c.Hkv, c.D, 256, c.n_rot ? c.n_rot : c.D, c.mode, ANG_BASE, c.kt, c.vt, LAY_CONTIG,
+                        c.validate};
     kv_data d = make_kv(kc, 31 + c.D);
     std::mt19937 rng(3 + c.B);
     const placed pq = place(TG_TYPE_F32, c.D, c.Hq, c.T, c.B, 0, 0, 0);
@@ -415,7 +418,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(pair_case{"decode_d64_f32", 1, 1, 32, 8, 64, IL, F32, F32, 0},
                       pair_case{"decode_d128_neox_f16_b3", 3, 1, 32, 8, 128, NX, F16, F16, 0},
                       pair_case{"t4_d64_bf16_b2", 2, 4, 12, 4, 64, IL, BF16, F32, 0},
-                      pair_case{"decode_separate_check", 2, 1, 16, 16, 64, IL, F32, F16, 2}),
+                      pair_case{"decode_separate_check", 2, 1, 16, 16, 64, IL, F32, F16, 2},
+                      pair_case{"update_first_partial_rot_neox", 1, 1, 8, 2, 128, NX, F16, F32, 0, 64, true},
+                      pair_case{"partial_rot_t3", 2, 3, 6, 3, 64, IL, F32, BF16, 0, 32}),
     [](const ::testing::TestParamInfo<pair_case> &i) { return std::string(i.param.name); });
 
 }  // namespace
