@@ -14,9 +14,7 @@
 //            end in a fixed order (deterministic)
 // Decode (few queries per kv head) splits the KV rows into nsplit ranges so
 // that the grid fills the GPU (flash-decoding); each split writes its
-// unnormalized sums with its m and l, and the last split of each row to
-// finish merges them (a separate combine kernel where the backend's counters
-// do not cover the grid, or with the knob attn_combine = 1):
+// unnormalized sums with its m and l, and a combine kernel merges them:
 //   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
 // Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
 // no rows and gives zeros, as the reference.
@@ -40,43 +38,7 @@ struct split_args {
     int nsplit;  // ranges of KV rows
     int chunk;   // rows per range
     float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
-    int *count;  // nsplit > 1: per block row (y, z), splits done; nullptr: combine_kernel merges
 };
-
-// The merge of one query's splits by one warp (pq: its nsplit records of Dv
-// sums, m, l): M = max m_s, l = sum exp(m_s - M) l_s (lane j sums the splits
-// j, j + 32, ... in order, then a fixed shuffle tree), then each lane its
-// values i = sum_s exp(m_s - M) o_s[i] / l over the splits in order. The
-// same code in split_kernel's last block and in combine_kernel: same bits.
-// L2 loads (__ldcg): in split_kernel the records come from other blocks of
-// the same launch.
-__device__ inline void merge_warp(const float *pq, int nsplit, long long Dv, const tg_cuda_desc &out, long long h,
-                                  long long t, long long b) {
-    const int lane = threadIdx.x % 32;
-    const long long rs = Dv + 2;
-    float M = -INFINITY;
-    for (int s = lane; s < nsplit; s += 32) M = fmaxf(M, __ldcg(pq + s * rs + Dv));
-    M = tg_warp_max(M);
-    float l = 0.0f;
-    if (M != -INFINITY)
-        for (int s = lane; s < nsplit; s += 32) {
-            const float m = __ldcg(pq + s * rs + Dv);
-            if (m != -INFINITY) l += expf(m - M) * __ldcg(pq + s * rs + Dv + 1);
-        }
-    l = tg_warp_sum(l);
-    for (long long i = lane; i < Dv; i += 32) {
-        float o = 0.0f;
-        if (l > 0.0f) {
-#pragma unroll 4
-            for (int s = 0; s < nsplit; s++) {
-                const float m = __ldcg(pq + s * rs + Dv);
-                if (m != -INFINITY) o += expf(m - M) * __ldcg(pq + s * rs + i);
-            }
-            o /= l;
-        }
-        *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
-    }
-}
 
 // Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
 // ml[2][QN], nrow[QN] (int), racc[RG][QN][Dv].
@@ -250,39 +212,36 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
             if (dv == 0) pp[Dv] = ml[qq], pp[Dv + 1] = l;
         }
     }
-    if (A.nsplit == 1 || !A.count) return;
-
-    // The last block of this row of splits (query chunk, kv head, sequence) to
-    // finish merges them, as combine_kernel would (same arithmetic, same
-    // order); it sets the row's count back to 0 for the next launch.
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int *c = A.count + ((long long)blockIdx.z * gridDim.y + blockIdx.y);
-        s_last = atomicAdd(c, 1) == A.nsplit - 1;
-        if (s_last) *c = 0;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    for (int qq = warp; qq < QN; qq += kWarps) {  // a warp per query
-        const long long f = (long long)qc * QN + qq;
-        if (f >= nflat) break;
-        const long long h = hk * A.group + f % A.group, t = f / A.group;
-        merge_warp(A.part + (h + Hq * (t + T_ * b)) * A.nsplit * (Dv + 2), A.nsplit, Dv, A.out, h, t, b);
-    }
 }
 
-// A warp per query (grid-stride), lanes along Dv.
+// One block per query (grid-stride), threads along Dv.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq) {
     tg_pdl_trigger();
     tg_pdl_wait();
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    for (long long qg = (long long)blockIdx.x * kWarps + threadIdx.x / 32; qg < nq; qg += (long long)gridDim.x * kWarps) {
+    for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
+        const float *pq = part + qg * nsplit * (Dv + 2);
+        float M = -INFINITY;
+        for (int s = 0; s < nsplit; s++) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
+        float l = 0.0f;
+        if (M != -INFINITY)
+            for (int s = 0; s < nsplit; s++) {
+                const float m = pq[s * (Dv + 2) + Dv];
+                if (m != -INFINITY) l += expf(m - M) * pq[s * (Dv + 2) + Dv + 1];
+            }
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-        merge_warp(part + qg * nsplit * (Dv + 2), nsplit, Dv, out, h, t, b);  // a warp per query
+        for (long long i = threadIdx.x; i < Dv; i += kThreads) {
+            float o = 0.0f;
+            if (l > 0.0f) {
+                for (int s = 0; s < nsplit; s++) {
+                    const float m = pq[s * (Dv + 2) + Dv];
+                    if (m != -INFINITY) o += expf(m - M) * pq[s * (Dv + 2) + i];
+                }
+                o /= l;
+            }
+            *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
+        }
     }
 }
 
@@ -340,10 +299,6 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
-    // the splits merged by the last block of each row (no combine launch) when
-    // the backend's counters cover the rows and the knob allows it
-    const long long rows = nqc * Hkv * B;
-    A.count = nsplit > 1 && rows <= impl->attn_count_cap && impl->sig.attn_combine != 1 ? impl->attn_count : nullptr;
     const long long nq = Hq * T * B;
     if (nsplit > 1) {
         *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
@@ -355,8 +310,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
     }
-    if (*st != TG_OK || nsplit == 1 || A.count) return true;
-    tg_cuda_launch(impl->pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, kWarps), kThreads, 0, (const float *)A.part,
+    if (*st != TG_OK || nsplit == 1) return true;
+    tg_cuda_launch(impl->pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0, (const float *)A.part,
                    (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");

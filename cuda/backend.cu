@@ -199,7 +199,6 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
-    if (impl->attn_count) (void)cudaFree(impl->attn_count);
     if (impl->cublas) (void)cublasDestroy(impl->cublas);
     if (impl->stream) (void)cudaStreamDestroy(impl->stream);
     (void)cudaGetLastError();
@@ -632,9 +631,6 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
     TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
-    impl->attn_count_cap = 1 << 16;
-    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->attn_count, (size_t)impl->attn_count_cap * sizeof(int)));
-    TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->attn_count, 0, (size_t)impl->attn_count_cap * sizeof(int), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));
     return TG_OK;

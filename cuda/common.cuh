@@ -100,10 +100,6 @@ struct tg_cuda_impl {
     // for the next enqueued node only (nullptr: none).
     const char *preq_data = nullptr;
     long long preq_k = 0, preq_cols = 0;
-    // attention split (cuda/attention_split.cu): per row of split blocks, how
-    // many have finished (0 between launches; the last one resets it)
-    int *attn_count = nullptr;
-    long long attn_count_cap = 0;
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;

@@ -63,10 +63,6 @@ struct tg_cuda_sig_knobs {
     // bits). 0 (default): off, as the H200 run measured the 1.1B Q4_0 / Q8_0
     // decode 7% / 11% slower with it (bench/NOTES.md, "Quantized decode").
     int mmq_preq = 0;
-    // attention decode split over the KV rows (cuda/attention_split.cu): 0
-    // auto (the last split of each row of blocks merges the row's splits), 1
-    // a separate combine kernel merges them (same bits).
-    int attn_combine = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
