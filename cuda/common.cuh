@@ -121,6 +121,8 @@ inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; 
 // marks the backend failed so that later calls are refused.
 tg_status tg_cuda_status(tg_backend *be, cudaError_t e, const char *call, const char *what);
 tg_status tg_cublas_status(tg_backend *be, cublasStatus_t s, const char *call, const char *what);
+// Errors after which the CUDA context is unusable (cuda/status.cu).
+bool tg_cuda_is_sticky(cudaError_t e);
 
 #define TG_CUDA_TRY(be, call, expr)                                         \
     do {                                                                    \

@@ -9,15 +9,17 @@
 
 namespace {
 
-// Bytes [lo, hi) a tensor's elements may touch (rows of quantized types in
-// whole blocks: nb[0] is then a block's bytes).
-void span(const tg_tensor *t, uintptr_t *lo, uintptr_t *hi) {
-    uintptr_t n = tg_type_block_size(t->type) > 1 ? (uintptr_t)tg_row_size(t->type, t->ne[0])
-                                                  : tg_type_size(t->type) + (uintptr_t)(t->ne[0] - 1) * t->nb[0];
-    for (int d = 1; d < TG_MAX_DIMS; d++) n += (uintptr_t)(t->ne[d] - 1) * t->nb[d];
-    *lo = (uintptr_t)t->data;
+// Bytes [lo, hi) the elements of a tensor of type, ne, nb at data may touch
+// (rows of quantized types in whole blocks: nb[0] is then a block's bytes).
+template <typename NE, typename NB>
+void span_of(const void *data, tg_type type, const NE *ne, const NB *nb, uintptr_t *lo, uintptr_t *hi) {
+    uintptr_t n = tg_type_block_size(type) > 1 ? (uintptr_t)tg_row_size(type, ne[0])
+                                               : tg_type_size(type) + (uintptr_t)(ne[0] - 1) * (uintptr_t)nb[0];
+    for (int d = 1; d < TG_MAX_DIMS; d++) n += (uintptr_t)(ne[d] - 1) * (uintptr_t)nb[d];
+    *lo = (uintptr_t)data;
     *hi = *lo + n;
 }
+void span(const tg_tensor *t, uintptr_t *lo, uintptr_t *hi) { span_of(t->data, t->type, t->ne, t->nb, lo, hi); }
 bool overlap(const tg_tensor *a, const tg_tensor *b) {
     uintptr_t a0, a1, b0, b1;
     span(a, &a0, &a1), span(b, &b0, &b1);
@@ -196,24 +198,6 @@ struct matcher {
     }
 };
 
-}  // namespace
-
-bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
-    if (impl->graph_written.empty() || !d.data) return false;
-    // a row: whole blocks for quantized types (nb[0] a block's bytes), else
-    // its elements at stride nb[0]
-    const int64_t bs = tg_type_block_size(d.type);
-    uintptr_t lo = (uintptr_t)d.data;
-    uintptr_t hi = lo + (bs > 1 ? (uintptr_t)tg_row_size(d.type, d.ne[0])
-                                : tg_type_size(d.type) + (uintptr_t)(d.ne[0] - 1) * (uintptr_t)d.nb[0]);
-    for (int i = 1; i < 4; i++) hi += (uintptr_t)(d.ne[i] - 1) * (uintptr_t)d.nb[i];
-    for (const auto &w : impl->graph_written)
-        if (lo < w.second && w.first < hi) return false;
-    return true;
-}
-
-namespace {
-
 // What the graph writes: every node's own bytes, and the sources written in
 // place (cpy's destination, the caches of rope_kv_update, a delta_rule state).
 void note_written(tg_cuda_impl *impl, const std::vector<tg_tensor *> &nodes) {
@@ -232,20 +216,6 @@ void note_written(tg_cuda_impl *impl, const std::vector<tg_tensor *> &nodes) {
         if (t->op == TG_OP_DELTA_RULE) add(t->src[5]);
     }
 }
-
-tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes);
-
-}  // namespace
-
-tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
-    tg_cuda_impl *impl = tg_cuda(be);
-    note_written(impl, nodes);
-    const tg_status s = enqueue_nodes(be, nodes);
-    impl->graph_written.clear();
-    return s;
-}
-
-namespace {
 
 tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
@@ -275,6 +245,23 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
 }
 
 }  // namespace
+
+bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
+    if (impl->graph_written.empty() || !d.data) return false;
+    uintptr_t lo, hi;
+    span_of(d.data, d.type, d.ne, d.nb, &lo, &hi);
+    for (const auto &w : impl->graph_written)
+        if (lo < w.second && w.first < hi) return false;
+    return true;
+}
+
+tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    note_written(impl, nodes);
+    const tg_status s = enqueue_nodes(be, nodes);
+    impl->graph_written.clear();
+    return s;
+}
 
 void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]) {
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) counts[k] = tg_cuda(be)->fusions[k];

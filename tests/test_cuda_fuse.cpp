@@ -347,12 +347,18 @@ void decode_both(const std::string &path, int steps) {
     expect_same(toks, logits);
 }
 
+// A toy F16 llama (8/2 heads) written to a temp file, TG_TEST_SMALL shrinking
+// its widths: the path ("" on failure).
+std::string toy_llama(int n_embd, int n_ff, int n_layer, int n_ctx, unsigned seed, const char *name) {
+    tgt::toy_config cfg;
+    cfg.n_embd = small() ? 64 : n_embd, cfg.n_ff = small() ? 96 : n_ff, cfg.n_head = 8, cfg.n_head_kv = 2;
+    cfg.n_layer = n_layer, cfg.n_ctx = n_ctx, cfg.wtype = TG_TYPE_F16;
+    return tgt::write_temp_model(tgt::toy_model_writer(cfg, seed), name);
+}
+
 TEST(CudaFuse, ToyLlamaSameTokensFusedAndUnfused) {
     if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
-    tgt::toy_config cfg;
-    cfg.n_embd = small() ? 64 : 256, cfg.n_ff = small() ? 96 : 688, cfg.n_head = 8, cfg.n_head_kv = 2;
-    cfg.n_layer = 3, cfg.n_ctx = 64, cfg.wtype = TG_TYPE_F16;
-    const std::string path = tgt::write_temp_model(tgt::toy_model_writer(cfg, 21), "fuse_llama");
+    const std::string path = toy_llama(256, 688, 3, 64, 21, "fuse_llama");
     ASSERT_FALSE(path.empty()) << tg_last_error();
     decode_both(path, small() ? 6 : 24);
     std::remove(path.c_str());
@@ -411,10 +417,7 @@ TEST(CudaFuse, GemvSeesWeightsTheGraphWroteJustBefore) {
 // replayed steps.
 TEST(CudaFuse, PdlChangesNoBits) {
     if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
-    tgt::toy_config cfg;
-    cfg.n_embd = small() ? 64 : 512, cfg.n_ff = small() ? 96 : 1024, cfg.n_head = 8, cfg.n_head_kv = 2;
-    cfg.n_layer = 2, cfg.n_ctx = 512, cfg.wtype = TG_TYPE_F16;
-    const std::string toy = tgt::write_temp_model(tgt::toy_model_writer(cfg, 5), "pdl_llama");
+    const std::string toy = toy_llama(512, 1024, 2, 512, 5, "pdl_llama");
     ASSERT_FALSE(toy.empty()) << tg_last_error();
     for (const std::string &path : {std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf", toy}) {
         std::vector<int32_t> toks[2];
