@@ -1,49 +1,77 @@
 #!/usr/bin/env bash
-# bench/gpu_decode.sh BINDIR - one device-machine run of the decode work
-# (branch decode): the CUDA tests it touches, the quantized GEMV rows, the
-# 1.1B (F16, Q8_0, Q4_0) and 125M synthetic llamas' tok/s with the fused-job
-# quantized GEMV and the per-product kernel before it (TG_CUDA_MMQ_KERNEL=1),
-# and an ncu table of one decode step. Logs under $OUT (default /tmp/out).
-# SAN=1 adds compute-sanitizer memcheck and racecheck over the new tests.
+# bench/gpu_decode.sh BINDIR - one device-machine run of the CUDA decode work:
+# (BUILD=1) configure and build BINDIR's programs, the CUDA tests it touches (TESTS, a
+# gtest filter), compute-sanitizer memcheck and racecheck over a subset
+# (SAN=1, SAN_FILTER, shapes shrunk by TG_TEST_SMALL=1), bench rows (BENCH:
+# id prefixes, "none" for none; HOST_TIME=1 adds the decode rows' host time),
+# then tinygml-run tok/s of the synthetic
+# llamas (MODELS of 1b, 1b-q4_0, 1b-q8_0, 125m; BATCHES) once per value of
+# an A/B switch (environment variable AB_VAR set to each of AB_VALS, in
+# turn, REPS rounds), and an ncu table of one decode step (NCU_MODELS, for
+# each of NCU_AB_VALS).
+# Logs under $OUT (default /tmp/out); a short table last.
+#   BUILD=1 SAN=1 AB_VAR=TG_CUDA_NORM_FOLD AB_VALS="0 1" bench/gpu_decode.sh build-gpu
 set -uo pipefail
 B=${1:-build}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+if [ "${BUILD:-0}" = 1 ]; then
+  T="tinygml_tests tinygml-bench tinygml-run tinygml-synth tinygml-quantize"
+  { cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build "$B" -j16 --target $T; } > $OUT/build.log 2>&1 ||
+    { grep -E "error|Error" -A3 $OUT/build.log | head -40; exit 1; }
+  el build
+fi
+MODELS=${MODELS:-1b 125m}
 S=/tmp/synth; mkdir -p $S
-( $B/tinygml-synth --preset 1.1b -o $S/1b.gguf >/dev/null && $B/tinygml-quantize $S/1b.gguf $S/1b-q4_0.gguf Q4_0 >/dev/null &&
-  $B/tinygml-quantize $S/1b.gguf $S/1b-q8_0.gguf Q8_0 >/dev/null; $B/tinygml-synth --preset 125m -o $S/125m.gguf >/dev/null
-  echo synth done ) > $OUT/synth.log 2>&1 &
+( for m in $MODELS; do
+    [ -f $S/$m.gguf ] && continue
+    case $m in
+      1b) $B/tinygml-synth --preset 1.1b -o $S/1b.gguf ;;
+      125m) $B/tinygml-synth --preset 125m -o $S/125m.gguf ;;
+      1b-q*) [ -f $S/1b.gguf ] || $B/tinygml-synth --preset 1.1b -o $S/1b.gguf
+             $B/tinygml-quantize $S/1b.gguf $S/$m.gguf ${m#1b-} ;;
+    esac >/dev/null
+  done; echo synth done ) > $OUT/synth.log 2>&1 &
 SP=$!
-F=${TESTS:-'*CudaFuse*:*CudaQuant*'}
-timeout ${TEST_S:-110} $B/tinygml_tests --gtest_filter="$F" > $OUT/tests.log 2>&1; echo "tests rc $?"
-grep -E "^\[  PASSED|^\[  FAILED|^\[==========\]|fuse     \].*q[48]_" $OUT/tests.log | head -40
-el tests
+if [ "${TESTS:-none}" != none ]; then
+  timeout ${TEST_S:-200} $B/tests/tinygml_tests --gtest_brief=1 --gtest_filter="$TESTS" > $OUT/tests.log 2>&1; echo "tests rc $?"
+  grep -E "^\[  PASSED|^\[  FAILED|^\[==========\]" $OUT/tests.log | head -20
+  grep -B2 -A10 "Failure" $OUT/tests.log | head -60
+  el tests
+fi
 if [ "${SAN:-0}" = 1 ]; then
-  SF=${SAN_FILTER:-'*CudaFuseLayer*q*:CudaQuant.DecodeVariants*'}
-  TG_TEST_SMALL=1 timeout 120 compute-sanitizer --tool memcheck $B/tinygml_tests --gtest_filter="$SF" > $OUT/memcheck.log 2>&1
-  grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | tail -3
-  TG_TEST_SMALL=1 timeout 120 compute-sanitizer --tool racecheck $B/tinygml_tests --gtest_filter="$SF" > $OUT/racecheck.log 2>&1
-  grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | tail -3
+  SF=${SAN_FILTER:-'*CudaFuse*'}
+  for tool in memcheck racecheck; do
+    TG_TEST_SMALL=1 timeout ${SAN_S:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+      $B/tests/tinygml_tests --gtest_brief=1 --gtest_filter="$SF" > $OUT/$tool.log 2>&1
+    echo "$tool rc $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  PASSED|^\[  FAILED" $OUT/$tool.log | tail -3
+  done
   el sanitizers
 fi
-if [ "${BENCH_ONLY:-mmq.decode}" != none ]; then
-  timeout 60 $B/tinygml-bench $OUT/mm.json --quick --only ${BENCH_ONLY:-mmq.decode} > $OUT/bench.log 2>&1
-  grep -E "^mm|copy" $OUT/bench.log | head -40
-  el bench
+for row in ${BENCH:-decode}; do
+  [ "$row" = none ] && continue
+  timeout 90 $B/bench/tinygml-bench $OUT/bench-$row.json --quick --only $row > $OUT/bench-$row.log 2>&1
+  grep -E "^(mm|attn|kv|rope|decode|gdn|gla)|copy" $OUT/bench-$row.log | head -30
+done
+if [ "${HOST_TIME:-0}" = 1 ]; then  # the decode rows' host CPU time per step (blocking synchronization)
+  timeout 90 $B/bench/tinygml-bench $OUT/bench-host.json --quick --only decode --host-time > $OUT/bench-host.log 2>&1
+  grep -E "^decode|copy" $OUT/bench-host.log | head -12
 fi
-wait $SP; cat $OUT/synth.log; ls -la $S; el synth
+el bench
+wait $SP; cat $OUT/synth.log; el synth
 P=""; i=0; while [ ${#P} -lt 511 ]; do i=$((i+1)); P+="the quick brown fox $i "; done; P=${P:0:511}
-for m in ${MODELS:-1b-q4_0 1b-q8_0 1b 125m}; do for k in ${KERNELS:-0 1}; do for b in ${BATCHES:-1 16}; do
-  [ $k = 1 ] && [[ $m != *q* ]] && continue
-  r=$(TG_CUDA_MMQ_KERNEL=$k timeout 40 $B/tinygml-run -m $S/$m.gguf -p "$P" -n 128 -b $b --temp 0 --ignore-eos --warmup --device cuda -q 2>&1 | grep -E "prompt|generation" | tr '\n' ' ')
-  echo "$m mmq_kernel=$k b$b: $r"
-done; done; done | tee $OUT/runs.log
+AB_VAR=${AB_VAR:-TG_CUDA_NOTHING}
+for rep in $(seq ${REPS:-2}); do for m in $MODELS; do for b in ${BATCHES:-1}; do for v in ${AB_VALS:-1}; do
+  r=$(env $AB_VAR=$v timeout 60 $B/tinygml-run -m $S/$m.gguf -p "$P" -n 128 -b $b --temp 0 --ignore-eos --warmup --device cuda -q 2>&1 | grep -E "prompt|generation" | tr '\n' ' ')
+  echo "$m b$b $AB_VAR=$v: $r"
+done; done; done; done | tee $OUT/runs.log
 el runs
-for m in ${NCU_MODELS:-1b-q4_0 1b}; do
+for m in ${NCU_MODELS:-none}; do for v in ${NCU_AB_VALS:-1}; do
   [ "$m" = none ] && continue
-  TG_CUDA_GRAPHS=0 timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 3000 --launch-count 260 --csv \
-    $B/tinygml-run -m $S/$m.gguf -p "hello" -n 40 --ignore-eos --device cuda -q > $OUT/ncu_$m.csv 2>$OUT/ncu_$m.err
-  python3 - $OUT/ncu_$m.csv <<'PY'
+  f=$OUT/ncu_${m}_$v.csv
+  env $AB_VAR=$v TG_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 3000 --launch-count ${NCU_COUNT:-260} --csv \
+    $B/tinygml-run -m $S/$m.gguf -p "$P" -n 40 --ignore-eos --device cuda -q > $f 2>$f.err
+  echo "$m $AB_VAR=$v"; python3 - $f <<'PY'
 import csv,sys,collections
 rows=[r for r in csv.reader(open(sys.argv[1])) if len(r)>5]
 if not rows: print("no ncu rows"); sys.exit()
@@ -55,7 +83,7 @@ for r in rows[1:]:
   k=r[ki][:70]; tot[k]+=v; cnt[k]+=1
 T=sum(tot.values()); n=sum(cnt.values())
 print(f"{sys.argv[1].split('/')[-1]}: {n} kernels, {T/1e3:.1f} us ({h[vi]} in ns)")
-for k,v in sorted(tot.items(),key=lambda x:-x[1])[:16]: print(f"{v/1e3:8.1f} us {cnt[k]:4d}x {v/cnt[k]/1e3:6.2f}  {k}")
+for k,v in sorted(tot.items(),key=lambda x:-x[1])[:12]: print(f"{v/1e3:8.1f} us {cnt[k]:4d}x {v/cnt[k]/1e3:6.2f}  {k}")
 PY
-done
+done; done
 el done
