@@ -476,8 +476,6 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_MMQ_KERNEL")) impl->sig.mmq_kernel = atoi(env) == 1 ? 1 : 0;
     // 1 = b pre-quantized by the fused rms_norm*w (signature.cuh mmq_preq; off by default)
     if (const char *env = getenv("TG_CUDA_MMQ_PREQ")) impl->sig.mmq_preq = atoi(env) == 1 ? 1 : 0;
-    // 0 = the rms_norm*w not folded into the GEMV after it (signature.cuh mmv_norm)
-    if (const char *env = getenv("TG_CUDA_NORM_FOLD")) impl->sig.mmv_norm = strcmp(env, "0") == 0 ? 1 : 0;
     TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));

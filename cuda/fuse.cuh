@@ -5,13 +5,9 @@
 //   mul_mat gate, mul_mat up, swiglu(gate, up)    -> one GEMV reading both weights
 //   up to 3 mul_mat sharing b (q, k, v)           -> one GEMV launch
 //   rope(q), rope_kv_update at the same positions -> one rope launch
-//   rms_norm, mul, then one of the GEMV launches above (or a lone GEMV)
-//                                                 -> the norm folded into the GEMV
 // Each fused kernel computes the same bits as the unfused kernels and still
 // writes the intermediate results (cheap at decode sizes), so an
-// intermediate read later (a graph output, a planner-off test) is intact;
-// the one exception is a folded norm's rms_norm result when the planner gave
-// its storage to an output of the GEMV (nothing can read it then).
+// intermediate read later (a graph output, a planner-off test) is intact.
 // A fusion is taken only where the intermediate has no reader but its
 // partner, only views lie between the fused nodes, and no tensor written
 // early overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when

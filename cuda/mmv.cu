@@ -19,12 +19,6 @@
 // bench/NOTES.md.) On sm_90 the kernel is launched by programmatic dependent
 // launch: with weights no node of the graph writes, its first loads are in
 // flight before it waits for the kernel before it (common.cuh tg_pdl_wait).
-//
-// With a folded rms_norm (tg_cuda_mmv_norm, NORM) each block first sums the
-// squares of its columns of x as the norm kernel does (norm_scales), then
-// builds b = (x * scale) * w from x and w as it loads them: the norm's
-// launch is gone, and its scale costs each block one more read of x (L2)
-// while its first weight loads are in flight.
 #include <climits>
 
 #include "mmv.cuh"
@@ -44,70 +38,9 @@ struct mmv_args {
     int a_const;  // no node of the graph writes the weights: first loads before tg_pdl_wait
 };
 
-// The folded norm's scale of each of the N columns of nm.x (rows of K), in
-// every thread: the norm kernel's sums (cuda/norm.cu, rows of TPR threads:
-// element i summed by thread i % TPR, in index order) with this block's 4
-// warps standing in for its 1 or 8, then its warp tree and its warp order.
-template <int NMAX> __device__ void norm_scales(const tg_cuda_mmv_norm &nm, long long K, int N, float *inv) {
-    __shared__ float sh[NMAX][8];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // virtual warps: the norm's 8 (rows over 256) as warp and warp + 4, or its 1 as warp 0
-    const bool wide = K > TG_CUDA_NORM_WARP_ROW_MAX;
-    const int tpr = wide ? 256 : 32, nv = wide ? 2 : warp == 0 ? 1 : 0;
-    constexpr int kRound = 8;  // loads per virtual thread in flight before their first use
-    for (int n = 0; n < N; n++) {
-        const float *x = nm.x + (long long)n * K;
-        float ss[2] = {0.0f, 0.0f};
-        for (long long r0 = 0; r0 < K; r0 += (long long)kRound * tpr) {
-            float xv[2][kRound];
-#pragma unroll
-            for (int vv = 0; vv < 2; vv++)
-#pragma unroll
-                for (int u = 0; u < kRound; u++) {
-                    const long long i = r0 + 32 * (warp + 4 * vv) + lane + (long long)u * tpr;
-                    xv[vv][u] = vv < nv && i < K ? x[i] : 0.0f;
-                }
-#pragma unroll
-            for (int vv = 0; vv < 2; vv++)
-#pragma unroll
-                for (int u = 0; u < kRound; u++)
-                    if (vv < nv && r0 + 32 * (warp + 4 * vv) + lane + (long long)u * tpr < K)
-                        ss[vv] = fmaf(xv[vv][u], xv[vv][u], ss[vv]);
-        }
-#pragma unroll
-        for (int vv = 0; vv < 2; vv++) {
-            if (vv >= nv) break;
-            const float t = tg_warp_sum(ss[vv]);
-            if (lane == 0) sh[n][warp + 4 * vv] = t;
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) {
-        if (n >= N) break;
-        float t = sh[n][0];
-        for (int v = 1; v < tpr / 32; v++) t += sh[n][v];
-        inv[n] = tg_cuda_rms_scale(t, K, nm.eps);
-    }
-    // the norm's own results, for a reader after this launch: element e by
-    // thread e % 128 of block e / 128 (grid-stride), so no block is held up
-    if (!nm.y && !nm.z) return;
-#pragma unroll
-    for (int n = 0; n < NMAX; n++) {
-        if (n >= N) break;
-        for (long long i = (long long)blockIdx.x * kThreads + threadIdx.x; i < K; i += (long long)gridDim.x * kThreads) {
-            const long long e = (long long)n * K + i;
-            const float v = nm.x[e] * inv[n];
-            if (nm.y) nm.y[e] = v;
-            if (nm.z) nm.z[e] = v * nm.w[i];
-        }
-    }
-}
-
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
 // VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
-// NORM (VEC only): b = rms_norm(x) * w computed here (p.norm).
-template <typename TA, int NMAX, int R, bool VEC, bool NORM>
+template <typename TA, int NMAX, int R, bool VEC>
 __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
@@ -130,11 +63,9 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
     const TA *arow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) arow[r] = (const TA *)tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
-    const float *bcol[NMAX];  // b's columns; x's with NORM
+    const float *bcol[NMAX];
 #pragma unroll
-    for (int n = 0; n < NMAX; n++)
-        bcol[n] = NORM ? p.norm.x + (n < N ? n : 0) * K : (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
-    float inv[NMAX];  // NORM: the norm's scale of each column
+    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
     float acc[R][NMAX];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -156,12 +87,6 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
         // constant weights: the first round's loads overlap the kernel before
         if (args.a_const) load(threadIdx.x);
         tg_pdl_wait();
-        if constexpr (NORM) {
-            // w's first chunks into L1 while the scales are summed (x's come with the sums)
-            for (long long c = threadIdx.x; c < nchunk && c < (long long)kThreads * U; c += kThreads)
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(p.norm.w + c * VE));
-            norm_scales<NMAX>(p.norm, K, N, inv);
-        }
         for (long long c0 = threadIdx.x; c0 < nchunk; c0 += (long long)kThreads * U) {
             if (c0 != threadIdx.x || !args.a_const) load(c0);
 #pragma unroll
@@ -179,11 +104,6 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
                     for (int e = 0; e < VE; e += 4) {
                         const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
                         x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
-                        if constexpr (NORM) {  // the norm kernel's z = (x * scale) * w
-                            const float4 g = __ldg((const float4 *)(p.norm.w + c * VE + e));
-                            x[e] = (x[e] * inv[n]) * g.x, x[e + 1] = (x[e + 1] * inv[n]) * g.y;
-                            x[e + 2] = (x[e + 2] * inv[n]) * g.z, x[e + 3] = (x[e + 3] * inv[n]) * g.w;
-                        }
                     }
 #pragma unroll
                     for (int r = 0; r < R; r++)
@@ -278,9 +198,8 @@ struct mmv_launch {
 template <typename TA, int NMAX, int R>
 void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
     const dim3 grid((unsigned)args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1], (unsigned)L.batches);
-    if (args.p.norm.x) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, true>, grid, kThreads, 0, args);
-    else if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, false>, grid, kThreads, 0, args);
-    else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false, false>, grid, kThreads, 0, args);
+    if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true>, grid, kThreads, 0, args);
+    else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false>, grid, kThreads, 0, args);
 }
 
 // R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
@@ -351,37 +270,18 @@ bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p) {
     return true;
 }
 
-namespace {
-
-// The 16-byte path: K a multiple of a load's elements, every row (and b,
-// or x and w when a norm is folded in) 16-byte aligned.
-bool vec_path(const tg_cuda_mmv &p) {
-    const size_t ts = tg_type_size(p.job[0].a.type);
-    bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0;
-    if (p.norm.x) vec = vec && (uintptr_t)p.norm.x % 16 == 0 && (uintptr_t)p.norm.w % 16 == 0;
-    else vec = vec && aligned16(p.b);
-    for (int j = 0; j < p.njob; j++) vec = vec && aligned16(p.job[j].a);
-    return vec;
-}
-
-}  // namespace
-
-bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p) {
-    const tg_cuda_mmv_job &j0 = p.job[0];
-    return p.norm.x && p.norm.w && !tg_type_is_quantized(j0.a.type) && vec_path(p) && j0.d.ne[1] <= 8 &&
-           j0.d.ne[2] * j0.d.ne[3] == 1;
-}
-
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
     tg_cuda_impl *impl = tg_cuda(be);
     const int N = (int)p.job[0].d.ne[1];
     const tg_type ta = p.job[0].a.type;
-    if (p.norm.x && !tg_cuda_mmv_can_fold(p))  // the caller checks: not reached
-        return tg_err(TG_ERR_UNSUPPORTED, "[%s] rms_norm cannot be folded into this GEMV", call);
     if (tg_type_is_quantized(ta)) return tg_cuda_mmvq_launch(be, p, call);
-    const bool vec = vec_path(p);
+    const size_t ts = tg_type_size(ta);
+    bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0 && aligned16(p.b);
     long long rows = 0;
-    for (int j = 0; j < p.njob; j++) rows += p.job[j].a.ne[1];
+    for (int j = 0; j < p.njob; j++) {
+        vec = vec && aligned16(p.job[j].a);
+        rows += p.job[j].a.ne[1];
+    }
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
     // R: at least N / 2 (b's loads per weight byte); doubled while the grid

@@ -2,7 +2,7 @@
 // epilogues the backend's fusions need (cuda/fuse.cu): one launch computes
 // up to three products that share b (q, k, v), each optionally followed by
 // an add of a same-shape tensor (the residual), or the pair gate/up followed
-// by swiglu; and, as its prologue, the rms_norm * w that produces b.
+// by swiglu.
 #pragma once
 #include "common.cuh"
 
@@ -15,38 +15,13 @@ struct tg_cuda_mmv_job {
 
 constexpr int TG_CUDA_MMV_MAX_JOBS = 3;
 
-// b = rms_norm(x) * w folded into the GEMV (cuda/fuse.cu): b is not read;
-// every block computes the norm's scale of each column of x itself, with
-// the norm kernel's arithmetic in its order (tg_cuda_rms_scale, cuda/norm.cu),
-// and multiplies x by it and by w as it loads them, so the products are the
-// unfused kernels' bits. x: the N columns of b, contiguous rows of K floats
-// (a single batch); w: K floats; y = rms_norm(x) and z = y * w (= b) are
-// written by the blocks (a few elements each), each skipped when nullptr.
-struct tg_cuda_mmv_norm {
-    const float *x = nullptr;  // nullptr: no norm folded in
-    const float *w = nullptr;
-    float *y = nullptr, *z = nullptr;
-    float eps = 0.0f;
-};
-
 struct tg_cuda_mmv {
     tg_cuda_mmv_job job[TG_CUDA_MMV_MAX_JOBS];
     int njob = 0;
     tg_cuda_desc b;      // shared by every job, F32
     bool swiglu = false; // njob == 2: h = swiglu(job 0's d, job 1's d)
     tg_cuda_desc h;
-    tg_cuda_mmv_norm norm;
 };
-
-// rms_norm rows of up to this many elements take one warp per row, longer
-// ones a block of 8 warps (cuda/norm.cu); the folded norm sums in the same
-// order: element i by thread i % 32 or i % 256, each thread in index order,
-// then the warp shuffle tree, then the 8 warps in order.
-constexpr long long TG_CUDA_NORM_WARP_ROW_MAX = 256;
-// The rms_norm scale of a row of n values whose squares sum to ss.
-__device__ inline float tg_cuda_rms_scale(float ss, long long n, float eps) {
-    return 1.0f / sqrtf(ss / (float)n + eps);
-}
 
 // Device helpers shared by the F16/F32 GEMV (mmv.cu) and the quantized one
 // (mul_mat_quant.cu), so both kernels address rows and write epilogues alike.
@@ -103,10 +78,6 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
 // Launch p. The jobs must share b, a's type, N and the batch dims (checked:
 // false when they do not, nothing launched).
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
-// p.norm can be folded into p's launch: float weights on the 16-byte path
-// (K a multiple of a load's elements, every row and x, w 16-byte aligned),
-// one batch of at most 8 columns.
-bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
 // cuda/mul_mat_quant.cu: the same jobs and epilogues with quantized weights
 // (b quantized to 8 bits once per launch, int8 dot products); what

@@ -15,7 +15,7 @@ enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
 // row: a lone warp walking 768-2048 elements measured 5.8 us per norm on the
 // H200, a third of a 1.1B layer's small kernels; 8 warps hold 2048 elements
 // in one round of loads).
-constexpr long long kWarpRowMax = TG_CUDA_NORM_WARP_ROW_MAX;  // mmv.cuh: the folded norm sums alike
+constexpr long long kWarpRowMax = 256;
 
 // WPR warps per row. WPR == 1: 4 rows per 128-thread block; else one row per
 // block of WPR warps.
@@ -133,10 +133,10 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                 load_round(i0);
 #pragma unroll
                 for (int u = 0; u < kRound; u++)
-                    if (i0 + (long long)u * TPR < n0) ss = fmaf(xv[u], xv[u], ss);
+                    if (i0 + (long long)u * TPR < n0) ss += xv[u] * xv[u];
             }
             ss = row_reduce<WPR, false>(ss, sh);
-            const float inv = OP == NORM_RMS ? tg_cuda_rms_scale(ss, n0, param) : 1.0f / sqrtf(ss + param);
+            const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
             for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
                 if (!one_round) load_round(i0);
 #pragma unroll

@@ -63,11 +63,6 @@ struct tg_cuda_sig_knobs {
     // bits). 0 (default): off, as the H200 run measured the 1.1B Q4_0 / Q8_0
     // decode 7% / 11% slower with it (bench/NOTES.md, "Quantized decode").
     int mmq_preq = 0;
-    // 1: a fused rms_norm*w is not folded into the GEMV that reads it (the
-    // norm kernel runs on its own launch, as before 2026-12-03); 0 (default):
-    // folded where cuda/fuse.cu allows it (the same bits either way). Env
-    // TG_CUDA_NORM_FOLD=0 sets 1 when the backend is created (bench A/B).
-    int mmv_norm = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -95,10 +90,9 @@ void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays)
 int tg_cuda_graph_kernels(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
-// mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update,
-// and (kind 5) rms_norm*w folded into the GEMV after it (also counted as
-// kind 0, and as its GEMV's kind 1-3 where it has one). All 0 with fusion off.
-constexpr int TG_CUDA_FUSION_KINDS = 6;
+// mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update.
+// All 0 with fusion off.
+constexpr int TG_CUDA_FUSION_KINDS = 5;
 void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]);
 // Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it
 // was created). Change it only while no compute runs; captures taken with the

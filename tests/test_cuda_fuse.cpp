@@ -1,6 +1,5 @@
 // test_cuda_fuse.cpp - the CUDA backend's node fusions (cuda/fuse.cuh):
-// rms_norm*w, mul_mat+add, gate/up+swiglu, mul_mats sharing b, and
-// rms_norm*w folded into the GEMV launch after it.
+// rms_norm*w, mul_mat+add, gate/up+swiglu, mul_mats sharing b.
 //
 // One llama layer (norm, q/k/v, o + residual, norm, gate/up/swiglu, down +
 // residual) runs on CUDA with fusion on, with fusion off, and on the CPU
@@ -13,11 +12,7 @@
 // output lands in a sink whose random tail must come back intact, and the
 // fused graph is computed three times (plain, captured, replayed). A variant
 // whose graph also outputs the intermediates (so those fusions must not
-// happen, and the folded norm's z = norm * w must still be written) must be
-// just as correct. The norm is folded into the GEMV wherever the 16-byte path
-// takes the weights (K a multiple of 8 values for 16-bit weights, 4 for F32),
-// at K up to 256 (the norm's warp per row) and above (8 warps), or not when
-// the knob mmv_norm says so; the counts of each fusion kind are checked. Llama models (a toy F16 one and the
+// happen) must be just as correct. Llama models (a toy F16 one and the
 // shipped llama-recall) decode the same tokens with identical logits with
 // fusion on and off. TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
 #include <cmath>
@@ -51,7 +46,6 @@ struct layer_case {
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
     int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
     int mmq_preq = 0;        // knob mmq_preq: 1 the fused norm quantizes b for the quantized GEMV
-    int mmv_norm = 0;        // knob mmv_norm: 1 the norm not folded into the GEMV
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -137,7 +131,7 @@ void run_layer(tg_backend *be, const layer_case &c, const layer_data &d, int run
     tg_tensor *h = tg_swiglu(ctx, gate, up);
     tg_tensor *x2 = tg_add(ctx, tg_mul_mat(ctx, wd, h), x1);  // the product as src[0]
     std::vector<tg_tensor *> outs = {x2, k, v};
-    if (c.use_intermediates) outs.push_back(n1), outs.push_back(o), outs.push_back(gate), outs.push_back(xm);
+    if (c.use_intermediates) outs.push_back(n1), outs.push_back(o), outs.push_back(gate);
     tg_graph *g = tg_graph_new(ctx);
     std::vector<tg_tensor *> sinks;
     for (tg_tensor *t : outs) {
@@ -198,7 +192,6 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     layer_result fused, plain, ref;
     tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;
     tg_cuda_knobs(gpu)->mmq_preq = c.mmq_preq;
-    tg_cuda_knobs(gpu)->mmv_norm = c.mmv_norm;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
     if (HasFatalFailure()) return;
@@ -215,10 +208,6 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
                            gemv && !c.use_intermediates ? 1 : 0, gemv ? (c.use_intermediates ? 2 : 1) : 0};
     for (int k = 0; k < 4; k++) EXPECT_EQ(fused.fusions[k], expect[k]) << "fusion kind " << k;
     EXPECT_EQ(fused.fusions[4], 0) << "a rope pair in a graph without rope";
-    // the norms folded into their GEMVs: float weights on the 16-byte path
-    const int vec_k = c.wt == TG_TYPE_F32 ? 4 : 8;
-    const bool fold = gemv && !tg_type_is_quantized(c.wt) && c.E % vec_k == 0 && c.mmv_norm == 0;
-    EXPECT_EQ(fused.fusions[5], fold ? expect[0] : 0) << "norms folded into a GEMV";
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) EXPECT_EQ(plain.fusions[k], 0) << "fusion kind " << k << " with fusion off";
 
     const size_t nout = ref.outs.size();
@@ -272,12 +261,6 @@ std::vector<layer_case> layer_cases() {
         {"llm_1p1b_q4_0_n1_preq", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1},
         {"odd_q4_k_n8_preq", TG_TYPE_Q4_K, 256, 768, 256, 37, 8, false, 0, 1},
         {"odd_q8_0_n3_preq", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 1},
-        // the folded norm at the 125M width (8 warps' sums over 3 rounds of
-        // 256), over partial rounds (K 264, 516), with F32 weights, and off
-        {"llm_125m_f16_n1", F16, 768, 2048, 768, 256, 1, false},
-        {"f16_n3_k264", F16, 264, 136, 264, 72, 3, false},
-        {"f32_n2_k516_uses", F32, 516, 260, 516, 132, 2, true},
-        {"llm_1p1b_f16_n1_nofold", F16, E, F, QD, KD, 1, false, 0, 0, 1},
         // every rows-per-block of the GEMV (knob mmv_rows) at the 1.1B and odd sizes
         {"llm_1p1b_f16_n1_r1", F16, E, F, QD, KD, 1, false, 1},
         {"llm_1p1b_f16_n1_r2", F16, E, F, QD, KD, 1, false, 2},
@@ -356,9 +339,6 @@ void decode_both(const std::string &path, int steps) {
         if (pass == 0) {
             EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no GEMV or norm fusion in a llama decode step";
             EXPECT_EQ(f[4], m->hp.n_layer) << "rope(q) + rope_kv_update not one launch in every layer";
-            // every layer's 2 norms folded into the GEMV after them (the output
-            // norm's too, unless the planner gave its input's storage to the logits)
-            EXPECT_GE(f[5], 2 * m->hp.n_layer) << "norms folded into their GEMVs";
         } else {
             EXPECT_EQ(all, 0);
         }
@@ -429,84 +409,6 @@ TEST(CudaFuse, GemvSeesWeightsTheGraphWroteJustBefore) {
     const std::vector<float> got = norm_then_gemv(gpu, a, x, K, M), want = norm_then_gemv(cpu, a, x, K, M);
     for (float v : got) ASSERT_TRUE(std::isfinite(v));
     EXPECT_LE(tgt::rel_error(got, std::vector<double>(want.begin(), want.end())), 1e-5);
-}
-
-// A norm folded into the GEMV whose rms_norm and norm * w results are also
-// graph outputs (so their storage stays theirs): the GEMV's blocks must
-// write both, with the unfused kernels' bits, and the product must be the
-// unfused one; all three against the CPU backend. x and w are inputs here (a
-// model's first layer reads the embedding rows the same way).
-struct fold_out {
-    std::vector<float> y, z, d;
-    int folded = -1;
-};
-fold_out norm_fold_graph(tg_backend *be, const std::vector<float> &x, const std::vector<float> &w,
-                         const std::vector<float> &a, int K, int M, int N) {
-    fold_out r;
-    tg_context *ctx = tg_init({1u << 20, nullptr, true});
-    std::unique_ptr<tg_context, void (*)(tg_context *)> cg(ctx, tg_free);
-    tg_tensor *tx = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N), *tw = tg_new_tensor_1d(ctx, TG_TYPE_F32, K);
-    tg_tensor *ta = tg_new_tensor_2d(ctx, TG_TYPE_F16, K, M);
-    tg_tensor *y = tg_rms_norm(ctx, tx, 1e-5f), *z = tg_mul(ctx, y, tw), *d = tg_mul_mat(ctx, ta, z);
-    tg_graph *g = tg_graph_new(ctx);
-    for (tg_tensor *t : {d, y, z}) EXPECT_EQ(tg_graph_expand(g, t), TG_OK) << tg_last_error();
-    tg_buffer *buf = tg_backend_alloc(be, ctx);
-    EXPECT_NE(buf, nullptr) << tg_last_error();
-    std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> bg(buf, tg_buffer_free);
-    if (!buf) return r;
-    std::vector<uint16_t> ah(a.size());
-    for (size_t i = 0; i < a.size(); i++) ah[i] = tg_fp32_to_fp16(a[i]);
-    EXPECT_EQ(tg_tensor_set(tx, x.data(), 0, x.size() * 4), TG_OK);
-    EXPECT_EQ(tg_tensor_set(tw, w.data(), 0, w.size() * 4), TG_OK);
-    EXPECT_EQ(tg_tensor_set(ta, ah.data(), 0, ah.size() * 2), TG_OK);
-    tg_graph_stats st{};
-    EXPECT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
-    for (int rep = 0; rep < 3; rep++) {  // plain, capture, replay
-        tgt::poison_compute_buffer(be, st.planned_bytes);
-        EXPECT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
-    }
-    if (be->mem == TG_MEM_DEVICE) {
-        int f[TG_CUDA_FUSION_KINDS];
-        tg_cuda_fusions_last(be, f);
-        r.folded = f[5];
-    }
-    r.y.resize((size_t)K * N), r.z.resize((size_t)K * N), r.d.resize((size_t)M * N);
-    EXPECT_EQ(tg_tensor_get(y, r.y.data(), 0, r.y.size() * 4), TG_OK);
-    EXPECT_EQ(tg_tensor_get(z, r.z.data(), 0, r.z.size() * 4), TG_OK);
-    EXPECT_EQ(tg_tensor_get(d, r.d.data(), 0, r.d.size() * 4), TG_OK);
-    return r;
-}
-
-TEST(CudaFuse, FoldedNormWritesItsResults) {
-    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
-    tg_backend *gpu = tg_backend_cuda(0), *cpu = tg_backend_cpu(2);
-    std::unique_ptr<tg_backend, void (*)(tg_backend *)> g1(gpu, tg_backend_free), g2(cpu, tg_backend_free);
-    ASSERT_TRUE(gpu && cpu) << tg_last_error();
-    std::mt19937 rng(29);
-    for (const int K : {small() ? 512 : 2048, 136}) {
-        for (const int N : {1, 3}) {
-            const int M = 301;
-            const std::vector<float> x = tgt::random_floats(rng, (size_t)K * N, -2.0f, 2.0f);
-            std::vector<float> w = tgt::random_floats(rng, (size_t)K, 0.8f, 1.2f), a = tgt::random_floats(rng, (size_t)K * M);
-            for (float &v : a) v = tg_fp16_to_fp32(tg_fp32_to_fp16(v));
-            tg_cuda_set_fuse(gpu, true);
-            const fold_out f = norm_fold_graph(gpu, x, w, a, K, M, N);
-            tg_cuda_set_fuse(gpu, false);
-            const fold_out u = norm_fold_graph(gpu, x, w, a, K, M, N);
-            const fold_out c = norm_fold_graph(cpu, x, w, a, K, M, N);
-            if (HasFatalFailure()) return;
-            EXPECT_EQ(f.folded, 1) << "K " << K << " N " << N;
-            EXPECT_EQ(u.folded, 0);
-            const std::vector<float> *fv[3] = {&f.y, &f.z, &f.d}, *uv[3] = {&u.y, &u.z, &u.d}, *cv[3] = {&c.y, &c.z, &c.d};
-            for (int o = 0; o < 3; o++) {
-                for (float v : *fv[o]) ASSERT_TRUE(std::isfinite(v)) << "output " << o << " K " << K << " N " << N;
-                EXPECT_EQ(memcmp(fv[o]->data(), uv[o]->data(), fv[o]->size() * 4), 0)
-                    << "output " << o << " K " << K << " N " << N << ": folded differs from unfused";
-                EXPECT_LE(tgt::rel_error(*fv[o], std::vector<double>(cv[o]->begin(), cv[o]->end())), 1e-5)
-                    << "output " << o << " K " << K << " N " << N;
-            }
-        }
-    }
 }
 
 // Programmatic dependent launch (early weight loads included) changes no
