@@ -332,6 +332,10 @@ std::vector<attn_case> attn_cases() {
         {"prefill_d64_f16_mha", 64, 64, 2, 2, 100, 1, 128, F16, {}, 0, tc16},
         {"prefill_f32", 128, 128, 32, 8, T, 1, L, F32, {}, 48},
         {"mixed_positions_f16", 128, 128, 32, 8, 3, 1, L, F16, {-2, 5, (int)L + 7}, 0},
+        // short contexts in a long cache (most decode splits empty)
+        {"decode_short_f16", 128, 128, 32, 8, 1, 1, L, F16, {(int)L / 7 + 15}, 0},
+        {"decode_short_f32_b3", 128, 128, 32, 8, 1, 3, L, F32, {100, (int)L / 2 + 9, 0}, 0},
+        {"mixed_short_bf16", 128, 128, 32, 8, 3, 1, L, BF16, {5, (int)L / 3, (int)L * 2 / 3}, 0},
         {"odd_dims_bf16", 72, 40, 6, 2, 5, 2, 300, BF16, {0, 299, 17, -1, 150, 3, 64, 65, 128, 400}, 0},
         {"tiny_f32", 4, 8, 3, 3, 2, 1, 5, F32, {0, 4}, 0},
         {"mha_f16_t9", 64, 64, 4, 4, 9, 1, 700, F16, {}, 0},
