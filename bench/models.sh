@@ -13,7 +13,8 @@
 #  - the 125M synthetic llama quantized by tinygml-quantize to Q8_0 and Q4_0,
 #    same prompt / generation, CPU -t 2, and llama.cpp on the same quantized
 #    files when llama-bench is there (LLAMA_BENCH, default
-#    /work/peers/llama-cpu/build/bin/llama-bench if it exists). SKIP_QUANT=1 skips.
+#    /work/peers/llama-cpu/build/bin/llama-bench if it exists; each repack setting
+#    separately). SKIP_QUANT=1 skips.
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
@@ -91,7 +92,13 @@ for line in sys.stdin:
       [ -s "$q" ] || "$QUANTIZE" "$SYNTH_DIR/llama-125m-f16.gguf" "$q" "$ty" 2>/dev/null
       row "$q" cpu 1 "$P64" "$N"
       if [ -n "${LLAMA_BENCH:-}" ]; then
-        "$LLAMA_BENCH" -m "$q" -t 2 -p 64 -n "$N" 2>&1 | grep -E "pp64|tg$N|error|failed" | sed "s/^/llama.cpp llama-125m-$ty: /" || true
+        # each repack setting on its own: llama-bench's repack 1 can die on a
+        # CPU whose extra buffer kernels fault (2026-12-03: AMX under this VM,
+        # Q4_0) and must not take the repack 0 row with it
+        for rp in 0 1; do
+          "$LLAMA_BENCH" -m "$q" -t 2 -p 64 -n "$N" -r 3 --repack $rp 2>&1 | grep -E "pp64|tg$N|error|failed" |
+            sed "s/^/llama.cpp llama-125m-$ty (repack $rp): /" || echo "llama.cpp llama-125m-$ty (repack $rp): no result (llama-bench failed)"
+        done
       fi
     done
   fi

@@ -23,12 +23,22 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spin on cond() for up to ~50 us (the gap between two nodes of a graph),
-// then yield the core on every further try, so that more threads than cores
-// (or a busy machine) still make progress.
+// Pauses a waiting thread spins before it starts yielding the core on every
+// further try (~1.5 us at ~11 ns a pause; a yield with nothing else to run
+// returns in ~0.2 us, so spinning on with yields costs little). Short on
+// purpose: when the scheduler has put two of the pool's threads on one core
+// (a process just started, or a busy machine), the thread being waited for
+// runs only once the waiter yields, and every parallel node paid the whole
+// spin: 2048 and 4096 pauses made a 0.26M model's 64-token prompt 3.3 ms
+// instead of 0.75 ms under `taskset -c 0` (bench/README.md, 2026-12-03).
+constexpr int k_pause_spins = 128;
+
+// Spin on cond(): pause k_pause_spins times, then yield the core on every
+// further try, so that more threads than cores (or a busy machine) still
+// make progress.
 template <typename C> inline void spin_wait(C cond) {
     for (int i = 0; !cond(); i++) {
-        if (i < 2048)
+        if (i < k_pause_spins)
             cpu_relax();
         else
             std::this_thread::yield();
@@ -117,7 +127,7 @@ struct thread_pool {
                 // pause first, then yield: on a machine with more runnable
                 // threads than cores a spinning worker must not hold a core
                 // the caller (or another process) is waiting for
-                if (i < 4096)
+                if (i < k_pause_spins)
                     cpu_relax();
                 else
                     std::this_thread::yield();

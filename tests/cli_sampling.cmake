@@ -1,6 +1,6 @@
 # cli_sampling.cmake - the seed of a sampled run: a run without --seed prints
 # the random seed it drew (stderr, "sampler: seed S, ..."); --seed S then
-# prints the same tokens; seed S + 1 prints others; two runs without --seed
+# prints the same tokens; another seed prints others; two runs without --seed
 # draw different seeds; -q prints no sampler line.
 #   cmake -DRUN=tinygml-run -DMODEL=file.gguf -P cli_sampling.cmake
 # a hot, uncut chain past EOS: 48 tokens that depend on every draw
@@ -27,10 +27,23 @@ endif()
 math(EXPR other "${seed_a} % 1000000 + 1")
 sample(out_1 s1 --seed ${other})
 sample(out_2 s2 --seed ${other})
-math(EXPR other2 "${other} + 1")
-sample(out_3 s3 --seed ${other2})
-if(NOT out_1 STREQUAL out_2 OR out_1 STREQUAL out_3)
-  message(FATAL_ERROR "cli_sampling: seeds ${other}, ${other}, ${other2} printed\n${out_1}\n${out_2}\n${out_3}")
+if(NOT out_1 STREQUAL out_2)
+  message(FATAL_ERROR "cli_sampling: seed ${other} twice printed\n${out_1}\n${out_2}")
+endif()
+# another seed prints other tokens: the shipped model is sure enough of its
+# answer that two seeds print the same 48 tokens in about one run of 30
+# (seen 2026-12-03), so up to 8 further seeds are tried and one must differ
+set(differs FALSE)
+foreach(i RANGE 1 8)
+  math(EXPR other2 "${other} + ${i}")
+  sample(out_3 s3 --seed ${other2})
+  if(NOT out_3 STREQUAL out_1)
+    set(differs TRUE)
+    break()
+  endif()
+endforeach()
+if(NOT differs)
+  message(FATAL_ERROR "cli_sampling: seeds ${other} to ${other2} all printed\n${out_1}")
 endif()
 execute_process(COMMAND ${RUN} ${args} -q RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR err MATCHES "sampler:" OR NOT err MATCHES "generation:")

@@ -201,6 +201,14 @@ void mm_tile(const void *av, size_t lda, const float *b, size_t ldb, int64_t K, 
 // of the tokens. One row read sequentially is a stream the hardware
 // prefetchers follow (interleaved 4-row tiles read 4 short streams at once and
 // reached ~75-85% of this one's speed at K 768-2048 on Zen 4, 1 thread).
+// Each 64-byte line of the weights is also prefetched k_mv_prefetch bytes
+// ahead (into the next rows: a thread's rows are one contiguous stream; a
+// prefetch past the matrix's end is harmless). On the 480 MiB-L3 Xeon of
+// 2026-12-03 the hardware prefetchers alone kept a 2048x2048 F16 product
+// from memory at 400-465 us; 3 KB ahead 279-315 us in the same rounds
+// (bench/README.md); 0.5-2 KB ahead did less, 4 KB was no better than none.
+constexpr size_t k_mv_prefetch = 3072;
+
 template <typename T, int C>
 void mv_row(const T *a, const float *b, size_t ldb, int64_t K, float *out, size_t ldo) {
     vf acc[C][4];
@@ -209,6 +217,7 @@ void mv_row(const T *a, const float *b, size_t ldb, int64_t K, float *out, size_
     int64_t k = 0;
     for (; k + 4 * W <= K; k += 4 * W)
         for (int j = 0; j < 4; j++) {
+            if ((j * W * sizeof(T)) % 64 == 0) __builtin_prefetch((const char *)(a + k + j * W) + k_mv_prefetch);
             const vf av = vload(a + k + j * W);
             for (int c = 0; c < C; c++) acc[c][j] = vfma(av, vld(b + c * ldb + k + j * W), acc[c][j]);
         }
