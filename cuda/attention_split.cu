@@ -214,34 +214,72 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     }
 }
 
-// One block per query (grid-stride), threads along Dv.
+// One block per query (grid-stride), threads along Dv. The splits' m and l
+// are loaded by the block at once (a thread per split) into shared memory,
+// M and sum w_s l_s reduced over the block in a fixed tree, w_s = exp(m_s -
+// M) computed once per split; then each thread sums w_s o_s over the splits
+// with kCombineU independent loads in flight. (The first version had every
+// thread walk the splits three times, one dependent load after another:
+// ~9 us per launch at 43 splits whatever the rows, bench/NOTES.md.) A split
+// with no rows (m = -inf) adds nothing; l <= 0 (or NaN) gives zeros, as before.
+constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this
+constexpr int kCombineU = 8;
+
+__device__ inline float block_reduce(float v, float *red, bool is_max) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    v = is_max ? tg_warp_max(v) : tg_warp_sum(v);
+    __syncthreads();  // red is free (an earlier reduction's readers are done)
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < kWarps; w++) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+    return r;
+}
+
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq) {
+    __shared__ float ws[kMaxSplit], ms[kMaxSplit], red[kWarps];
     tg_pdl_trigger();
     tg_pdl_wait();
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
+    const long long stride = Dv + 2;
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
-        const float *pq = part + qg * nsplit * (Dv + 2);
-        float M = -INFINITY;
-        for (int s = 0; s < nsplit; s++) M = fmaxf(M, pq[s * (Dv + 2) + Dv]);
-        float l = 0.0f;
-        if (M != -INFINITY)
-            for (int s = 0; s < nsplit; s++) {
-                const float m = pq[s * (Dv + 2) + Dv];
-                if (m != -INFINITY) l += expf(m - M) * pq[s * (Dv + 2) + Dv + 1];
-            }
+        const float *pq = part + qg * nsplit * stride;
+        float mx = -INFINITY;
+        for (int s = threadIdx.x; s < nsplit; s += kThreads) {
+            const float m = pq[s * stride + Dv];
+            ms[s] = m;
+            ws[s] = pq[s * stride + Dv + 1];  // l_s for now
+            mx = fmaxf(mx, m);
+        }
+        const float M = block_reduce(mx, red, true);
+        float lsum = 0.0f;
+        for (int s = threadIdx.x; s < nsplit; s += kThreads) {
+            const float w = M != -INFINITY && ms[s] != -INFINITY ? expf(ms[s] - M) : 0.0f;
+            lsum += w * ws[s];
+            ws[s] = ms[s] != -INFINITY ? w : 0.0f;
+        }
+        const float l = block_reduce(lsum, red, false);  // its barriers also publish ws
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
         for (long long i = threadIdx.x; i < Dv; i += kThreads) {
             float o = 0.0f;
             if (l > 0.0f) {
-                for (int s = 0; s < nsplit; s++) {
-                    const float m = pq[s * (Dv + 2) + Dv];
-                    if (m != -INFINITY) o += expf(m - M) * pq[s * (Dv + 2) + i];
+                int s = 0;
+                for (; s + kCombineU <= nsplit; s += kCombineU) {
+                    float v[kCombineU];
+#pragma unroll
+                    for (int u = 0; u < kCombineU; u++) v[u] = pq[(s + u) * stride + i];
+#pragma unroll
+                    for (int u = 0; u < kCombineU; u++)
+                        if (ms[s + u] != -INFINITY) o += ws[s + u] * v[u];
                 }
+                for (; s < nsplit; s++)
+                    if (ms[s] != -INFINITY) o += ws[s] * pq[s * stride + i];
                 o /= l;
             }
             *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
         }
+        __syncthreads();  // ms / ws are rewritten by the next query
     }
 }
 
@@ -292,6 +330,10 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         chunk = (chunk + 31) / 32 * 32;
         if (chunk < min_split_rows) chunk = min_split_rows;
         nsplit = (L + chunk - 1) / chunk;
+        if (nsplit > kMaxSplit) {  // the combine kernel's shared arrays (not reached: target <= 3 * SMs)
+            chunk = (L + kMaxSplit - 1) / kMaxSplit;
+            nsplit = (L + chunk - 1) / chunk;
+        }
     }
     if (chunk < 1) chunk = 1;
     split_args A;
