@@ -92,12 +92,17 @@ for line in sys.stdin:
       [ -s "$q" ] || "$QUANTIZE" "$SYNTH_DIR/llama-125m-f16.gguf" "$q" "$ty" 2>/dev/null
       row "$q" cpu 1 "$P64" "$N"
       if [ -n "${LLAMA_BENCH:-}" ]; then
-        # each repack setting on its own: llama-bench's repack 1 can die on a
-        # CPU whose extra buffer kernels fault (2026-12-03: AMX under this VM,
-        # Q4_0) and must not take the repack 0 row with it
+        # each repack setting and test on its own: llama-bench's repack 1 can
+        # die on a CPU whose extra buffer kernels fault (2026-12-03: its AMX
+        # prompt kernels under this VM, Q4_0 and Q8_0 pp64; tg ran) and must
+        # not take the other rows with it
         for rp in 0 1; do
-          "$LLAMA_BENCH" -m "$q" -t 2 -p 64 -n "$N" -r 3 --repack $rp 2>&1 | grep -E "pp64|tg$N|error|failed" |
-            sed "s/^/llama.cpp llama-125m-$ty (repack $rp): /" || echo "llama.cpp llama-125m-$ty (repack $rp): no result (llama-bench failed)"
+          for t in "-p 64 -n 0" "-p 0 -n $N"; do
+            # shellcheck disable=SC2086  # $t is two flags
+            "$LLAMA_BENCH" -m "$q" -t 2 $t -r 3 --repack $rp 2>&1 | grep -E "pp64|tg$N|error|failed" |
+              sed "s/^/llama.cpp llama-125m-$ty (repack $rp): /" ||
+              echo "llama.cpp llama-125m-$ty (repack $rp, $t): no result (llama-bench failed)"
+          done
         done
       fi
     done
