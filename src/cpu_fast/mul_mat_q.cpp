@@ -1,7 +1,7 @@
 // mul_mat_q.cpp - fast mul_mat for quantized weights a {K, M, A2, A3} (Q8_0,
-// Q4_0, Q4_K) and up to 4 tokens of any b (F32/F16/BF16; more tokens take
-// mul_mat.cpp's F32 panels with the weights dequantized per block), as ggml
-// does it on the CPU:
+// Q4_0, Q4_K) and up to 4 tokens of any b (F32/F16/BF16), or any number with
+// the VNNI table (simd.h q_many; otherwise more tokens take mul_mat.cpp's F32
+// panels with the weights dequantized per block), as ggml does it on the CPU:
 //   1. b's rows are quantized to 8 bits per block (simd.h q_quant, in the
 //      vector table's layout, quant_act.h): a small b (decode: up to
 //      k_own_values values) by every thread into its own scratch, so no
@@ -9,7 +9,7 @@
 //      threads, then a barrier;
 //   2. every thread claims blocks of weight rows from the node's counter (a
 //      matrix-vector product is split over weight rows, so decode uses every
-//      thread); each block meets each group of up to 4 tokens in simd.h
+//      thread); each block meets each group of up to 4 tokens in turn in simd.h
 //      q_rows (integer dot products per block; the VNNI table takes 4 weight
 //      rows per pass against the same activation loads).
 // The error against the exact product of the dequantized weights is the

@@ -75,9 +75,9 @@ struct tg_simd {
     // so an output does not depend on the other rows or tokens of its pass.
     void (*q_rows[3])(const void *w, size_t ldw, int64_t R, const void *act, size_t act_stride, int64_t nblocks,
                       float *out, size_t ldo, int C);
-    // q_rows also for more than 4 tokens (groups of 4), where it is faster
-    // than dequantized weights in the F32 panels (mul_mat.cpp)
-    bool q_many[3];
+    // q_rows also for more than 4 tokens (groups of 4): faster than the
+    // dequantized weights in the F32 panels (mul_mat.cpp) with VNNI
+    bool q_many;
 
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],

@@ -649,9 +649,9 @@ const tg_simd k_table = {
     {q_quant<0>, q_quant<1>, q_quant<2>},
     {q_rows<0>, q_rows<1>, q_rows<2>},
 #if defined(TG_SIMD_VNNI)
-    {true, true, false},
+    true,
 #else
-    {false, false, false},
+    false,
 #endif
     dr_token,
     {{attn<float, float>, attn<float, f16_t>, attn<float, bf16_t>},
