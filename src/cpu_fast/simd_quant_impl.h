@@ -276,11 +276,11 @@ void qg_rows(const char *w, size_t ldw, const char *act, size_t as, int64_t nb, 
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
     const __m512i low4 = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8((char)0x80);
-    // software prefetch k_pf_bytes ahead along the R rows taken as one stream, as tile() does
-    const char *pf = w + k_pf_bytes;
-    constexpr int64_t step = (int64_t)R * g::S;
-    for (int64_t gi = 0; gi * g::G < nb; gi++, pf += step) {
-        for (int64_t j = 0; j < step; j += 64) __builtin_prefetch(pf + j, 0, 3);
+    // software prefetch k_pf_bytes ahead along the R rows taken as one
+    // stream, as tile() does, each 64-byte line once
+    const char *pf = w + k_pf_bytes, *pf_to = pf;
+    for (int64_t gi = 0; gi * g::G < nb; gi++) {
+        for (pf_to += (int64_t)R * g::S; pf < pf_to; pf += 64) __builtin_prefetch(pf, 0, 3);
         const int64_t left = nb - gi * g::G;
         const int used = left < g::G ? (int)left * g::BS : g::S;
         const __mmask64 m0 = used >= 64 ? ~0ull : (1ull << used) - 1;
