@@ -329,10 +329,9 @@ void qg_rows(const char *w, size_t ldw, const char *act, size_t as, int64_t nb, 
 // stored in that order (tg_act_q8kv); maddubs pairs, then vpdpwssd by the
 // sub-blocks' 6-bit scales (16-bit words spread by vpermw); the mins against
 // the activations' per-sub-block sums in 128 bits (pmaddwd). Exact in int32.
-template <int C> void q4k_vnni(const char *w, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
-    __m512 acc[C];
-    __m128 macc[C];
-    for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), macc[c] = _mm_setzero_ps();
+// Rows one after the other (row r at w + r * ldw), prefetched as qg_rows does.
+template <int C>
+void q4k_vnni(const char *w, size_t ldw, int64_t R, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     // vpermw indices: words 0..15 take scale A, 16..31 scale B, (A, B) = (0, 2), (1, 3), (4, 6), (5, 7)
     __m512i idx[4];
@@ -340,43 +339,50 @@ template <int C> void q4k_vnni(const char *w, const char *act, size_t as, int64_
         const int a = (v / 2) * 4 + v % 2;
         idx[v] = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)(a + 2)));
     }
-    for (int64_t b = 0; b < nb; b++) {
-        const tg_block_q4_k *blk = (const tg_block_q4_k *)w + b;
-        uint32_t u0, u1, u2, dd;
-        memcpy(&u0, blk->scales, 4);
-        memcpy(&u1, blk->scales + 4, 4);
-        memcpy(&u2, blk->scales + 8, 4);
-        memcpy(&dd, blk, 4);  // d, dmin
-        // the 6-bit scales and mins, a byte each (quant.h tg_get_scale_min_k4, 4 at a time)
-        const uint64_t sc = (uint64_t)(u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
-        const uint64_t mn = (uint64_t)(u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u))
-                                                             << 32;
-        const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
-        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));  // d, dmin, 0, 0
-        __m512i q[4], s16[4];
-        for (int h = 0; h < 2; h++) {
-            const __m512i x = _mm512_loadu_si512((const void *)(blk->qs + 64 * h));
-            q[2 * h] = _mm512_and_si512(x, low4);
-            q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+    const char *pf = w + k_pf_bytes, *pf_to = pf;
+    for (int64_t r = 0; r < R; r++) {
+        __m512 acc[C];
+        __m128 macc[C];
+        for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), macc[c] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            for (pf_to += sizeof(tg_block_q4_k); pf < pf_to; pf += 64) __builtin_prefetch(pf, 0, 3);
+            const tg_block_q4_k *blk = (const tg_block_q4_k *)(w + r * ldw) + b;
+            uint32_t u0, u1, u2, dd;
+            memcpy(&u0, blk->scales, 4);
+            memcpy(&u1, blk->scales + 4, 4);
+            memcpy(&u2, blk->scales + 8, 4);
+            memcpy(&dd, blk, 4);  // d, dmin
+            // the 6-bit scales and mins, a byte each (quant.h tg_get_scale_min_k4, 4 at a time)
+            const uint64_t sc = (uint64_t)(u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
+            const uint64_t mn = (uint64_t)(u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u))
+                                                                 << 32;
+            const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));  // d, dmin, 0, 0
+            __m512i q[4], s16[4];
+            for (int h = 0; h < 2; h++) {
+                const __m512i x = _mm512_loadu_si512((const void *)(blk->qs + 64 * h));
+                q[2 * h] = _mm512_and_si512(x, low4);
+                q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+            }
+            for (int v = 0; v < 4; v++) s16[v] = _mm512_permutexvar_epi16(idx[v], scw);
+            for (int c = 0; c < C; c++) {
+                const tg_act_q8kv *a = (const tg_act_q8kv *)(act + c * as) + b;
+                __m512i s = _mm512_setzero_si512();
+                for (int v = 0; v < 4; v++)
+                    s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512((const void *)(a->qs + 64 * v))),
+                                            s16[v]);
+                const __m128 f = _mm_mul_ps(dm, _mm_set1_ps(a->d));  // d d_a, dmin d_a
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(f), acc[c]);
+                const __m128i ms = _mm_madd_epi16(mw, _mm_loadu_si128((const __m128i *)a->sums));
+                macc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(ms), _mm_shuffle_ps(f, f, 0x55), macc[c]);
+            }
         }
-        for (int v = 0; v < 4; v++) s16[v] = _mm512_permutexvar_epi16(idx[v], scw);
         for (int c = 0; c < C; c++) {
-            const tg_act_q8kv *a = (const tg_act_q8kv *)(act + c * as) + b;
-            __m512i s = _mm512_setzero_si512();
-            for (int v = 0; v < 4; v++)
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512((const void *)(a->qs + 64 * v))),
-                                        s16[v]);
-            const __m128 f = _mm_mul_ps(dm, _mm_set1_ps(a->d));  // d d_a, dmin d_a
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(f), acc[c]);
-            const __m128i ms = _mm_madd_epi16(mw, _mm_loadu_si128((const __m128i *)a->sums));
-            macc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(ms), _mm_shuffle_ps(f, f, 0x55), macc[c]);
+            __m128 m = _mm_add_ps(macc[c], _mm_movehl_ps(macc[c], macc[c]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r + c * ldo] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(m);
         }
-    }
-    for (int c = 0; c < C; c++) {
-        __m128 m = _mm_add_ps(macc[c], _mm_movehl_ps(macc[c], macc[c]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[c * ldo] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(m);
     }
 }
 
@@ -516,7 +522,7 @@ void q_rows(const void *w, size_t ldw, int64_t R, const void *act, size_t as, in
 #define TG_QROWS(c)                                                          \
     case c:                                                                  \
         if (Q == 2) {                                                        \
-            for (int64_t r = 0; r < R; r++) q4k_vnni<c>(wr + r * ldw, a, as, nb, out + r, ldo); \
+            q4k_vnni<c>(wr, ldw, R, a, as, nb, out, ldo);                    \
         } else {                                                             \
             qg_dot<Q == 1, c>(wr, ldw, R, a, as, nb, out, ldo);              \
         }                                                                    \
