@@ -238,17 +238,20 @@ void bench_mul_mat(const char *id, int K, int M, int N, int nw, tg_type wt = TG_
     }
     tg_buffer *b = tg_backend_alloc(g_be, ctx);
     if (!b) OK_OR_DIE(TG_ERR_OOM);
+    std::vector<uint8_t> q;  // quantized: one random matrix, copied into every rotated copy
     for (int i = 0; i < nw; i++) {
         if (!tg_type_is_quantized(wt)) {
             fill(w[i], -1, 1, 7 + i);
             continue;
         }
-        std::mt19937 rng(7 + i);
-        std::uniform_real_distribution<float> d(-1, 1);
-        std::vector<float> v((size_t)K * M);
-        for (auto &e : v) e = d(rng);
-        std::vector<uint8_t> q(tg_nbytes(w[i]));
-        OK_OR_DIE(tg_quantize(wt, v.data(), q.data(), (int64_t)v.size()));
+        if (q.empty()) {
+            std::mt19937 rng(7);
+            std::uniform_real_distribution<float> d(-1, 1);
+            std::vector<float> v((size_t)K * M);
+            for (auto &e : v) e = d(rng);
+            q.resize(tg_nbytes(w[i]));
+            OK_OR_DIE(tg_quantize(wt, v.data(), q.data(), (int64_t)v.size()));
+        }
         OK_OR_DIE(tg_tensor_set(w[i], q.data(), 0, q.size()));
     }
     fill(x, -1, 1, 3);
@@ -396,11 +399,18 @@ int main(int argc, char **argv) {
     bench_mul_mat("mm.f16.n64", 2048, 2048, 64, 1);
     // quantized weights (activations quantized to 8 bits inside the op: the
     // FLOP/s count the weights' multiply-adds as for F16)
+    // (.cold: copies of about 110 MB in turn, so the weights come from memory as in a decode step)
     bench_mul_mat("mm.q8_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q8_0);
+    bench_mul_mat("mm.q8_0.n1.cold", 2048, 2048, 1, 24, TG_TYPE_Q8_0);
+    bench_mul_mat("mm.q8_0.n4", 2048, 2048, 4, 1, TG_TYPE_Q8_0);
     bench_mul_mat("mm.q8_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q8_0);
     bench_mul_mat("mm.q4_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_0);
+    bench_mul_mat("mm.q4_0.n1.cold", 2048, 2048, 1, 48, TG_TYPE_Q4_0);
+    bench_mul_mat("mm.q4_0.n4", 2048, 2048, 4, 1, TG_TYPE_Q4_0);
     bench_mul_mat("mm.q4_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_0);
     bench_mul_mat("mm.q4_k.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_K);
+    bench_mul_mat("mm.q4_k.n1.cold", 2048, 2048, 1, 48, TG_TYPE_Q4_K);
+    bench_mul_mat("mm.q4_k.n4", 2048, 2048, 4, 1, TG_TYPE_Q4_K);
     bench_mul_mat("mm.q4_k.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_K);
     bench_kv("kv.seed", 2, 16, 4, 32, 128, 11.1);
     bench_kv("kv.decode", 64, 1, 32, 128, 4096, 182);

@@ -288,21 +288,30 @@ tg_status cpu_compute(tg_backend *b, const std::vector<tg_tensor *> &nodes) {
         // matrix-vector products of one activation back to back (q, k, v;
         // gate, up) run as one job: one wake-up and one wait instead of one
         // per product, and the threads' row blocks run on from one matrix
-        // into the next
+        // into the next. Views between them (a reshape of q before k's
+        // product) compute nothing and are stepped over.
         size_t j = i + 1;
+        tg_tensor *members[thread_pool::k_group_max] = {nodes[i]};
+        int count = 1;
         double group_work = 0.0;
         if (impl->use_fast && impl->pool.n > 1 && tg_mul_mat_group_ok(t, t)) {
             group_work = node_work(t, op.cpu_fast);
-            while (j < nodes.size() && j - i < thread_pool::k_group_max && tg_mul_mat_group_ok(t, nodes[j]))
-                group_work += node_work(nodes[j++], op.cpu_fast);
+            for (size_t k = j; k < nodes.size() && count < (int)thread_pool::k_group_max; k++) {
+                if (nodes[k]->op == TG_OP_VIEW) continue;
+                if (!tg_mul_mat_group_ok(t, nodes[k])) break;
+                group_work += node_work(nodes[k], op.cpu_fast);
+                members[count++] = nodes[k];
+                j = k + 1;
+            }
         }
-        if (j - i >= 2 && group_work >= k_small_work) {  // small products stay on one thread each, as alone
-            for (size_t g = i; g < j; g++)
-                if (!nodes[g]->precheck) {
-                    tg_status s = tg_cpu_run_check(nodes[g]);
+        if (count >= 2 && group_work >= k_small_work &&  // small products stay on one thread each, as alone
+            impl->pool.reserve(tg_mul_mat_group_work(members[0], impl->pool.n))) {
+            for (int g = 0; g < count; g++)
+                if (!members[g]->precheck) {
+                    tg_status s = tg_cpu_run_check(members[g]);
                     if (s != TG_OK) return s;
                 }
-            impl->pool.run_group(&nodes[i], (int)(j - i));
+            impl->pool.run_group(members, count);
             i = j - 1;
             continue;
         }

@@ -134,11 +134,9 @@ const tg_type k_types[] = {TG_TYPE_F32, TG_TYPE_F16, TG_TYPE_BF16};
 
 // The vector tables this CPU can run, each forced in turn.
 std::vector<const tg_simd *> tables() {
-    std::vector<const tg_simd *> v = {tg_simd_generic()};
-    const char *best = tg_simd_get().name;  // avx512 implies avx2 on every CPU that has it
-    if (tg_simd_avx2() && (!strcmp(best, "avx2") || !strcmp(best, "avx512"))) v.push_back(tg_simd_avx2());
-    if (tg_simd_avx512() && !strcmp(best, "avx512")) v.push_back(tg_simd_avx512());
-    return v;
+    const tg_simd *t[4];
+    const int n = tg_simd_runnable(t, nullptr);
+    return std::vector<const tg_simd *>(t, t + n);
 }
 struct forced {
     explicit forced(const tg_simd *t) { tg_simd_force(t); }

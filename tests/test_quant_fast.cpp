@@ -1,7 +1,12 @@
 // test_quant_fast.cpp - the CPU fast paths for quantized weights
-// (src/cpu_fast/mul_mat_q.cpp, the q_dot kernels of simd_impl.h, get_rows):
-//  - mul_mat with Q8_0/Q4_0/Q4_K weights (N <= 4: the integer path of
-//    mul_mat_q.cpp; N > 4: the F32 panels with dequantized weight blocks), on
+// (src/cpu_fast/mul_mat_q.cpp, the q_quant / q_rows kernels of
+// simd_quant_impl.h, get_rows):
+//  - q_rows alone on every table: unit scales and integer activations, so
+//    every output is an exact integer (the integer sums are exact), for 1..9
+//    rows, 1..4 tokens, 1..9 blocks, with sentinels around the outputs;
+//  - mul_mat with Q8_0/Q4_0/Q4_K weights (N <= 4, and any N with the VNNI
+//    table: the integer path of mul_mat_q.cpp; N > 4 otherwise: the F32
+//    panels with dequantized weight blocks), on
 //    every vector table this CPU runs, at odd sizes (K a multiple of the block but not of the vector
 //    width, M odd, N 1..17), b contiguous, strided, transposed, F16, broadcast
 //    over dims 2/3, a as a whole-row view; 1 to 4 threads;
@@ -11,9 +16,11 @@
 //    the block (docs/ops.md), plus F32 slack; the relative error must also be
 //    small (the bound is not vacuous) and the fast path must be taken;
 //  - outputs poisoned with NaN before each run; NaN in b reaches its column only;
-//  - fast results bit-identical for 1..4 threads; get_rows bit-identical to
-//    the reference.
+//  - fast results bit-identical for 1..4 threads, and products of one b
+//    run as one job (2+ threads) bit-identical to each alone; get_rows
+//    bit-identical to the reference.
 #include "cpu_fast/cpu_fast.h"
+#include "cpu_fast/quant_act.h"
 #include "internal.h"
 #include "quant_util.h"
 #include "test_util.h"
@@ -23,11 +30,9 @@ using namespace qtu;
 namespace {
 
 std::vector<const tg_simd *> tables() {
-    std::vector<const tg_simd *> v = {tg_simd_generic()};
-    const char *best = tg_simd_get().name;
-    if (tg_simd_avx2() && (!strcmp(best, "avx2") || !strcmp(best, "avx512"))) v.push_back(tg_simd_avx2());
-    if (tg_simd_avx512() && !strcmp(best, "avx512")) v.push_back(tg_simd_avx512());
-    return v;
+    const tg_simd *t[4];
+    const int n = tg_simd_runnable(t, nullptr);
+    return std::vector<const tg_simd *>(t, t + n);
 }
 struct forced {
     explicit forced(const tg_simd *t) { tg_simd_force(t); }
@@ -153,6 +158,10 @@ std::vector<mm_case> cases() {
                 v.push_back({t, K, i % 3 == 0 ? 1 : i % 3 == 1 ? 7 : 67, N, i % 5 == 4 ? 2 : 1, bl, i % 6 == 5});
                 i++;
             }
+        // a b of more than 16384 values: quantized split over the threads (a
+        // smaller one by every thread for itself)
+        v.push_back({t, 4096, 13, 4, 2, blay::f16, false});
+        v.push_back({t, 4096, 6, 3, 2, blay::strided, true});
     }
     return v;
 }
@@ -234,6 +243,123 @@ TEST_P(QuantFast, NaNInBReachesItsColumnOnly) {
         tg_buffer_free(buf);
         tg_backend_free(be);
         tg_free(ctx);
+    }
+}
+
+// The q_rows kernels alone. Weights: random quants with unit scales (F16
+// 1.0; Q4_K d = dmin = 1, random 6-bit sub-block scales and mins);
+// activations: integers in [-127, 127] with a 127 in every block, so d_a = 1
+// and q_a = x. Every product and partial sum is then an integer far below
+// 2^24, exact in F32 too: each output must equal the exact dot product of
+// the decoded weights. R 1..9 (passes of 4 rows and single rows), C 1..4,
+// whole and partial groups of blocks; the weights sit in a buffer of exactly
+// R rows (a read past it is an ASan report), outputs at a stride of R + 3
+// with sentinels in the gaps and after the last.
+TEST_P(QuantFast, RowsKernelExactOnIntegers) {
+    const tg_simd *t = table();
+    std::mt19937 rng(11);
+    const float sentinel = 1234.5f;
+    for (tg_type qt : k_qtypes) {
+        SCOPED_TRACE(tg_type_name(qt));
+        const int qi = tg_simd_qindex(qt);
+        const int64_t bs = tg_type_block_size(qt), bb = (int64_t)tg_type_size(qt);
+        const std::vector<int64_t> nbs = qt == TG_TYPE_Q4_K ? std::vector<int64_t>{1, 2, 3}
+                                                            : std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9};
+        for (int64_t nb : nbs)
+            for (int64_t R = 1; R <= 9; R++)
+                for (int C = 1; C <= 4; C++) {
+                    SCOPED_TRACE("blocks " + std::to_string(nb) + " rows " + std::to_string(R) + " tokens " +
+                                 std::to_string(C));
+                    const int64_t K = nb * bs;
+                    const size_t row = tg_row_size(qt, K);
+                    std::vector<uint8_t> w(row * (size_t)R);
+                    for (auto &x : w) x = (uint8_t)rng();
+                    for (int64_t r = 0; r < R; r++)
+                        for (int64_t b = 0; b < nb; b++) {
+                            uint8_t *blk = &w[(size_t)r * row + (size_t)(b * bb)];
+                            blk[0] = 0x00, blk[1] = 0x3c;  // 1.0
+                            if (qt == TG_TYPE_Q4_K) blk[2] = 0x00, blk[3] = 0x3c;
+                        }
+                    std::vector<float> x((size_t)(C * K));
+                    for (auto &v : x) v = (float)((int)(rng() % 255) - 127);
+                    for (int64_t b = 0; b < (int64_t)x.size() / bs; b++)
+                        x[(size_t)(b * bs + (int64_t)(rng() % (uint32_t)bs))] = rng() % 2 ? 127.0f : -127.0f;
+                    const size_t arb = t->q_act_bytes(qi, K), as = arb + 64;
+                    std::vector<uint8_t> act(as * (size_t)C, 0xee);
+                    for (int c = 0; c < C; c++) t->q_quant[qi](&x[(size_t)(c * K)], K, &act[(size_t)c * as]);
+                    const size_t ldo = (size_t)R + 3;
+                    std::vector<float> out(ldo * (size_t)C + 5, sentinel);
+                    t->q_rows[qi](w.data(), row, R, act.data(), as, nb, out.data(), ldo, C);
+                    for (int c = 0; c < C; c++)
+                        for (size_t r = 0; r < ldo; r++) {
+                            const float got = out[r + (size_t)c * ldo];
+                            if (r >= (size_t)R) {
+                                ASSERT_EQ(sentinel, got) << "wrote past row " << R << " at " << r << ", token " << c;
+                                continue;
+                            }
+                            const std::vector<double> wr = decode(qt, &w[r * row], K);
+                            double want = 0;
+                            for (int64_t k = 0; k < K; k++) want += wr[(size_t)k] * x[(size_t)(c * K + k)];
+                            ASSERT_EQ(want, (double)got) << "row " << r << " token " << c;
+                        }
+                    for (size_t i = ldo * (size_t)C; i < out.size(); i++) ASSERT_EQ(sentinel, out[i]) << "past the end";
+                }
+    }
+}
+
+// Quantized products of one F32 b back to back (views between them) run as
+// one job with 2+ threads (b quantized once per thread; backend_cpu.cpp):
+// bit-identical to 1 thread, where each runs alone; a member of another type
+// ends the group.
+TEST_P(QuantFast, GroupedProductsEqualAlone) {
+    forced use(table());
+    const int64_t K = 768;  // whole Q4_K blocks
+    for (int64_t N : {1, 3, 4}) {
+        SCOPED_TRACE("tokens " + std::to_string(N));
+        std::vector<std::vector<float>> first;
+        for (int nth = 1; nth <= 4; nth++) {
+            std::mt19937 rng(21);
+            tg_init_params ip = {1 << 20, nullptr, true};
+            tg_context *ctx = tg_init(ip);
+            tg_backend *be = tg_backend_cpu(nth);
+            tg_tensor *x = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N);
+            tg_tensor *b = tg_scale(ctx, x, 0.5f);
+            const tg_type types[] = {TG_TYPE_Q4_0, TG_TYPE_Q4_0, TG_TYPE_Q4_0, TG_TYPE_Q8_0, TG_TYPE_Q8_0, TG_TYPE_Q4_K};
+            const int64_t rows[] = {70, 33, 129, 40, 21, 50};
+            std::vector<tg_tensor *> w, y;
+            tg_graph *g = tg_graph_new(ctx);
+            for (int i = 0; i < 6; i++) {
+                w.push_back(tg_new_tensor_2d(ctx, types[i], K, rows[i]));
+                y.push_back(tg_mul_mat(ctx, w.back(), b));
+                // a view node between the products, as the models' reshapes of q and k
+                tg_tensor *view = tg_reshape_2d(ctx, y.back(), N, rows[i]);
+                ASSERT_TRUE(view) << tg_last_error();
+                ASSERT_EQ(TG_OK, tg_graph_expand(g, view)) << tg_last_error();
+            }
+            tg_buffer *buf = tg_backend_alloc(be, ctx);
+            ASSERT_TRUE(buf) << tg_last_error();
+            for (int i = 0; i < 6; i++) {
+                const std::vector<uint8_t> q = quantized(types[i], weights(rng, K, rows[i]));
+                tg_tensor_set(w[(size_t)i], q.data(), 0, q.size());
+            }
+            const std::vector<float> xv = tgt::random_floats(rng, (size_t)(K * N));
+            tg_tensor_set(x, xv.data(), 0, xv.size() * 4);
+            ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+            if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);
+            ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+            for (int i = 0; i < 6; i++) {
+                std::vector<float> out((size_t)(rows[i] * N));
+                tg_tensor_get(y[(size_t)i], out.data(), 0, out.size() * 4);
+                for (float v : out) ASSERT_FALSE(std::isnan(v)) << "product " << i << ", " << nth << " threads";
+                if (nth == 1)
+                    first.push_back(out);
+                else
+                    EXPECT_TRUE(first[(size_t)i] == out) << "product " << i << " differs with " << nth << " threads";
+            }
+            tg_buffer_free(buf);
+            tg_backend_free(be);
+            tg_free(ctx);
+        }
     }
 }
 

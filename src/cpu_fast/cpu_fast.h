@@ -13,16 +13,40 @@ extern const tg_cpu_fast tg_fast_rms_norm, tg_fast_l2_norm, tg_fast_softmax;
 extern const tg_cpu_fast tg_fast_mul_mat, tg_fast_attention;
 extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rule;
 
-// mul_mat with quantized weights (mul_mat_q.cpp), reached through tg_fast_mul_mat.
+// mul_mat with quantized weights (mul_mat_q.cpp), reached through tg_fast_mul_mat
+// (and a group of them through tg_mul_mat_group_run).
 int64_t tg_mul_mat_q_plan(const tg_tensor *dst, int nth);
 void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c);
+size_t tg_mul_mat_q_group_work(const tg_tensor *first, int nth);
+void tg_mul_mat_q_group_run(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c);
 
 // Matrix-vector products run as one job (backend_cpu.cpp): t can join a group
 // led by first (same F32 activation b read in place, 1 to 4 tokens, 2-D,
-// 16-bit or F32 weights with contiguous rows); tg_mul_mat_group_ok(t, t)
-// says whether t can lead one. The group's outputs equal each node's alone.
+// 16-bit or F32 weights with contiguous rows, or weights of first's quantized
+// type); tg_mul_mat_group_ok(t, t) says whether t can lead one. The group's
+// outputs equal each node's alone. tg_mul_mat_group_work: the scratch bytes
+// a group led by first needs (quantized: b's 8-bit rows, one copy per thread).
 bool tg_mul_mat_group_ok(const tg_tensor *first, const tg_tensor *t);
+size_t tg_mul_mat_group_work(const tg_tensor *first, int nth);
 void tg_mul_mat_group_run(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c);
+
+// A group's row blocks (mbs_of(M, nth) rows each, member after member) in
+// one claimed sequence: fn(d, m0, m1) for each block of member d this thread
+// claims. At most 8 members.
+template <typename Rows, typename Fn>
+void tg_group_blocks(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c, Rows mbs_of, Fn fn) {
+    int64_t first[9] = {0};
+    for (int d = 0; d < n && d < 8; d++) {
+        const int64_t M = dsts[d]->src[0]->ne[1], mbs = mbs_of(M, c.nth);
+        first[d + 1] = first[d] + (M + mbs - 1) / mbs;
+    }
+    int d = 0;
+    for (int64_t item = c.claim(); item < first[n]; item = c.claim()) {
+        while (item >= first[d + 1]) d++;
+        const int64_t M = dsts[d]->src[0]->ne[1], mbs = mbs_of(M, c.nth), m0 = (item - first[d]) * mbs;
+        fn(d, m0, m0 + mbs < M ? m0 + mbs : M);
+    }
+}
 
 // Layout helpers
 inline bool tg_fast_type(tg_type t) { return t == TG_TYPE_F32 || t == TG_TYPE_F16 || t == TG_TYPE_BF16; }

@@ -13,20 +13,41 @@
 #define TG_CPU_F16C() __builtin_cpu_supports("f16c")
 #endif
 
-static const tg_simd *pick() {
-    const char *want = std::getenv("TG_CPU_SIMD");  // generic | avx2 | avx512: at most this level
-    const int cap = !want ? 2 : !strcmp(want, "generic") ? 0 : !strcmp(want, "avx2") ? 1 : 2;
+int tg_simd_runnable(const tg_simd **tables, int *levels) {
+    int n = 0;
+    auto add = [&](const tg_simd *t, int level) {
+        if (!t) return;
+        tables[n] = t;
+        if (levels) levels[n] = level;
+        n++;
+    };
+    add(tg_simd_generic(), 0);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    if (cap >= 2 && tg_simd_avx512() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("fma") && TG_CPU_F16C())
-        return tg_simd_avx512();
-    if (cap >= 1 && tg_simd_avx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        TG_CPU_F16C())
-        return tg_simd_avx2();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && TG_CPU_F16C();
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+    if (avx2) add(tg_simd_avx2(), 1);
+    if (avx512) add(tg_simd_avx512(), 2);
+    if (vnni) add(tg_simd_avx512vnni(), 3);
 #endif
-    (void)cap;
-    return tg_simd_generic();
+    return n;
+}
+
+static const tg_simd *pick() {
+    const char *want = std::getenv("TG_CPU_SIMD");  // generic | avx2 | avx512 | avx512vnni: at most this level
+    const int cap = !want                        ? 3
+                    : !strcmp(want, "generic")   ? 0
+                    : !strcmp(want, "avx2")      ? 1
+                    : !strcmp(want, "avx512")    ? 2
+                                                 : 3;
+    const tg_simd *t[4];
+    int level[4];
+    const int n = tg_simd_runnable(t, level);
+    const tg_simd *best = t[0];
+    for (int i = 1; i < n; i++)
+        if (level[i] <= cap) best = t[i];
+    return best;
 }
 
 static std::atomic<const tg_simd *> g_forced{nullptr};

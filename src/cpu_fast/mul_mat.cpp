@@ -1,6 +1,7 @@
 // mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
-// BF16, rows contiguous; quantized weights: mul_mat_q.cpp up to 4 tokens, the
-// panels below, dequantized per block, above) and any b: b is converted to F32 once per mul_mat
+// BF16, rows contiguous; quantized weights: mul_mat_q.cpp up to 4 tokens, or
+// any number with the VNNI table, else the panels below, dequantized per
+// block) and any b: b is converted to F32 once per mul_mat
 // (unless it already is F32 with contiguous rows).
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
@@ -40,10 +41,13 @@ size_t panels_bytes(const tg_tensor *b, int w) {
 
 bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_contig(b) && b->nb[1] % 4 == 0; }
 
-// Quantized weights: up to 4 tokens take the integer path (mul_mat_q.cpp);
-// more tokens the panels below, each claimed weight block dequantized to F32
-// once (as 16-bit weights are converted), which is faster here and exact.
-bool quant_panels(const tg_tensor *dst) { return tg_type_is_quantized(dst->src[0]->type) && dst->src[1]->ne[1] > 4; }
+// Quantized weights: up to 4 tokens take the integer path (mul_mat_q.cpp),
+// and so do more with the VNNI table (simd.h q_many); otherwise more tokens
+// take the panels below, each claimed weight block dequantized to F32 once
+// (as 16-bit weights are converted), faster there than maddubs and exact.
+bool quant_panels(const tg_tensor *dst) {
+    return tg_type_is_quantized(dst->src[0]->type) && dst->src[1]->ne[1] > 4 && !tg_simd_get().q_many;
+}
 
 int64_t plan(const tg_tensor *dst, int nth) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
@@ -173,28 +177,29 @@ bool tg_mul_mat_group_ok(const tg_tensor *first, const tg_tensor *t) {
     // weights that no node computes: an intermediate a could share memory
     // with another member's result (the planner frees it after its last use)
     if (tg_view_root(const_cast<tg_tensor *>(a))->op != TG_OP_NONE) return false;
-    if (!tg_fast_type(a->type) || !tg_rows_contig(a) || a->nb[1] % tg_type_size(a->type) != 0) return false;
+    if (tg_type_is_quantized(a->type) || tg_type_is_quantized(first->src[0]->type)) {
+        // one quantized type (b is quantized once for the group), rows of whole blocks
+        if (a->type != first->src[0]->type || tg_mul_mat_q_plan(t, 1) < 0) return false;
+    } else if (!tg_fast_type(a->type) || !tg_rows_contig(a) || a->nb[1] % tg_type_size(a->type) != 0) {
+        return false;
+    }
     if (!b_in_place(b) || b->ne[1] > 4 || b->ne[2] != 1 || b->ne[3] != 1 || a->ne[2] != 1 || a->ne[3] != 1) return false;
     return t->type == TG_TYPE_F32 && tg_rows_contig(t) && t->nb[1] % 4 == 0;
+}
+
+size_t tg_mul_mat_group_work(const tg_tensor *first, int nth) {
+    return tg_type_is_quantized(first->src[0]->type) ? tg_mul_mat_q_group_work(first, nth) : 0;
 }
 
 // The decode row blocks every node would have alone (decode_rows), in one
 // claimed sequence: the same row sums, so the same outputs.
 void tg_mul_mat_group_run(tg_tensor *const *dsts, int n, const tg_cpu_ctx &c) {
+    if (tg_type_is_quantized(dsts[0]->src[0]->type)) return tg_mul_mat_q_group_run(dsts, n, c);
     const tg_simd &simd = tg_simd_get();
-    int64_t first[9] = {0};
-    for (int d = 0; d < n && d < 8; d++) {
-        const int64_t M = dsts[d]->src[0]->ne[1], mbs = decode_rows(M, c.nth);
-        first[d + 1] = first[d] + (M + mbs - 1) / mbs;
-    }
-    int d = 0;
-    for (int64_t item = c.claim(); item < first[n]; item = c.claim()) {
-        while (item >= first[d + 1]) d++;
+    tg_group_blocks(dsts, n, c, decode_rows, [&](int d, int64_t m0, int64_t m1) {
         const tg_tensor *dst = dsts[d], *a = dst->src[0], *b = dst->src[1];
-        const int64_t K = a->ne[0], M = a->ne[1], mbs = decode_rows(M, c.nth);
         const size_t ts = tg_type_size(a->type), lda = a->nb[1] / ts, ldb = b->nb[1] / 4, ldo = dst->nb[1] / 4;
-        const int64_t m0 = (item - first[d]) * mbs, m1 = m0 + mbs < M ? m0 + mbs : M;
-        simd.mv[tg_simd_type_index(a->type)]((const char *)a->data + m0 * lda * ts, lda, (const float *)b->data, ldb, K,
-                                             (float *)dst->data + m0, ldo, m1 - m0, (int)b->ne[1]);
-    }
+        simd.mv[tg_simd_type_index(a->type)]((const char *)a->data + m0 * lda * ts, lda, (const float *)b->data, ldb,
+                                             a->ne[0], (float *)dst->data + m0, ldo, m1 - m0, (int)b->ne[1]);
+    });
 }

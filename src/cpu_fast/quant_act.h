@@ -2,7 +2,8 @@
 // (mul_mat_q.cpp) quantizes its activations (b) into, once per mul_mat, so
 // that each weight block meets them in an integer dot product (as ggml's
 // q8_0 / q8_K). Never stored in files. Scales are F32 (ggml keeps q8_0's in
-// F16): the only rounding is q = round(x / d), |x - d q| <= d / 2.
+// F16): the only rounding is q = round(x / d), |x - d q| <= d / 2. Which
+// layout a row takes is the vector table's choice (simd.h q_quant).
 #pragma once
 #include <cstdint>
 
@@ -22,7 +23,38 @@ struct tg_act_q8k {
 };
 static_assert(sizeof(tg_act_q8) == 36 && sizeof(tg_act_q8k) == 292, "activation block sizes");
 
-// Index of a quantized type in tg_simd::q_dot: Q8_0 0, Q4_0 1, Q4_K 2 (-1: not quantized).
+// The VNNI table's layouts (simd_quant_impl.h). Q4_0 and Q8_0: the same
+// 32-value blocks (d_j, q_j), grouped so that one 512-bit vector of weight
+// bytes meets one vector of activation bytes, 32-bit lane for lane. The
+// weights enter vpdpbusd as unsigned bytes (Q4_0: the nibble 0..15; Q8_0:
+// q + 128), so each block's lanes start from the correction corr = -(offset
+// * sum_i q_j[i]) (-8 or -128 times the block sum) in its first lane. Blocks
+// past the row's end are zero (q, corr and d).
+// Q4_0: 4 blocks per group (128 values), split as the nibbles are
+struct tg_act_q4g {
+    int8_t lo[64];     // lo[16 j + i] = q_j[i]        i < 16
+    int8_t hi[64];     // hi[16 j + i] = q_j[16 + i]
+    int32_t corr[16];  // corr[4 j] = -8 sum_i q_j[i], other lanes 0
+    float d[16];       // d[4 j + l] = d_j
+};
+// Q8_0: 2 blocks per group (64 values)
+struct tg_act_q8g {
+    int8_t qs[64];     // qs[32 j + i] = q_j[i]
+    int32_t corr[16];  // corr[8 j] = -128 sum_i q_j[i], other lanes 0
+    float d[16];       // d[8 j + l] = d_j
+};
+// Q4_K: 256 values, the sub-blocks j of 32 in the order the nibbles of 64
+// weight bytes come (low nibbles: sub-blocks 0, 2; high: 1, 3; then 4, 6; 5, 7)
+struct tg_act_q8kv {
+    int8_t qs[TG_QK_K];  // qs[32 p + i] = q[32 j + i], j = {0, 2, 1, 3, 4, 6, 5, 7}[p]
+    int16_t sums[8];     // sums[j] = sum_i q[32 j + i]
+    float d;
+    int32_t pad[3];
+};
+static_assert(sizeof(tg_act_q4g) == 256 && sizeof(tg_act_q8g) == 192 && sizeof(tg_act_q8kv) == 288,
+              "grouped activation sizes");
+
+// Index of a quantized type in tg_simd's q_* entries: Q8_0 0, Q4_0 1, Q4_K 2 (-1: not quantized).
 inline int tg_simd_qindex(tg_type t) {
     return t == TG_TYPE_Q8_0 ? 0 : t == TG_TYPE_Q4_0 ? 1 : t == TG_TYPE_Q4_K ? 2 : -1;
 }

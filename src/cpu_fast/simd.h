@@ -1,5 +1,7 @@
 // simd.h - the vector kernels the CPU fast paths are built from, one table per
 // instruction set, picked once at run time (dispatch.cpp):
+//   avx512vnni  the avx512 table with AVX512-VNNI and -VBMI quantized kernels
+//           (simd_avx512vnni.cpp)
 //   avx512  AVX-512F/BW + F16C + FMA   (simd_avx512.cpp, built with those flags)
 //   avx2    AVX2 + FMA + F16C          (simd_avx2.cpp)
 //   generic GCC/Clang vector extensions, any target (simd_generic.cpp)
@@ -52,16 +54,30 @@ struct tg_simd {
     float (*sumsq)(const float *x, int64_t n);
     float (*dot)(const float *a, const float *b, int64_t n);
 
-    // One weight row of a quantized type (index tg_simd_qindex: Q8_0, Q4_0,
-    // Q4_K; nblocks blocks of src/quant.h) against C in 1..4 activation rows
-    // quantized to 8 bits (quant_act.h: tg_act_q8 for Q8_0/Q4_0, tg_act_q8k for
-    // Q4_K), row c at act + c*act_stride bytes:
-    //   out[c] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]   (Q4_K: per sub-block
-    //            scale, minus dmin m_j d_a sum of the sub-block's q_a)
-    // Integer sums per block are exact (AVX2: maddubs of |w| and sign(a, w));
-    // each block's product is scaled and added in F32 (the same order for
-    // any C, so results do not depend on how tokens are grouped).
-    void (*q_dot[3])(const void *w, const void *act, size_t act_stride, int64_t nblocks, float *out, int C);
+    // Quantized weights (index tg_simd_qindex: Q8_0, Q4_0, Q4_K; rows of
+    // nblocks blocks of src/quant.h) against activations quantized to 8 bits
+    // in this table's layout (quant_act.h: tg_act_q8 rows, or the grouped
+    // tg_act_q4g / tg_act_q8g of the VNNI table, for Q8_0/Q4_0; tg_act_q8k
+    // for Q4_K). q_act_bytes(qi, K): bytes of one activation row of K values.
+    // q_quant[qi](x, K, dst) quantizes K floats into one: per block of 32
+    // (Q4_K: 256) d = absmax / 127, q = round(x / d) to nearest even; a block
+    // holding NaN or inf gets d = NaN (so its products are NaN).
+    size_t (*q_act_bytes)(int qi, int64_t K);
+    void (*q_quant[3])(const float *x, int64_t K, void *dst);
+    // R weight rows (row r at w + r*ldw bytes) against C in 1..4 activation
+    // rows (row c at act + c*act_stride bytes):
+    //   out[r + c*ldo] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]   (Q4_K: per
+    //                    sub-block scale, minus dmin m_j d_a sum of its q_a)
+    // Integer sums are exact (AVX2: maddubs of |w| and sign(a, w); VNNI:
+    // vpdpbusd of unsigned weights, corrected by the activation block sums);
+    // they are scaled and added in F32 per vector lane over the blocks in
+    // order, lanes added in a fixed tree at the end: the same for any R and C,
+    // so an output does not depend on the other rows or tokens of its pass.
+    void (*q_rows[3])(const void *w, size_t ldw, int64_t R, const void *act, size_t act_stride, int64_t nblocks,
+                      float *out, size_t ldo, int C);
+    // q_rows also for more than 4 tokens (groups of 4): faster than the
+    // dequantized weights in the F32 panels (mul_mat.cpp) with VNNI
+    bool q_many;
 
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],
@@ -85,12 +101,16 @@ struct tg_simd {
                        int64_t D, int64_t Dv, int64_t n, float scale, float *s, float *out, size_t ldo);
 };
 
+const tg_simd *tg_simd_avx512vnni();  // NULL when not built for x86-64
 const tg_simd *tg_simd_avx512();   // NULL when not built for x86-64
 const tg_simd *tg_simd_avx2();     // NULL when not built for x86-64
 const tg_simd *tg_simd_generic();  // always there
 
-// The table for this CPU (TG_CPU_SIMD=generic|avx2|avx512 picks a lower one).
+// The table for this CPU (TG_CPU_SIMD=generic|avx2|avx512|avx512vnni picks a lower one).
 const tg_simd &tg_simd_get();
+// The tables this CPU runs, lowest first (at most 4; levels: 0 generic,
+// 1 avx2, 2 avx512, 3 avx512vnni, may be NULL); returns how many.
+int tg_simd_runnable(const tg_simd **tables, int *levels);
 // Tests: use table t from now on (NULL: back to this CPU's).
 void tg_simd_force(const tg_simd *t);
 

@@ -1,7 +1,9 @@
 // simd_impl.h - the body of one tg_simd table, included once by each ISA file
-// with one of TG_SIMD_AVX512, TG_SIMD_AVX2 or TG_SIMD_GENERIC defined and
+// with one of TG_SIMD_AVX512 (and TG_SIMD_VNNI for the AVX512-VNNI/VBMI
+// table), TG_SIMD_AVX2 or TG_SIMD_GENERIC defined and
 // TG_SIMD_FN naming the exported getter. Everything here is in an anonymous
 // namespace and calls no inline function of other headers (see simd.h).
+#include <cmath>
 #include <cstring>
 
 #include "quant_act.h"
@@ -359,7 +361,7 @@ float dot(const float *a, const float *b, int64_t n) {
 }
 float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
 
-#include "simd_quant_impl.h"  // q_dot: quantized rows against 8-bit activations
+#include "simd_quant_impl.h"  // q_quant, q_rows: quantized rows against 8-bit activations
 
 // ---------------------------------------------------------------------------
 // Delta rule token
@@ -652,7 +654,14 @@ const tg_simd k_table = {
     mul1,
     sumsq,
     dot,
-    {q_dot<0>, q_dot<1>, q_dot<2>},
+    q_act_bytes,
+    {q_quant<0>, q_quant<1>, q_quant<2>},
+    {q_rows<0>, q_rows<1>, q_rows<2>},
+#if defined(TG_SIMD_VNNI)
+    true,
+#else
+    false,
+#endif
     dr_token,
     {{attn<float, float>, attn<float, f16_t>, attn<float, bf16_t>},
      {attn<f16_t, float>, attn<f16_t, f16_t>, attn<f16_t, bf16_t>},

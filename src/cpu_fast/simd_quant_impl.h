@@ -1,11 +1,12 @@
 // simd_quant_impl.h - part of simd_impl.h (included by it, inside its
 // anonymous namespace, after the float kernels it uses: hsum256, the vf
-// helpers): the quantized weight rows against 8-bit activations of simd.h's
-// q_dot (Q8_0, Q4_0, Q4_K), for each ISA the including file selects.
+// helpers): the activations' 8-bit quantization and the quantized weight
+// rows against them of simd.h's q_quant / q_rows (Q8_0, Q4_0, Q4_K), for
+// each ISA the including file selects.
 // Not a header of its own: no include guard, nothing to include first.
 
 // ---------------------------------------------------------------------------
-// Quantized weight rows against 8-bit activations (simd.h q_dot)
+// Quantized weight rows against 8-bit activations (simd.h q_rows)
 
 // Q4_K sub-block j's 6-bit scale and min (a copy of quant.h's
 // tg_get_scale_min_k4: this namespace calls no inline function of other headers)
@@ -64,7 +65,7 @@ inline __m512i dot_s8_x2(__m512i x, __m512i y) {
 }
 // Q8_0 and Q4_0: block pairs in 512 bits, an odd last block in 256
 template <bool Q4, int C>
-void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m512 acc[C];
     __m256 tail[C];
     for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), tail[c] = _mm256_setzero_ps();
@@ -88,12 +89,12 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out)
             tail[c] = _mm256_mul_ps(_mm256_set1_ps(dw * a->d), _mm256_cvtepi32_ps(dot_s8(wq, load32(a->qs))));
         }
     }
-    for (int c = 0; c < C; c++) out[c] = _mm512_reduce_add_ps(acc[c]) + hsum256(tail[c]);
+    for (int c = 0; c < C; c++) out[c * ldo] = _mm512_reduce_add_ps(acc[c]) + hsum256(tail[c]);
 }
 #else
 // Q8_0 and Q4_0 (the nibbles minus 8): signed weight bytes per block
 template <bool Q4, int C>
-void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -105,14 +106,14 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out)
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a->d), s, acc[c]);
         }
     }
-    for (int c = 0; c < C; c++) out[c] = hsum256(acc[c]);
+    for (int c = 0; c < C; c++) out[c * ldo] = hsum256(acc[c]);
 }
 #endif
 
 #if defined(TG_SIMD_AVX512)
 // Q4_K: sub-blocks 2g and 2g+1 in one 512-bit register, against the 64
 // contiguous activation bytes of the pair
-template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m512 acc[C];
     float mins[C];
     for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), mins[c] = 0.0f;
@@ -142,10 +143,10 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             mins[c] += dmin * a->d * (float)summ;
         }
     }
-    for (int c = 0; c < C; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - mins[c];
+    for (int c = 0; c < C; c++) out[c * ldo] = _mm512_reduce_add_ps(acc[c]) - mins[c];
 }
 #else
-template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m256 acc[C];
     float mins[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps(), mins[c] = 0.0f;
@@ -176,7 +177,7 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             mins[c] += dmin * a->d * (float)summ;
         }
     }
-    for (int c = 0; c < C; c++) out[c] = hsum256(acc[c]) - mins[c];
+    for (int c = 0; c < C; c++) out[c * ldo] = hsum256(acc[c]) - mins[c];
 }
 #endif
 #else
@@ -184,7 +185,7 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
 inline float half_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
 
 template <bool Q4, int C>
-void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     float acc[C] = {};
     for (int64_t b = 0; b < nb; b++) {
         int8_t wq[32];
@@ -205,10 +206,10 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out)
             acc[c] += dw * a->d * (float)s;
         }
     }
-    for (int c = 0; c < C; c++) out[c] = acc[c];
+    for (int c = 0; c < C; c++) out[c * ldo] = acc[c];
 }
 
-template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out) {
+template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     float acc[C] = {}, mins[C] = {};
     for (int64_t b = 0; b < nb; b++) {
         const tg_block_q4_k *w = (const tg_block_q4_k *)wv + b;
@@ -231,22 +232,316 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             mins[c] += dmin * a->d * (float)summ;
         }
     }
-    for (int c = 0; c < C; c++) out[c] = acc[c] - mins[c];
+    for (int c = 0; c < C; c++) out[c * ldo] = acc[c] - mins[c];
 }
 #endif
 
-template <int Q> void q_dot(const void *w, const void *act, size_t as, int64_t nb, float *out, int C) {
-    const char *a = (const char *)act;
-#define TG_QDOT(c)                                      \
-    case c:                                             \
-        if (Q == 2)                                     \
-            q4k_dot<c>(w, a, as, nb, out);              \
-        else                                            \
-            q32_dot<Q == 1, c>(w, a, as, nb, out);      \
+#if defined(TG_SIMD_VNNI)
+// ---------------------------------------------------------------------------
+// Q4_0 and Q8_0 with AVX512-VNNI vpdpbusd (unsigned weight bytes x signed
+// activation bytes, 4 products per 32-bit lane added exactly) on the grouped
+// activations of quant_act.h. A group of G blocks of BS bytes (Q4_0 4 x 18,
+// Q8_0 2 x 34: S = G * BS bytes) is read as two 64-byte loads, at 0 and at
+// S - 64; vpermb (AVX512-VBMI) gathers the quants into the byte order of the
+// activations and the F16 scales to the 32-bit lanes of their block. The
+// last group of a row is loaded masked to its blocks (no byte past the row
+// is read, the rest is zero: zero quants, zero scales).
+template <bool Q4> struct qgroup {
+    static constexpr int G = Q4 ? 4 : 2, BS = Q4 ? 18 : 34, S = G * BS, OFF = S - 64;
+    static constexpr size_t AG = Q4 ? sizeof(tg_act_q4g) : sizeof(tg_act_q8g);
+    // lanes of the quant vector taken from the second load
+    static constexpr __mmask64 SECOND = Q4 ? 0xFFFF000000000000ull : 0xFFFFFFFF00000000ull;
+};
+// vpermb indices: quants (byte p of the vector: Q4_0 block p / 16 byte 2 +
+// p % 16 (its 16 bytes of nibbles); Q8_0 block p / 32 byte 2 + p % 32) and
+// scales (16 halves, lane l's block l / (16 / G))
+template <bool Q4> void qgroup_index(__m512i *iq, __m512i *id) {
+    using g = qgroup<Q4>;
+    alignas(64) int8_t q[64], d[64];
+    for (int p = 0; p < 64; p++) {
+        const int per = 64 / g::G, j = p / per, byte = g::BS * j + 2 + p % per;  // byte of the group
+        q[p] = (int8_t)(j < g::G - 1 ? byte : byte - g::OFF);  // the last block from the second load (SECOND)
+        const int lane = (p / 2) % 16;
+        d[p] = (int8_t)(g::BS * (lane / (16 / g::G)) + (p & 1));
+    }
+    *iq = _mm512_load_si512((const void *)q);
+    *id = _mm512_load_si512((const void *)d);
+}
+
+template <bool Q4, int R, int C>
+void qg_rows(const char *w, size_t ldw, const char *act, size_t as, int64_t nb, float *out, size_t ldo, __m512i iq,
+             __m512i id) {
+    using g = qgroup<Q4>;
+    __m512 acc[R][C];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bias = _mm512_set1_epi8((char)0x80);
+    // software prefetch k_pf_bytes ahead along the R rows taken as one
+    // stream, as tile() does, each 64-byte line once, into L2 (prefetcht1:
+    // 125M Q8_0 generation 152-159 -> 194-199 tok/s, Q4_0 +10%, against
+    // prefetcht0, 3 interleaved runs; prefetchnta 40-60% slower)
+    const char *pf = w + k_pf_bytes, *pf_to = pf;
+    for (int64_t gi = 0; gi * g::G < nb; gi++) {
+        for (pf_to += (int64_t)R * g::S; pf < pf_to; pf += 64) __builtin_prefetch(pf, 0, 2);
+        const int64_t left = nb - gi * g::G;
+        const int used = left < g::G ? (int)left * g::BS : g::S;
+        const __mmask64 m0 = used >= 64 ? ~0ull : (1ull << used) - 1;
+        const __mmask64 m1 = used >= g::S ? ~0ull : used <= g::OFF ? 0ull : (1ull << (used - g::OFF)) - 1;
+        for (int r = 0; r < R; r++) {
+            const char *p = w + r * ldw + gi * g::S;
+            __m512i raw0, raw1;
+            if (used == g::S) {
+                raw0 = _mm512_loadu_si512((const void *)p);
+                raw1 = _mm512_loadu_si512((const void *)(p + g::OFF));
+            } else {
+                raw0 = _mm512_maskz_loadu_epi8(m0, p);
+                raw1 = _mm512_maskz_loadu_epi8(m1, p + g::OFF);
+            }
+            const __m512i q = _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(iq, raw0), g::SECOND, iq, raw1);
+            const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(id, raw0)));
+            // unsigned weights: Q4_0 the nibbles (element i < 16 low, 16 + i high), Q8_0 q + 128
+            const __m512i u0 = Q4 ? _mm512_and_si512(q, low4) : _mm512_xor_si512(q, bias);
+            const __m512i u1 = Q4 ? _mm512_and_si512(_mm512_srli_epi16(q, 4), low4) : u0;
+            for (int c = 0; c < C; c++) {
+                const char *a = act + c * as + gi * g::AG;
+                __m512i s;
+                if (Q4) {
+                    const tg_act_q4g *x = (const tg_act_q4g *)a;
+                    s = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)x->corr), u0,
+                                            _mm512_loadu_si512((const void *)x->lo));
+                    s = _mm512_dpbusd_epi32(s, u1, _mm512_loadu_si512((const void *)x->hi));
+                } else {
+                    const tg_act_q8g *x = (const tg_act_q8g *)a;
+                    s = _mm512_dpbusd_epi32(_mm512_loadu_si512((const void *)x->corr), u0,
+                                            _mm512_loadu_si512((const void *)x->qs));
+                }
+                const tg_act_q4g *x4 = (const tg_act_q4g *)a;
+                const tg_act_q8g *x8 = (const tg_act_q8g *)a;
+                const __m512 da = _mm512_loadu_ps(Q4 ? x4->d : x8->d);
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, da), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) out[r + c * ldo] = _mm512_reduce_add_ps(acc[r][c]);
+}
+
+// Q4_K, one row: each 64 bytes of quants as two vectors of nibbles (low:
+// sub-blocks 0, 2 or 4, 6; high: 1, 3 or 5, 7), against the activations
+// stored in that order (tg_act_q8kv); maddubs pairs, then vpdpwssd by the
+// sub-blocks' 6-bit scales (16-bit words spread by vpermw); the mins against
+// the activations' per-sub-block sums in 128 bits (pmaddwd). Exact in int32.
+// Rows one after the other (row r at w + r * ldw), prefetched as qg_rows does.
+template <int C>
+void q4k_vnni(const char *w, size_t ldw, int64_t R, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    // vpermw indices: words 0..15 take scale A, 16..31 scale B, (A, B) = (0, 2), (1, 3), (4, 6), (5, 7)
+    __m512i idx[4];
+    for (int v = 0; v < 4; v++) {
+        const int a = (v / 2) * 4 + v % 2;
+        idx[v] = _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)a), _mm512_set1_epi16((short)(a + 2)));
+    }
+    const char *pf = w + k_pf_bytes, *pf_to = pf;
+    for (int64_t r = 0; r < R; r++) {
+        __m512 acc[C];
+        __m128 macc[C];
+        for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps(), macc[c] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            for (pf_to += sizeof(tg_block_q4_k); pf < pf_to; pf += 64) __builtin_prefetch(pf, 0, 2);
+            const tg_block_q4_k *blk = (const tg_block_q4_k *)(w + r * ldw) + b;
+            uint32_t u0, u1, u2, dd;
+            memcpy(&u0, blk->scales, 4);
+            memcpy(&u1, blk->scales + 4, 4);
+            memcpy(&u2, blk->scales + 8, 4);
+            memcpy(&dd, blk, 4);  // d, dmin
+            // the 6-bit scales and mins, a byte each (quant.h tg_get_scale_min_k4, 4 at a time)
+            const uint64_t sc = (uint64_t)(u0 & 0x3f3f3f3fu) | (uint64_t)((u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u)) << 32;
+            const uint64_t mn = (uint64_t)(u1 & 0x3f3f3f3fu) | (uint64_t)(((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u))
+                                                                 << 32;
+            const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));  // d, dmin, 0, 0
+            __m512i q[4], s16[4];
+            for (int h = 0; h < 2; h++) {
+                const __m512i x = _mm512_loadu_si512((const void *)(blk->qs + 64 * h));
+                q[2 * h] = _mm512_and_si512(x, low4);
+                q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+            }
+            for (int v = 0; v < 4; v++) s16[v] = _mm512_permutexvar_epi16(idx[v], scw);
+            for (int c = 0; c < C; c++) {
+                const tg_act_q8kv *a = (const tg_act_q8kv *)(act + c * as) + b;
+                __m512i s = _mm512_setzero_si512();
+                for (int v = 0; v < 4; v++)
+                    s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[v], _mm512_loadu_si512((const void *)(a->qs + 64 * v))),
+                                            s16[v]);
+                const __m128 f = _mm_mul_ps(dm, _mm_set1_ps(a->d));  // d d_a, dmin d_a
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_broadcastss_ps(f), acc[c]);
+                const __m128i ms = _mm_madd_epi16(mw, _mm_loadu_si128((const __m128i *)a->sums));
+                macc[c] = _mm_fmadd_ps(_mm_cvtepi32_ps(ms), _mm_shuffle_ps(f, f, 0x55), macc[c]);
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            __m128 m = _mm_add_ps(macc[c], _mm_movehl_ps(macc[c], macc[c]));
+            m = _mm_add_ss(m, _mm_movehdup_ps(m));
+            out[r + c * ldo] = _mm512_reduce_add_ps(acc[c]) - _mm_cvtss_f32(m);
+        }
+    }
+}
+
+// 4 rows per pass, then one at a time
+template <bool Q4, int C>
+void qg_dot(const char *w, size_t ldw, int64_t R, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
+    __m512i iq, id;
+    qgroup_index<Q4>(&iq, &id);
+    int64_t r = 0;
+    for (; r + 4 <= R; r += 4) qg_rows<Q4, 4, C>(w + r * ldw, ldw, act, as, nb, out + r, ldo, iq, id);
+    for (; r < R; r++) qg_rows<Q4, 1, C>(w + r * ldw, ldw, act, as, nb, out + r, ldo, iq, id);
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// Activations to 8 bits (simd.h q_quant): one block of n values,
+// d = absmax / 127, q = round(x / d) to nearest even (|q| <= 127; x / d
+// when 1 / d overflows, else x * (1 / d)); a NaN or inf in the block: q = 0,
+// d = NaN.
+#if defined(TG_SIMD_AVX512)
+float quant_block(const float *x, int n, int8_t *q) {  // n a multiple of 16
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 amax = zero, z = zero;
+    for (int i = 0; i < n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+        z = _mm512_add_ps(z, _mm512_mul_ps(v, zero));  // x * 0 is NaN exactly when x is NaN or inf
+    }
+    if (_mm512_cmp_ps_mask(z, zero, _CMP_NEQ_UQ)) {
+        memset(q, 0, (size_t)n);
+        return NAN;
+    }
+    const float d = _mm512_reduce_max_ps(amax) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const bool div = id > 3.4e38f;
+    const __m512 idv = _mm512_set1_ps(id), dv = _mm512_set1_ps(d);
+    for (int i = 0; i < n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        __m512i r = _mm512_cvtps_epi32(div ? _mm512_div_ps(v, dv) : _mm512_mul_ps(v, idv));
+        r = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtepi32_epi8(r));
+    }
+    return d;
+}
+#else
+float quant_block(const float *x, int n, int8_t *q) {
+    float z = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++) z += x[i] * 0.0f;  // x * 0 is NaN exactly when x is NaN or inf
+    if (z != 0.0f) {
+        memset(q, 0, (size_t)n);
+        return NAN;
+    }
+    for (int i = 0; i < n; i++) amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const bool div = id > 3.4e38f;
+    for (int i = 0; i < n; i++) {
+        const float v = std::nearbyint(div ? x[i] / d : x[i] * id);
+        q[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+    }
+    return d;
+}
+#endif
+
+inline int block_sum(const int8_t *q, int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) s += q[i];
+    return s;
+}
+
+size_t q_act_bytes(int qi, int64_t K) {
+#if defined(TG_SIMD_VNNI)
+    if (qi == 2) return (size_t)(K / TG_QK_K) * sizeof(tg_act_q8kv);
+#endif
+    if (qi == 2) return (size_t)(K / TG_QK_K) * sizeof(tg_act_q8k);
+#if defined(TG_SIMD_VNNI)
+    const int64_t G = qi == 1 ? 4 : 2;
+    return (size_t)((K / 32 + G - 1) / G) * (qi == 1 ? sizeof(tg_act_q4g) : sizeof(tg_act_q8g));
+#else
+    return (size_t)(K / 32) * sizeof(tg_act_q8);
+#endif
+}
+
+template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
+#if defined(TG_SIMD_VNNI)
+    if (Q == 2) {
+        static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+        tg_act_q8kv *y = (tg_act_q8kv *)dst;
+        for (int64_t b = 0; b < K / TG_QK_K; b++, x += TG_QK_K) {
+            int8_t q[TG_QK_K];
+            memset(&y[b], 0, sizeof y[b]);
+            y[b].d = quant_block(x, TG_QK_K, q);
+            for (int p = 0; p < 8; p++) memcpy(y[b].qs + 32 * p, q + 32 * order[p], 32);
+            for (int j = 0; j < 8; j++) y[b].sums[j] = (int16_t)block_sum(q + 32 * j, 32);
+        }
         return;
+    }
+#endif
+    if (Q == 2) {
+        tg_act_q8k *y = (tg_act_q8k *)dst;
+        for (int64_t b = 0; b < K / TG_QK_K; b++, x += TG_QK_K) {
+            y[b].d = quant_block(x, TG_QK_K, y[b].qs);
+            for (int j = 0; j < TG_QK_K / 16; j++) y[b].bsums[j] = (int16_t)block_sum(y[b].qs + 16 * j, 16);
+        }
+        return;
+    }
+#if defined(TG_SIMD_VNNI)
+    memset(dst, 0, q_act_bytes(Q, K));
+    for (int64_t b = 0; b < K / 32; b++, x += 32) {
+        int8_t q[32];
+        const float d = quant_block(x, 32, q);
+        const int s = block_sum(q, 32);
+        if (Q == 1) {
+            tg_act_q4g *g = (tg_act_q4g *)dst + b / 4;
+            const int j = (int)(b % 4);
+            memcpy(g->lo + 16 * j, q, 16);
+            memcpy(g->hi + 16 * j, q + 16, 16);
+            g->corr[4 * j] = -8 * s;
+            for (int l = 0; l < 4; l++) g->d[4 * j + l] = d;
+        } else {
+            tg_act_q8g *g = (tg_act_q8g *)dst + b / 2;
+            const int j = (int)(b % 2);
+            memcpy(g->qs + 32 * j, q, 32);
+            g->corr[8 * j] = -128 * s;
+            for (int l = 0; l < 8; l++) g->d[8 * j + l] = d;
+        }
+    }
+#else
+    tg_act_q8 *y = (tg_act_q8 *)dst;
+    for (int64_t b = 0; b < K / 32; b++, x += 32) y[b].d = quant_block(x, 32, y[b].qs);
+#endif
+}
+
+template <int Q>
+void q_rows(const void *w, size_t ldw, int64_t R, const void *act, size_t as, int64_t nb, float *out, size_t ldo,
+            int C) {
+    const char *a = (const char *)act, *wr = (const char *)w;
+#if defined(TG_SIMD_VNNI)
+#define TG_QROWS(c)                                                          \
+    case c:                                                                  \
+        if (Q == 2) {                                                        \
+            q4k_vnni<c>(wr, ldw, R, a, as, nb, out, ldo);                    \
+        } else {                                                             \
+            qg_dot<Q == 1, c>(wr, ldw, R, a, as, nb, out, ldo);              \
+        }                                                                    \
+        return;
+#else
+#define TG_QROWS(c)                                                          \
+    case c:                                                                  \
+        for (int64_t r = 0; r < R; r++)                                      \
+            if (Q == 2)                                                      \
+                q4k_dot<c>(wr + r * ldw, a, as, nb, out + r, ldo);           \
+            else                                                             \
+                q32_dot<Q == 1, c>(wr + r * ldw, a, as, nb, out + r, ldo);   \
+        return;
+#endif
     switch (C) {
-        TG_QDOT(1) TG_QDOT(2) TG_QDOT(3) TG_QDOT(4)
+        TG_QROWS(1) TG_QROWS(2) TG_QROWS(3) TG_QROWS(4)
         default: return;
     }
-#undef TG_QDOT
+#undef TG_QROWS
 }
