@@ -108,11 +108,11 @@ size_t llc_bytes() {
 // bytes of each of the two buffers of the memcpy floor: 256 MiB, or twice the
 // last-level cache when that is larger
 size_t copy_bytes() { return std::max((size_t)256 << 20, 2 * llc_bytes()); }
-// copies of a weight of `bytes` for a cold product: at least 16, and together
-// at least twice the last-level cache
+// copies of a weight of `bytes` for a cold product: together at least 128 MiB
+// and at least twice the last-level cache (16 copies of a 2048x2048 F16)
 int cold_copies(size_t bytes) {
-    const size_t want = 2 * llc_bytes();
-    return std::max(16, (int)((want + bytes - 1) / bytes));
+    const size_t want = std::max((size_t)128 << 20, 2 * llc_bytes());
+    return (int)((want + bytes - 1) / bytes);
 }
 
 double copy_gbs(int nth, size_t bytes) {
@@ -401,15 +401,15 @@ int main(int argc, char **argv) {
     // FLOP/s count the weights' multiply-adds as for F16)
     // (.cold: copies of about 110 MB in turn, so the weights come from memory as in a decode step)
     bench_mul_mat("mm.q8_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q8_0);
-    bench_mul_mat("mm.q8_0.n1.cold", 2048, 2048, 1, 24, TG_TYPE_Q8_0);
+    bench_mul_mat("mm.q8_0.n1.cold", 2048, 2048, 1, cold_copies(tg_row_size(TG_TYPE_Q8_0, 2048) * 2048), TG_TYPE_Q8_0);
     bench_mul_mat("mm.q8_0.n4", 2048, 2048, 4, 1, TG_TYPE_Q8_0);
     bench_mul_mat("mm.q8_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q8_0);
     bench_mul_mat("mm.q4_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_0);
-    bench_mul_mat("mm.q4_0.n1.cold", 2048, 2048, 1, 48, TG_TYPE_Q4_0);
+    bench_mul_mat("mm.q4_0.n1.cold", 2048, 2048, 1, cold_copies(tg_row_size(TG_TYPE_Q4_0, 2048) * 2048), TG_TYPE_Q4_0);
     bench_mul_mat("mm.q4_0.n4", 2048, 2048, 4, 1, TG_TYPE_Q4_0);
     bench_mul_mat("mm.q4_0.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_0);
     bench_mul_mat("mm.q4_k.n1", 2048, 2048, 1, 1, TG_TYPE_Q4_K);
-    bench_mul_mat("mm.q4_k.n1.cold", 2048, 2048, 1, 48, TG_TYPE_Q4_K);
+    bench_mul_mat("mm.q4_k.n1.cold", 2048, 2048, 1, cold_copies(tg_row_size(TG_TYPE_Q4_K, 2048) * 2048), TG_TYPE_Q4_K);
     bench_mul_mat("mm.q4_k.n4", 2048, 2048, 4, 1, TG_TYPE_Q4_K);
     bench_mul_mat("mm.q4_k.n64", 2048, 2048, 64, 1, TG_TYPE_Q4_K);
     bench_kv("kv.seed", 2, 16, 4, 32, 128, 11.1);
