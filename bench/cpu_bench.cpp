@@ -399,7 +399,8 @@ int main(int argc, char **argv) {
     bench_mul_mat("mm.f16.n64", 2048, 2048, 64, 1);
     // quantized weights (activations quantized to 8 bits inside the op: the
     // FLOP/s count the weights' multiply-adds as for F16)
-    // (.cold: copies of about 110 MB in turn, so the weights come from memory as in a decode step)
+    // (.cold: copies in turn, past the last-level cache as for F16, so the weights come from memory as in a
+    // decode step)
     bench_mul_mat("mm.q8_0.n1", 2048, 2048, 1, 1, TG_TYPE_Q8_0);
     bench_mul_mat("mm.q8_0.n1.cold", 2048, 2048, 1, cold_copies(tg_row_size(TG_TYPE_Q8_0, 2048) * 2048), TG_TYPE_Q8_0);
     bench_mul_mat("mm.q8_0.n4", 2048, 2048, 4, 1, TG_TYPE_Q8_0);
