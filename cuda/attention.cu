@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(tg_cuda_desc q, tg_
             const float corr = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
             float lsum = 0.0f;
             for (int jj = tid; jj < tn; jj += kThreads) {
-                const float e = m_new == -INFINITY ? 0.0f : expf(ss[jj] - m_new);
+                // a -inf score adds nothing; a NaN one makes the sum NaN (as the reference)
+                const float e = ss[jj] == -INFINITY ? 0.0f : expf(ss[jj] - m_new);
                 ss[jj] = e;
                 lsum += e;
             }
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(tg_cuda_desc q, tg_
             __syncthreads();  // ss is overwritten by the next tile
         }
         for (long long i = tid; i < Dv; i += kThreads)
-            *(float *)tg_cuda_ptr(out, i, h, t, b) = n > 0 && l_run > 0.0f ? sacc[i] / l_run : 0.0f;
+            *(float *)tg_cuda_ptr(out, i, h, t, b) = n > 0 ? sacc[i] / l_run : 0.0f;  // NaN and 0/0 stay
         __syncthreads();  // sq and sacc are reused by the next query
     }
 }

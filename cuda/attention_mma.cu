@@ -198,7 +198,7 @@ template <typename T, int D> __global__ void __launch_bounds__(kThreads) mma_ker
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
         if (fr[i] >= nflat) continue;
         const long long f = fr[i];
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        const float inv = (i ? n1 : n0) > 0 ? 1.0f / l[i] : 0.0f;  // rows: o / l whatever l is (NaN stays)
         char *orow = tg_cuda_ptr(A.out, 0, hk * A.group + f % A.group, f / A.group, b);
 #pragma unroll
         for (int j = 0; j < NT; j++) {

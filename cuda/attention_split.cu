@@ -17,7 +17,10 @@
 // unnormalized sums with its m and l, and a combine kernel merges them:
 //   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
 // Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
-// no rows and gives zeros, as the reference.
+// no rows and gives zeros, as the reference; a query with rows gives o / l
+// whatever l is, so NaN scores give NaN there too, never zeros. Positions
+// that no node of the graph writes are read before the wait for the kernel
+// before (programmatic dependent launch, sm_90).
 #include <climits>
 
 #include "attention.cuh"
@@ -37,6 +40,7 @@ struct split_args {
     int nqc;     // query chunks per kv head: ceil(group * T / QN)
     int nsplit;  // ranges of KV rows
     int chunk;   // rows per range
+    int pos_pre; // no node of the graph writes the positions: read before tg_pdl_wait
     float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
 };
 
@@ -56,26 +60,32 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
     int *nrow = (int *)(ml + 2 * QN);
     float *racc = (float *)(nrow + QN);
     tg_pdl_trigger();
-    tg_pdl_wait();
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int s = blockIdx.x, qc = blockIdx.y % A.nqc;
     const long long hk = blockIdx.y / A.nqc, b = blockIdx.z;
     const long long nflat = (long long)A.group * T_;
+    // rows of the block's queries, n = min(p + 1, L) (none for p < 0): read
+    // while the kernel before ends when no node of the graph writes them
+    auto rows_of_queries = [&]() {
+        if (tid < QN) {
+            const long long f = (long long)qc * QN + tid;
+            int n = 0;
+            if (f < nflat) {
+                const int p = *(const int *)tg_cuda_ptr(A.pos, f / A.group, b, 0, 0);
+                n = p < 0 ? 0 : ((long long)p < L ? p + 1 : (int)L);
+            }
+            nrow[tid] = n;
+        }
+    };
+    if (A.pos_pre) rows_of_queries();
+    tg_pdl_wait();
+    if (!A.pos_pre) rows_of_queries();
 
     // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
     for (int i = tid; i < QN * D; i += kThreads) {
         const int qq = i / (int)D;
         const long long f = (long long)qc * QN + qq, d = i % D;
         qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
-    }
-    if (tid < QN) {
-        const long long f = (long long)qc * QN + tid;
-        int n = 0;
-        if (f < nflat) {
-            const int p = *(const int *)tg_cuda_ptr(A.pos, f / A.group, b, 0, 0);
-            n = p < 0 ? 0 : ((long long)p < L ? p + 1 : (int)L);
-        }
-        nrow[tid] = n;
     }
     __syncthreads();
     int nmax = 0;
@@ -175,9 +185,12 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
                     tg_cuda_cvt16(raw[u], vf, T());
 #pragma unroll
                     for (int qq = 0; qq < QN; qq++) {
+                        // p = 0: a row past this query's position (another query of the
+                        // block reads it), whose V must not reach this sum even if NaN
                         const float p = ps[qq * kRows + jj];
+                        if (p != 0.0f)
 #pragma unroll
-                        for (int e = 0; e < VE; e++) acc[qq][e] = fmaf(p, vf[e], acc[qq][e]);
+                            for (int e = 0; e < VE; e++) acc[qq][e] = fmaf(p, vf[e], acc[qq][e]);
                     }
                 }
             }
@@ -204,12 +217,13 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
         const long long h = hk * A.group + f % A.group, t = f / A.group;
         const float l = ml[QN + qq];
         if (A.nsplit == 1) {
-            *(float *)tg_cuda_ptr(A.out, dv, h, t, b) = l > 0.0f ? o / l : 0.0f;
+            // zeros only for a query without rows: 0/0 and NaN scores stay NaN, as the reference
+            *(float *)tg_cuda_ptr(A.out, dv, h, t, b) = nrow[qq] > 0 ? o / l : 0.0f;
         } else {
             const long long qg = h + Hq * (t + T_ * b);
             float *pp = A.part + (qg * A.nsplit + s) * (Dv + 2);
             pp[dv] = o;
-            if (dv == 0) pp[Dv] = ml[qq], pp[Dv + 1] = l;
+            if (dv == 0) pp[Dv] = nrow[qq] > 0 ? ml[qq] : NAN, pp[Dv + 1] = l;  // m NaN: the query has no rows
         }
     }
 }
@@ -221,7 +235,10 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
 // with kCombineU independent loads in flight. (The first version had every
 // thread walk the splits three times, one dependent load after another:
 // ~9 us per launch at 43 splits whatever the rows, bench/NOTES.md.) A split
-// with no rows (m = -inf) adds nothing; l <= 0 (or NaN) gives zeros, as before.
+// with no rows (m = -inf) adds nothing. A query without rows at all (its
+// splits' m are NaN, a flag) gives zeros; any other gives o / l whatever l
+// is, so NaN scores (l NaN) and all-(-inf) scores (0/0) give NaN, as the
+// reference does.
 constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this
 constexpr int kCombineU = 8;
 
@@ -246,6 +263,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
         const float *pq = part + qg * nsplit * stride;
         float mx = -INFINITY;
+        const bool rows = !isnan(pq[Dv]);  // every split of the query carries the flag
         for (int s = threadIdx.x; s < nsplit; s += kThreads) {
             const float m = pq[s * stride + Dv];
             ms[s] = m;
@@ -256,14 +274,14 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
         float lsum = 0.0f;
         for (int s = threadIdx.x; s < nsplit; s += kThreads) {
             const float w = M != -INFINITY && ms[s] != -INFINITY ? expf(ms[s] - M) : 0.0f;
-            lsum += w * ws[s];
-            ws[s] = ms[s] != -INFINITY ? w : 0.0f;
+            lsum += w * ws[s];  // a NaN l_s stays in the sum
+            ws[s] = w;
         }
         const float l = block_reduce(lsum, red, false);  // its barriers also publish ws
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
         for (long long i = threadIdx.x; i < Dv; i += kThreads) {
             float o = 0.0f;
-            if (l > 0.0f) {
+            if (rows) {
                 int s = 0;
                 for (; s + kCombineU <= nsplit; s += kCombineU) {
                     float v[kCombineU];
@@ -341,6 +359,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
+    A.pos_pre = impl->pdl && tg_cuda_graph_const(impl, A.pos);
     const long long nq = Hq * T * B;
     if (nsplit > 1) {
         *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");

@@ -345,4 +345,85 @@ std::vector<attn_case> attn_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaLlmAttention, ::testing::ValuesIn(attn_cases()),
                          [](const ::testing::TestParamInfo<attn_case> &i) { return std::string(i.param.name); });
 
+// A NaN in q, K or V reaches exactly the outputs the reference's would, and
+// no other: q's query all NaN; a K row, every query whose rows include it;
+// a V row's element, that element of those queries. Never zeros in its place
+// (the split kernel once gave 0 for NaN), and a row past a query's position
+// (read for another query of the same block) never reaches it. Each case
+// takes one path: the split kernel with several splits and with one (V
+// staged or not), the tensor-core prefill, the generic kernel.
+struct attn_nan_case {
+    const char *name;
+    int64_t D, Hq, Hkv, T, L;
+    tg_type kt, vt;
+    std::vector<int> pos;  // T positions (B = 1); empty: 0..T-1
+    bool v_nan;            // the V case (the tensor-core kernel multiplies masked rows by p = 0: left out)
+};
+void PrintTo(const attn_nan_case &c, std::ostream *os) { *os << c.name; }
+class CudaLlmAttentionNan : public ::testing::TestWithParam<attn_nan_case> {};
+
+TEST_P(CudaLlmAttentionNan, PropagatesLikeTheReference) {
+    SKIP_WITHOUT_CUDA();
+    const attn_nan_case &c = GetParam();
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    std::vector<int> pos = c.pos;
+    if (pos.empty())
+        for (int t = 0; t < c.T; t++) pos.push_back(t);
+    const int64_t group = c.Hq / c.Hkv, Dv = c.D;
+    const int64_t jk = 1, jv = 2, dvv = 3;  // the K row (kv head 0) and the V row and element (kv head Hkv - 1)
+    for (int where = 0; where < (c.v_nan ? 3 : 2); where++) {
+        std::mt19937 rng(21 + where);
+        std::vector<leaf> leaves;
+        gpu_result r;
+        run_gpu(
+            gpu.get(),
+            [&](tg_context *ctx, std::vector<leaf> &L) {
+                L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.D, c.Hq, c.T, 1}, rng));
+                L.push_back(make_leaf(ctx, c.kt, {c.D, c.Hkv, c.L, 1}, rng));
+                L.push_back(make_leaf(ctx, c.vt, {Dv, c.Hkv, c.L, 1}, rng));
+                if (where == 0) L[0].vals[5] = NAN;                       // query (h 0, t 0), d 5
+                if (where == 1) L[1].vals[(size_t)(7 + c.D * (0 + c.Hkv * jk))] = NAN;
+                if (where == 2) L[2].vals[(size_t)(dvv + Dv * (c.Hkv - 1 + c.Hkv * jv))] = NAN;
+                L.push_back({tg_new_tensor_2d(ctx, TG_TYPE_I32, c.T, 1), std::vector<double>(pos.begin(), pos.end())});
+                return tg_attention(ctx, L[0].t, L[1].t, L[2].t, L[3].t, 0.125f);
+            },
+            leaves, &r);
+        if (HasFatalFailure()) return;
+        EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
+        int nans = 0;
+        for (int64_t t = 0; t < c.T; t++)
+            for (int64_t h = 0; h < c.Hq; h++) {
+                const int p = pos[(size_t)t];
+                const int64_t n = p < 0 ? 0 : std::min<int64_t>(p + 1, c.L), hk = h / group;
+                for (int64_t d = 0; d < Dv; d++) {
+                    const bool want = where == 0   ? (h == 0 && t == 0 && n > 0)
+                                      : where == 1 ? (hk == 0 && n > jk)
+                                                   : (hk == c.Hkv - 1 && n > jv && d == dvv);
+                    const float o = r.out[(size_t)(d + Dv * (h + c.Hq * t))];
+                    nans += want;
+                    ASSERT_EQ(std::isnan(o), want) << c.name << " NaN in " << "qkv"[where] << ": head " << h
+                                                   << ", token " << t << " (position " << p << "), element " << d
+                                                   << " = " << o;
+                }
+            }
+        ASSERT_GT(nans, 0) << c.name << ": the case reaches no output";
+    }
+}
+
+std::vector<attn_nan_case> attn_nan_cases() {
+    const tg_type F16 = TG_TYPE_F16, F32 = TG_TYPE_F32;
+    const int L = (int)S(4096, 512);
+    return {
+        {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true},       // several splits, V staged
+        {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true},          // one split, V staged
+        {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true},   // t 0 has rows 0-1 only
+        {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true},    // V not staged
+        {"tensor_cores_f16", 128, 32, 8, 128, 128, F16, F16, {}, false},     // prefill on tensor cores
+        {"generic_f16_f32", 64, 8, 2, 3, 40, F16, F32, {0, 5, 39}, true},    // mixed cache types
+    };
+}
+INSTANTIATE_TEST_SUITE_P(Paths, CudaLlmAttentionNan, ::testing::ValuesIn(attn_nan_cases()),
+                         [](const ::testing::TestParamInfo<attn_nan_case> &i) { return std::string(i.param.name); });
+
 }  // namespace
