@@ -258,6 +258,10 @@ std::vector<qmm_case> qmm_cases() {
             add("32000x2048_n16", S(2048, 256), S(32000, 500), 16);
         }
         const int64_t Ks = k4 ? 256 : 96;  // 96: 3 blocks a row, so rows start at both 4-byte alignments
+        // one column: over batches, b transposed, a few blocks per row
+        add("bcast_n1", k4 ? 256 : 128, 130, 1, lay::bcast);
+        add("b_transposed_n1", 256, 200, 1, lay::b_transposed);
+        add("k" + std::to_string(Ks) + "_n1", Ks, 77, 1);
         add("bcast_n3", k4 ? 256 : 128, 130, 3, lay::bcast);
         add("bcast_n20", k4 ? 256 : 128, 130, 20, lay::bcast);
         add("b_transposed_n5", 256, 200, 5, lay::b_transposed);
@@ -324,10 +328,11 @@ TEST(CudaQuant, NanInBReachesItsColumnOnly) {
     backend_ptr gpu = cuda_or_null();
     ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
     for (tg_type t : qtu::k_qtypes)
-        for (int64_t N : {2, 12}) {
+        for (int64_t N : {1, 2, 12}) {
             qmm_case c{"nan", t, 512, 40, N, lay::plain};
             qmm_data d = make_data(c, 5);
-            d.b[(size_t)(c.K * 1 + 300)] = NAN;  // column 1
+            const int64_t nan_col = N > 1 ? 1 : 0;
+            d.b[(size_t)(c.K * nan_col + 300)] = NAN;
             result r;
             run(gpu.get(), [&](tg_context *ctx, std::vector<leaf> &L) { return build_mm(ctx, L, c, d); }, &r);
             if (::testing::Test::HasFatalFailure()) return;
@@ -335,7 +340,7 @@ TEST(CudaQuant, NanInBReachesItsColumnOnly) {
             for (int64_t n = 0; n < N; n++)
                 for (int64_t m = 0; m < c.M; m++) {
                     const float v = r.out[(size_t)(m + c.M * n)];
-                    if (n == 1) ASSERT_TRUE(std::isnan(v)) << tg_type_name(t) << " N" << N << " m " << m;
+                    if (n == nan_col) ASSERT_TRUE(std::isnan(v)) << tg_type_name(t) << " N" << N << " m " << m;
                     else ASSERT_TRUE(std::isfinite(v)) << tg_type_name(t) << " N" << N << " n " << n << " m " << m;
                 }
         }
