@@ -91,6 +91,47 @@ TEST_P(Attention, MatchesOracle) {
             }
 }
 
+// A NaN in q, in a K row or in a V element reaches exactly the outputs whose
+// sums it enters (the reference's rule; the CUDA kernels follow it too,
+// test_cuda_llm.cpp CudaLlmAttentionNan): q's query all NaN; a K row every
+// query whose rows include it; a V element that element of those queries.
+// A query whose rows stop before the row (token 0 here) stays finite.
+TEST_P(Attention, NanReachesExactlyItsOutputs) {
+    const tg_type ct = GetParam();
+    const attn_dims d = {16, 16, 8, 2, 40, 3, 1};
+    const std::vector<double> pos = {1, 30, 39};
+    const int64_t group = d.Hq / d.Hkv, jk = 2, jv = 2, ev = 3;
+    for (int where = 0; where < 3; where++)
+        for (int nt : {1, 2}) {
+            SCOPED_TRACE(std::string("NaN in ") + "qkv"[where] + ", " + std::to_string(nt) + " threads");
+            std::mt19937 rng((uint32_t)(31 + where));
+            harness h(nt);
+            std::vector<double> q = rand_vals(rng, TG_TYPE_F32, d.D * d.Hq * d.T);
+            std::vector<double> k = rand_vals(rng, ct, d.D * d.Hkv * d.L), v = rand_vals(rng, ct, d.Dv * d.Hkv * d.L);
+            const shape qne = {d.D, d.Hq, d.T, 1}, kne = {d.D, d.Hkv, d.L, 1}, vne = {d.Dv, d.Hkv, d.L, 1};
+            if (where == 0) q[(size_t)flat(qne, 5, 0, 0, 0)] = NAN;  // head 0, token 0
+            if (where == 1) k[(size_t)flat(kne, 7, 0, jk, 0)] = NAN;  // kv head 0, row 2
+            if (where == 2) v[(size_t)flat(vne, ev, 1, jv, 0)] = NAN;  // kv head 1, row 2, element 3
+            tg_tensor *tq = h.input(TG_TYPE_F32, qne, lay::contig, q), *tk = h.input(ct, kne, lay::contig, k),
+                      *tv = h.input(ct, vne, lay::contig, v), *tp = h.input(TG_TYPE_I32, {d.T, 1, 1, 1}, lay::contig, pos);
+            const std::vector<double> out = h.run(tg_attention(h.ctx, tq, tk, tv, tp, 0.25f));
+            ASSERT_EQ(out.size(), (size_t)(d.Dv * d.Hq * d.T));
+            int nans = 0;
+            for (int64_t t = 0; t < d.T; t++)
+                for (int64_t hq = 0; hq < d.Hq; hq++)
+                    for (int64_t e = 0; e < d.Dv; e++) {
+                        const int64_t n = (int64_t)pos[(size_t)t] + 1, hk = hq / group;
+                        const bool want = where == 0   ? (hq == 0 && t == 0)
+                                          : where == 1 ? (hk == 0 && n > jk)
+                                                       : (hk == 1 && n > jv && e == ev);
+                        const double o = out[(size_t)(e + d.Dv * (hq + d.Hq * t))];
+                        nans += want;
+                        ASSERT_EQ(std::isnan(o), want) << "head " << hq << " token " << t << " element " << e << " = " << o;
+                    }
+            ASSERT_GT(nans, 0);
+        }
+}
+
 // A cache bigger than what a step reads is the usual case: a view of the
 // first L rows of a {D, Hkv, Lmax, B} cache (row stride kept), and a later
 // position writes nothing, so rows past L must not be read (they hold NaN).

@@ -402,16 +402,18 @@ template <int N> inline void vsums(const vf *acc, float *out) {
 // two parts, so r is exact to F32), e^r by the degree-6 series of Cephes'
 // expf (its published coefficients; relative error ~1e-7 on that range),
 // times 2^m. x is clamped to [-87.3, 88.7]: below, the result is the
-// smallest normal (~1e-38) instead of a denormal or 0.
+// smallest normal (~1e-38) instead of a denormal or 0. A NaN stays NaN: x86
+// max/min return their second operand when either is NaN, so x goes second
+// (the clamp once turned a NaN score into ~1e-38, and attention swallowed it).
 #if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
 inline vf vexp(vf x) {
 #if defined(TG_SIMD_AVX512)
-    x = _mm512_min_ps(_mm512_max_ps(x, vset1(-87.3365478515625f)), vset1(88.7228391116729996f));
+    x = _mm512_min_ps(vset1(88.7228391116729996f), _mm512_max_ps(vset1(-87.3365478515625f), x));
     const vf m = _mm512_roundscale_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm512_fnmadd_ps(m, vset1(0.693359375f), x);
     r = _mm512_fnmadd_ps(m, vset1(-2.12194440e-4f), r);
 #else
-    x = _mm256_min_ps(_mm256_max_ps(x, vset1(-87.3365478515625f)), vset1(88.7228391116729996f));
+    x = _mm256_min_ps(vset1(88.7228391116729996f), _mm256_max_ps(vset1(-87.3365478515625f), x));
     const vf m = _mm256_round_ps(vmul(x, vset1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm256_fnmadd_ps(m, vset1(0.693359375f), x);
     r = _mm256_fnmadd_ps(m, vset1(-2.12194440e-4f), r);
