@@ -3,11 +3,13 @@
 // context, graphs sharing nodes across a failed compute, index tensors
 // written through every route, odd cpy overlaps. CPU backend.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include "internal.h"  // tg_backend_cpu_set_fast
+#include "model.h"
 #include "sig_util.h"
 #include "test_util.h"
 
@@ -526,4 +528,36 @@ TEST(HardeningMore, CallerArenaAtOddAddressesAndSizes) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// session_eval's range checks: a sequence range or a token count whose end
+// does not fit an int is refused, not computed with a signed overflow (UBSan
+// reported seq0 + n for seq0 = INT_MAX), and nothing changes.
+
+TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
+    tg_backend *be = tg_backend_cpu(1);
+    ASSERT_NE(be, nullptr);
+    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf").c_str(), be);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    tgm::session *s = tgm::session_new(m, 2, 16);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    const int32_t toks[4] = {256, 'a', 'b', 'c'};
+    std::vector<float> logits;
+    struct {
+        int seq0, n, T;
+    } cases[] = {{INT_MAX, 1, 1}, {1, INT_MAX, 1}, {INT_MAX, INT_MAX, 1}, {0, 1, INT_MAX}, {1, 1, INT_MAX}, {0, 1, 17}};
+    for (const auto &c : cases) {
+        EXPECT_EQ(tgm::session_eval(s, c.seq0, c.n, toks, c.T, false, &logits), TG_ERR_ARG)
+            << c.seq0 << " " << c.n << " " << c.T;
+        EXPECT_EQ(std::string(tg_last_error()).rfind("[session_eval] ", 0), 0u) << tg_last_error();
+        EXPECT_EQ(s->n_past[0], 0);
+        EXPECT_EQ(s->n_past[1], 0);
+    }
+    EXPECT_EQ(tgm::session_eval(s, 1, 1, toks, 4, false, &logits), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_past[1], 4);
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+}
+
 }  // namespace
+
