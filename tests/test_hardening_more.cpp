@@ -559,5 +559,23 @@ TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
     tg_backend_free(be);
 }
 
+// ---------------------------------------------------------------------------
+// tg_set_error is public: a NULL format was passed on to vsnprintf (UBSan:
+// null pointer passed as argument 3). It now sets a message naming the
+// problem and still returns the caller's status; a message longer than the
+// buffer is cut, not overrun.
+
+TEST(HardeningMore, SetErrorWithANullFormatOrALongMessage) {
+    const char *no_fmt = nullptr;  // a variable: the literal would be a compile-time -Wformat warning
+    EXPECT_EQ(tg_set_error(TG_ERR_ARG, no_fmt), TG_ERR_ARG);
+    EXPECT_STREQ(tg_last_error(), "[set_error] fmt is NULL");
+    const std::string big(1 << 16, 'x');
+    EXPECT_EQ(tg_set_error(TG_ERR_IO, "[test] %s", big.c_str()), TG_ERR_IO);
+    const std::string got = tg_last_error();
+    EXPECT_EQ(got.rfind("[test] xxx", 0), 0u);
+    EXPECT_LT(got.size(), big.size());
+}
+
 }  // namespace
+
 
