@@ -232,12 +232,12 @@ parsed parse(int argc, char **argv, options &o) {
 int load_prompt_cache(tgm::session *s, const std::string &path, const std::vector<int32_t> &prompt) {
     FILE *f = fopen(path.c_str(), "rb");
     if (!f) return 0;  // no cache yet: it is written after the prompt
-    std::vector<uint8_t> bytes;
-    uint8_t chunk[1 << 16];
-    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
     fclose(f);
+    // a regular file of at most a state's size only (not /dev/zero or a FIFO, read without end)
+    std::vector<uint8_t> bytes;
+    tg_status st = tgm::session_state_read_file(s, path.c_str(), &bytes);
     std::vector<int32_t> cached;
-    tg_status st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
+    if (st == TG_OK) st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
     if (st != TG_OK) {
         fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
         return 0;

@@ -576,6 +576,66 @@ TEST(HardeningMore, SetErrorWithANullFormatOrALongMessage) {
     EXPECT_LT(got.size(), big.size());
 }
 
+// ---------------------------------------------------------------------------
+// State files are read whole before they are checked: /dev/zero (or a FIFO,
+// or a model given as tinygml-run's --prompt-cache) was read without end,
+// until the allocation failed and std::bad_alloc aborted the process. Now only
+// a regular file of at most the session's largest state is read; the session
+// is unchanged by the refusal.
+
+TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
+    tg_backend *be = tg_backend_cpu(1);
+    ASSERT_NE(be, nullptr);
+    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/hybrid-recall.gguf").c_str(), be);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    tgm::session *s = tgm::session_new(m, 2, 8);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    const int32_t toks[3] = {256, 'a', 'b'};
+    std::vector<float> logits;
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, toks, 3, false, &logits), TG_OK) << tg_last_error();
+    const std::string good = ::testing::TempDir() + "tinygml_hardening_state.bin";
+    ASSERT_EQ(tgm::session_state_save_file(s, -1, good.c_str()), TG_OK) << tg_last_error();
+
+    std::vector<uint8_t> bytes;
+    EXPECT_EQ(tgm::session_state_read_file(s, "/dev/zero", &bytes), TG_ERR_IO);
+    EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, "/dev/zero"), TG_ERR_IO);
+    EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_load_file] ", 0), 0u) << tg_last_error();
+    EXPECT_EQ(tgm::session_state_load_file(s, 1, ::testing::TempDir().c_str()), TG_ERR_IO);  // a directory
+
+    // a regular file far larger than any state of this small session (8
+    // positions, 2 sequences: a few KiB): refused before it is read
+    std::vector<uint8_t> full;
+    ASSERT_EQ(tgm::session_state_save(s, -1, &full), TG_OK);
+    ASSERT_LT(full.size() * 8, (size_t)4 << 20);
+    const std::string big = ::testing::TempDir() + "tinygml_hardening_big_state.bin";
+    {
+        FILE *f = fopen(big.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        std::vector<uint8_t> zeros((size_t)4 << 20, 0);
+        ASSERT_EQ(fwrite(zeros.data(), 1, zeros.size(), f), zeros.size());
+        fclose(f);
+    }
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, big.c_str()), TG_ERR_FORMAT);
+    EXPECT_NE(std::string(tg_last_error()).find("more than any state of this session"), std::string::npos)
+        << tg_last_error();
+    EXPECT_EQ(s->n_past[0], 3);
+    EXPECT_EQ(s->n_past[1], 0);
+
+    // a real state file still loads
+    ASSERT_EQ(tgm::session_clear(s), TG_OK);
+    EXPECT_EQ(tgm::session_state_read_file(s, good.c_str(), &bytes), TG_OK) << tg_last_error();
+    EXPECT_EQ(bytes, full);
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, good.c_str()), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_past[0], 3);
+    std::remove(good.c_str());
+    std::remove(big.c_str());
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+}
+
 }  // namespace
+
 
 
