@@ -206,6 +206,11 @@ tg_status session_state_save(session *s, int seq, std::vector<uint8_t> *out);
 tg_status session_state_load(session *s, int dst, const uint8_t *data, size_t size);
 tg_status session_state_save_file(session *s, int seq, const char *path);
 tg_status session_state_load_file(session *s, int dst, const char *path);
+// Read a state file's bytes for session s (what session_state_load_file
+// reads): a regular file of at most the largest state s can take (TG_ERR_IO
+// for a FIFO, a device or a directory; TG_ERR_FORMAT for a larger file), so
+// that a wrong path never reads without end. *out is written only on TG_OK.
+tg_status session_state_read_file(const session *s, const char *path, std::vector<uint8_t> *out);
 // Read only the token list of a one-sequence state after checking it (the
 // CLI's prompt cache compares it to the new prompt).
 tg_status session_state_tokens(const session *s, const uint8_t *data, size_t size, std::vector<int32_t> *tokens);

@@ -400,9 +400,12 @@ tg_status session_decode(session *s, const batch &b, std::vector<float> *logits)
 tg_status session_eval(session *s, int seq0, int n, const int32_t *tokens, int T, bool all_logits,
                        std::vector<float> *logits) {
     if (!s || !tokens || !logits) return tg_set_error(TG_ERR_ARG, "[session_eval] NULL argument");
-    if (n < 1 || seq0 < 0 || seq0 + n > s->n_seq || T < 1)
-        return tg_set_error(TG_ERR_ARG, "[session_eval] sequences [%d, %d) or T = %d invalid for %d sequences", seq0,
-                            seq0 + n, T, s->n_seq);
+    // seq0 + n and the positions n_past + t are formed only once they are known to fit an int
+    if (n < 1 || seq0 < 0 || seq0 > s->n_seq - n || T < 1)
+        return tg_set_error(TG_ERR_ARG, "[session_eval] sequences [%d, %lld) or T = %d invalid for %d sequences", seq0,
+                            (long long)seq0 + n, T, s->n_seq);
+    if (T > s->n_ctx)
+        return tg_set_error(TG_ERR_ARG, "[session_eval] %d tokens per sequence exceed the context of %d", T, s->n_ctx);
     batch bt;
     for (int b = 0; b < n; b++)
         for (int t = 0; t < T; t++)

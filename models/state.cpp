@@ -10,6 +10,8 @@
 //   trailer u64 FNV-1a 64 of every byte before it
 // Loading parses and checks everything (sizes, checksum, identity, types,
 // ranges) before it writes any byte of the session.
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -299,26 +301,52 @@ tg_status session_state_save_file(session *s, int seq, const char *path) {
     return TG_OK;
 }
 
-// Read a whole file (states are loaded whole: they are checked before use).
-static tg_status read_file(const char *path, std::vector<uint8_t> *out, const char *who) {
-    if (!path) return tg_set_error(TG_ERR_ARG, "[%s] path is NULL", who);
+// Read a whole state file (states are loaded whole: they are checked before
+// use). Only a regular file of at most the largest state this session can
+// take is read: a FIFO, a device (/dev/zero) or a big file given by mistake
+// would otherwise be read without end or into memory it cannot have.
+tg_status session_state_read_file(const session *s, const char *path, std::vector<uint8_t> *out) {
+    const char *who = "session_state_read_file";
+    if (!s || !path || !out) return tg_set_error(TG_ERR_ARG, "[%s] NULL argument", who);
     FILE *f = fopen(path, "rb");
     if (!f) return tg_set_error(TG_ERR_IO, "[%s] cannot open '%s'", who, path);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return tg_set_error(TG_ERR_IO, "[%s] '%s' is not a regular file", who, path);
+    }
+    // the largest state of s: every sequence full, in 4-byte types (a state's
+    // layout is walked in its own types, at most 4 bytes each)
+    const size_t max = kHeader + kTrailer + (size_t)s->n_seq * record_bytes(s, (size_t)s->n_ctx, 4, 4, 4);
+    if ((uint64_t)st.st_size > (uint64_t)max) {
+        fclose(f);
+        return tg_set_error(TG_ERR_FORMAT, "[%s] '%s' has %lld bytes, more than any state of this session (at most %zu)",
+                            who, path, (long long)st.st_size, max);
+    }
     std::vector<uint8_t> buf;
     uint8_t chunk[1 << 16];
     size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) buf.insert(buf.end(), chunk, chunk + n);
+    bool too_big = false;
+    while (!too_big && (n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        too_big = n > max - buf.size();  // the file grew while it was read
+        if (!too_big) buf.insert(buf.end(), chunk, chunk + n);
+    }
     const bool err = ferror(f) != 0;
     fclose(f);
+    if (too_big)
+        return tg_set_error(TG_ERR_FORMAT, "[%s] '%s' grew past the largest state of this session (%zu bytes)", who,
+                            path, max);
     if (err) return tg_set_error(TG_ERR_IO, "[%s] cannot read '%s'", who, path);
     *out = std::move(buf);
     return TG_OK;
 }
 
 tg_status session_state_load_file(session *s, int dst, const char *path) {
+    if (!s) return tg_set_error(TG_ERR_ARG, "[session_state_load_file] session is NULL");
+    if (!path) return tg_set_error(TG_ERR_ARG, "[session_state_load_file] path is NULL");
     std::vector<uint8_t> buf;
-    tg_status st = read_file(path, &buf, "session_state_load_file");
-    if (st != TG_OK) return st;
+    tg_status st = session_state_read_file(s, path, &buf);
+    if (st != TG_OK) return tg_set_error(st, "[session_state_load_file] %s", tg_last_error());
     st = session_state_load(s, dst, buf.data(), buf.size());
     if (st != TG_OK) {
         const std::string why = tg_last_error();

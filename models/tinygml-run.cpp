@@ -232,12 +232,12 @@ parsed parse(int argc, char **argv, options &o) {
 int load_prompt_cache(tgm::session *s, const std::string &path, const std::vector<int32_t> &prompt) {
     FILE *f = fopen(path.c_str(), "rb");
     if (!f) return 0;  // no cache yet: it is written after the prompt
-    std::vector<uint8_t> bytes;
-    uint8_t chunk[1 << 16];
-    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
     fclose(f);
+    // a regular file of at most a state's size only (not /dev/zero or a FIFO, read without end)
+    std::vector<uint8_t> bytes;
+    tg_status st = tgm::session_state_read_file(s, path.c_str(), &bytes);
     std::vector<int32_t> cached;
-    tg_status st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
+    if (st == TG_OK) st = tgm::session_state_tokens(s, bytes.data(), bytes.size(), &cached);
     if (st != TG_OK) {
         fprintf(stderr, "warning: prompt cache '%s' not used: %s\n", path.c_str(), tg_last_error());
         return 0;
@@ -318,6 +318,22 @@ void print_timing(tg_backend *be, const tgm::model *m, const tgm::session *s, in
             m->weight_bytes / 1048576.0, s->state_bytes / 1048576.0, tg_backend_compute_buffer_size(be) / 1048576.0);
 }
 
+// One line of stdin without its newline, at most limit bytes kept: false at
+// EOF with nothing read; *too_long when the line is longer (the rest is left
+// unread: a line with no end, as /dev/zero, is never held whole).
+bool read_line(std::string *line, size_t limit, bool *too_long) {
+    line->clear();
+    *too_long = false;
+    bool any = false;
+    for (int c; (c = std::cin.get()) != EOF;) {
+        any = true;
+        if (c == '\n') return true;
+        if (line->size() >= limit) return (*too_long = true);
+        line->push_back((char)c);
+    }
+    return any;
+}
+
 // -i: the conversation is BOS, then each input line (its text without the
 // newline; the -p prompt, when given, is the first line), each followed by
 // the reply generated for it. A reply ends at EOS (not kept), after -n tokens
@@ -349,7 +365,14 @@ int run_interactive(const options &o, tg_backend *be, const tgm::model *m, tgm::
             use_prompt = false;
         } else {
             if (tty) fprintf(stderr, "> ");
-            if (!std::getline(std::cin, line)) break;  // EOF: the normal end
+            bool too_long = false;
+            if (!read_line(&line, (size_t)n_ctx + 1, &too_long)) break;  // EOF: the normal end
+            if (too_long) {  // a byte is a token: it could never fit (and /dev/zero has no newline at all)
+                fprintf(stderr, "error: line %d is longer than the model's context of %d tokens; ending the session\n",
+                        n_line, n_ctx);
+                rc = 1;
+                break;
+            }
             if (!line.empty() && line.back() == '\r') line.pop_back();
         }
         if (line.empty()) {

@@ -7,6 +7,10 @@
 static thread_local std::string t_last_error;
 
 static tg_status set_message(tg_status s, const char *fmt, va_list ap) {
+    if (!fmt) {  // tg_set_error is public: a NULL format is the caller's, not a crash in vsnprintf
+        t_last_error = "[set_error] fmt is NULL";
+        return s;
+    }
     char buf[1024];
     vsnprintf(buf, sizeof(buf), fmt, ap);
     t_last_error = buf;

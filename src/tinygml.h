@@ -50,7 +50,8 @@ TG_API const char *tg_last_error(void);
 TG_API const char *tg_status_name(tg_status s);
 // Set this thread's message (printf format; start it with "[call] ") and
 // return s: for libraries and apps layered on tinygml (the models use it), so
-// that callers read every error in one place.
+// that callers read every error in one place. A NULL fmt sets
+// "[set_error] fmt is NULL" (and still returns s).
 TG_API tg_status tg_set_error(tg_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // ---------------------------------------------------------------------------

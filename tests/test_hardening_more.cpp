@@ -3,11 +3,13 @@
 // context, graphs sharing nodes across a failed compute, index tensors
 // written through every route, odd cpy overlaps. CPU backend.
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include "internal.h"  // tg_backend_cpu_set_fast
+#include "model.h"
 #include "sig_util.h"
 #include "test_util.h"
 
@@ -526,4 +528,114 @@ TEST(HardeningMore, CallerArenaAtOddAddressesAndSizes) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// session_eval's range checks: a sequence range or a token count whose end
+// does not fit an int is refused, not computed with a signed overflow (UBSan
+// reported seq0 + n for seq0 = INT_MAX), and nothing changes.
+
+TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
+    tg_backend *be = tg_backend_cpu(1);
+    ASSERT_NE(be, nullptr);
+    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf").c_str(), be);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    tgm::session *s = tgm::session_new(m, 2, 16);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    const int32_t toks[4] = {256, 'a', 'b', 'c'};
+    std::vector<float> logits;
+    struct {
+        int seq0, n, T;
+    } cases[] = {{INT_MAX, 1, 1}, {1, INT_MAX, 1}, {INT_MAX, INT_MAX, 1}, {0, 1, INT_MAX}, {1, 1, INT_MAX}, {0, 1, 17}};
+    for (const auto &c : cases) {
+        EXPECT_EQ(tgm::session_eval(s, c.seq0, c.n, toks, c.T, false, &logits), TG_ERR_ARG)
+            << c.seq0 << " " << c.n << " " << c.T;
+        EXPECT_EQ(std::string(tg_last_error()).rfind("[session_eval] ", 0), 0u) << tg_last_error();
+        EXPECT_EQ(s->n_past[0], 0);
+        EXPECT_EQ(s->n_past[1], 0);
+    }
+    EXPECT_EQ(tgm::session_eval(s, 1, 1, toks, 4, false, &logits), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_past[1], 4);
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+}
+
+// ---------------------------------------------------------------------------
+// tg_set_error is public: a NULL format was passed on to vsnprintf (UBSan:
+// null pointer passed as argument 3). It now sets a message naming the
+// problem and still returns the caller's status; a message longer than the
+// buffer is cut, not overrun.
+
+TEST(HardeningMore, SetErrorWithANullFormatOrALongMessage) {
+    const char *no_fmt = nullptr;  // a variable: the literal would be a compile-time -Wformat warning
+    EXPECT_EQ(tg_set_error(TG_ERR_ARG, no_fmt), TG_ERR_ARG);
+    EXPECT_STREQ(tg_last_error(), "[set_error] fmt is NULL");
+    const std::string big(1 << 16, 'x');
+    EXPECT_EQ(tg_set_error(TG_ERR_IO, "[test] %s", big.c_str()), TG_ERR_IO);
+    const std::string got = tg_last_error();
+    EXPECT_EQ(got.rfind("[test] xxx", 0), 0u);
+    EXPECT_LT(got.size(), big.size());
+}
+
+// ---------------------------------------------------------------------------
+// State files are read whole before they are checked: /dev/zero (or a FIFO,
+// or a model given as tinygml-run's --prompt-cache) was read without end,
+// until the allocation failed and std::bad_alloc aborted the process. Now only
+// a regular file of at most the session's largest state is read; the session
+// is unchanged by the refusal.
+
+TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
+    tg_backend *be = tg_backend_cpu(1);
+    ASSERT_NE(be, nullptr);
+    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/hybrid-recall.gguf").c_str(), be);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    tgm::session *s = tgm::session_new(m, 2, 8);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    const int32_t toks[3] = {256, 'a', 'b'};
+    std::vector<float> logits;
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, toks, 3, false, &logits), TG_OK) << tg_last_error();
+    const std::string good = ::testing::TempDir() + "tinygml_hardening_state.bin";
+    ASSERT_EQ(tgm::session_state_save_file(s, -1, good.c_str()), TG_OK) << tg_last_error();
+
+    std::vector<uint8_t> bytes;
+    EXPECT_EQ(tgm::session_state_read_file(s, "/dev/zero", &bytes), TG_ERR_IO);
+    EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, "/dev/zero"), TG_ERR_IO);
+    EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_load_file] ", 0), 0u) << tg_last_error();
+    EXPECT_EQ(tgm::session_state_load_file(s, 1, ::testing::TempDir().c_str()), TG_ERR_IO);  // a directory
+
+    // a regular file far larger than any state of this small session (8
+    // positions, 2 sequences: a few KiB): refused before it is read
+    std::vector<uint8_t> full;
+    ASSERT_EQ(tgm::session_state_save(s, -1, &full), TG_OK);
+    ASSERT_LT(full.size() * 8, (size_t)4 << 20);
+    const std::string big = ::testing::TempDir() + "tinygml_hardening_big_state.bin";
+    {
+        FILE *f = fopen(big.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        std::vector<uint8_t> zeros((size_t)4 << 20, 0);
+        ASSERT_EQ(fwrite(zeros.data(), 1, zeros.size(), f), zeros.size());
+        fclose(f);
+    }
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, big.c_str()), TG_ERR_FORMAT);
+    EXPECT_NE(std::string(tg_last_error()).find("more than any state of this session"), std::string::npos)
+        << tg_last_error();
+    EXPECT_EQ(s->n_past[0], 3);
+    EXPECT_EQ(s->n_past[1], 0);
+
+    // a real state file still loads
+    ASSERT_EQ(tgm::session_clear(s), TG_OK);
+    EXPECT_EQ(tgm::session_state_read_file(s, good.c_str(), &bytes), TG_OK) << tg_last_error();
+    EXPECT_EQ(bytes, full);
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, good.c_str()), TG_OK) << tg_last_error();
+    EXPECT_EQ(s->n_past[0], 3);
+    std::remove(good.c_str());
+    std::remove(big.c_str());
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+}
+
 }  // namespace
+
+
+
