@@ -308,10 +308,13 @@ tg_status session_state_save_file(session *s, int seq, const char *path) {
 tg_status session_state_read_file(const session *s, const char *path, std::vector<uint8_t> *out) {
     const char *who = "session_state_read_file";
     if (!s || !path || !out) return tg_set_error(TG_ERR_ARG, "[%s] NULL argument", who);
+    // checked before the open too: opening a FIFO would wait for a writer
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return tg_set_error(TG_ERR_IO, "[%s] '%s' is not a regular file", who, path);
     FILE *f = fopen(path, "rb");
     if (!f) return tg_set_error(TG_ERR_IO, "[%s] cannot open '%s'", who, path);
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {  // replaced since the stat
         fclose(f);
         return tg_set_error(TG_ERR_IO, "[%s] '%s' is not a regular file", who, path);
     }

@@ -230,9 +230,7 @@ parsed parse(int argc, char **argv, options &o) {
 // P - 1 tokens (the last prompt token is always evaluated: its logits give
 // the first new token). Returns the tokens reused (0: none, or no usable file).
 int load_prompt_cache(tgm::session *s, const std::string &path, const std::vector<int32_t> &prompt) {
-    FILE *f = fopen(path.c_str(), "rb");
-    if (!f) return 0;  // no cache yet: it is written after the prompt
-    fclose(f);
+    if (access(path.c_str(), F_OK) != 0) return 0;  // no cache yet: it is written after the prompt
     // a regular file of at most a state's size only (not /dev/zero or a FIFO, read without end)
     std::vector<uint8_t> bytes;
     tg_status st = tgm::session_state_read_file(s, path.c_str(), &bytes);

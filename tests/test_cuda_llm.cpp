@@ -350,8 +350,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaLlmAttention, ::testing::ValuesIn(attn_case
 // a V row's element, that element of those queries. Never zeros in its place
 // (the split kernel once gave 0 for NaN), and a row past a query's position
 // (read for another query of the same block) never reaches it. Each case
-// takes one path: the split kernel with several splits and with one (V
-// staged or not), the tensor-core prefill, the generic kernel.
+// takes one path: the split kernel with several splits, with one, and with
+// a full grid, the tensor-core prefill, the generic kernel.
 struct attn_nan_case {
     const char *name;
     int64_t D, Hq, Hkv, T, L;
@@ -415,10 +415,10 @@ std::vector<attn_nan_case> attn_nan_cases() {
     const tg_type F16 = TG_TYPE_F16, F32 = TG_TYPE_F32;
     const int L = (int)S(4096, 512);
     return {
-        {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true},       // several splits, V staged
-        {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true},          // one split, V staged
+        {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true},       // several splits, the combine kernel
+        {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true},          // one split
         {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true},   // t 0 has rows 0-1 only
-        {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true},    // V not staged
+        {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true},    // one split, every SM busy
         {"tensor_cores_f16", 128, 32, 8, 128, 128, F16, F16, {}, false},     // prefill on tensor cores
         {"generic_f16_f32", 64, 8, 2, 3, 40, F16, F32, {0, 5, 39}, true},    // mixed cache types
     };

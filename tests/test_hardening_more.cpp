@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 
+#include <sys/stat.h>  // mkfifo
+
 #include "internal.h"  // tg_backend_cpu_set_fast
 #include "model.h"
 #include "sig_util.h"
@@ -533,13 +535,27 @@ TEST(HardeningMore, CallerArenaAtOddAddressesAndSizes) {
 // does not fit an int is refused, not computed with a signed overflow (UBSan
 // reported seq0 + n for seq0 = INT_MAX), and nothing changes.
 
-TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
+// A shipped model on a one-thread CPU backend and a session of n_seq x n_ctx
+// on it, freed when the test ends (also when an assertion ends it early).
+struct shipped_session {
     tg_backend *be = tg_backend_cpu(1);
-    ASSERT_NE(be, nullptr);
-    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf").c_str(), be);
-    ASSERT_NE(m, nullptr) << tg_last_error();
-    tgm::session *s = tgm::session_new(m, 2, 16);
-    ASSERT_NE(s, nullptr) << tg_last_error();
+    tgm::model *m = nullptr;
+    tgm::session *s = nullptr;
+    shipped_session(const char *file, int n_seq, int n_ctx) {
+        if (be) m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/" + file).c_str(), be);
+        if (m) s = tgm::session_new(m, n_seq, n_ctx);
+    }
+    ~shipped_session() {
+        if (s) tgm::session_free(s);
+        if (m) tgm::model_free(m);
+        if (be) tg_backend_free(be);
+    }
+};
+
+TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
+    shipped_session ss("llama-recall.gguf", 2, 16);
+    ASSERT_NE(ss.s, nullptr) << tg_last_error();
+    tgm::session *s = ss.s;
     const int32_t toks[4] = {256, 'a', 'b', 'c'};
     std::vector<float> logits;
     struct {
@@ -554,9 +570,6 @@ TEST(HardeningMore, SessionEvalRangesThatOverflowAnIntAreRefused) {
     }
     EXPECT_EQ(tgm::session_eval(s, 1, 1, toks, 4, false, &logits), TG_OK) << tg_last_error();
     EXPECT_EQ(s->n_past[1], 4);
-    tgm::session_free(s);
-    tgm::model_free(m);
-    tg_backend_free(be);
 }
 
 // ---------------------------------------------------------------------------
@@ -584,12 +597,9 @@ TEST(HardeningMore, SetErrorWithANullFormatOrALongMessage) {
 // is unchanged by the refusal.
 
 TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
-    tg_backend *be = tg_backend_cpu(1);
-    ASSERT_NE(be, nullptr);
-    tgm::model *m = tgm::model_load((std::string(TG_SOURCE_DIR) + "/models/hybrid-recall.gguf").c_str(), be);
-    ASSERT_NE(m, nullptr) << tg_last_error();
-    tgm::session *s = tgm::session_new(m, 2, 8);
-    ASSERT_NE(s, nullptr) << tg_last_error();
+    shipped_session ss("hybrid-recall.gguf", 2, 8);
+    ASSERT_NE(ss.s, nullptr) << tg_last_error();
+    tgm::session *s = ss.s;
     const int32_t toks[3] = {256, 'a', 'b'};
     std::vector<float> logits;
     ASSERT_EQ(tgm::session_eval(s, 0, 1, toks, 3, false, &logits), TG_OK) << tg_last_error();
@@ -602,6 +612,13 @@ TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
     EXPECT_EQ(tgm::session_state_load_file(s, -1, "/dev/zero"), TG_ERR_IO);
     EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_load_file] ", 0), 0u) << tg_last_error();
     EXPECT_EQ(tgm::session_state_load_file(s, 1, ::testing::TempDir().c_str()), TG_ERR_IO);  // a directory
+    // a FIFO: refused before it is opened (an open would wait for a writer)
+    const std::string fifo = ::testing::TempDir() + "tinygml_hardening_state.fifo";
+    std::remove(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_EQ(tgm::session_state_load_file(s, -1, fifo.c_str()), TG_ERR_IO);
+    EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();
+    std::remove(fifo.c_str());
 
     // a regular file far larger than any state of this small session (8
     // positions, 2 sequences: a few KiB): refused before it is read
@@ -630,9 +647,6 @@ TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
     EXPECT_EQ(s->n_past[0], 3);
     std::remove(good.c_str());
     std::remove(big.c_str());
-    tgm::session_free(s);
-    tgm::model_free(m);
-    tg_backend_free(be);
 }
 
 }  // namespace
