@@ -541,6 +541,12 @@ int main(int argc, char **argv) {
     fused.delta_chunk_fused = 1;
     bench_delta("gdn.prefill/fused", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused);
     bench_delta("gla.prefill/fused", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, fused);
+    // the single kernel's generic tiles where the full case applies (before / after, same run)
+    tg_cuda_sig_knobs generic = dflt;
+    generic.delta_chunk_generic = 1;
+    bench_delta("gdn.prefill/generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, generic);
+    bench_delta("gdn.prefill.bf16/generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, generic, BF);
+    bench_delta("gla.prefill/generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, generic);
     bench_delta("gdn.long/fused", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused, BF,
                 TG_DELTA_ALGO_CHUNKED);
     // the chunk-parallel form forced (knob delta_chunk_fused 2) where AUTO takes the single kernel

@@ -75,22 +75,27 @@ __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
 
 // The warp's tiles of one pass over an M x N product (M a multiple of 16, N of 8): tile
 // base + warp + NW r (r < R), row-major over N / 8 columns of tiles; m0 -1: no tile.
-template <int NW, int R, int MT> struct wtiles {
+// FULL: M, N and the block's warp count fixed at compile time and every warp holding R whole
+// tiles (the single kernel's D128 / 128-column case): no guards, fully unrolled k loops, and with
+// the warp index masked to NW - 1 the tile rows fold to constants where N / 8 is a multiple of NW.
+template <int NW, int R, int MT, bool FULL = false> struct wtiles {
+    static constexpr bool full = FULL;
     int M, m0[R], n0[R];
     __device__ wtiles(int base, int M_, int N) : M(M_) {
-        const int warp = threadIdx.x >> 5, ntn = N / 8, ntiles = ((M + 16 * MT - 1) / (16 * MT)) * ntn;
+        const int warp = FULL ? (threadIdx.x >> 5) & (NW - 1) : threadIdx.x >> 5, ntn = N / 8;
+        const int ntiles = ((M + 16 * MT - 1) / (16 * MT)) * ntn;
 #pragma unroll
         for (int r = 0; r < R; r++) {
             const int t = base + warp + NW * r;
-            m0[r] = t < ntiles ? (t / ntn) * 16 * MT : -1;
-            n0[r] = t < ntiles ? (t % ntn) * 8 : 0;
+            m0[r] = FULL || t < ntiles ? (t / ntn) * 16 * MT : -1;
+            n0[r] = FULL || t < ntiles ? (t % ntn) * 8 : 0;
         }
     }
     // passes of NW R tiles that cover the product
     __device__ static int passes(int M, int N) {
         return (((M + 16 * MT - 1) / (16 * MT)) * (N / 8) + NW * R - 1) / (NW * R);
     }
-    __device__ bool has(int r, int mi) const { return m0[r] >= 0 && m0[r] + 16 * mi < M; }
+    __device__ bool has(int r, int mi) const { return FULL || (m0[r] >= 0 && m0[r] + 16 * mi < M); }
 };
 
 template <int R, int MT> __device__ inline void zero(float (&acc)[R][MT][4]) {
@@ -102,10 +107,29 @@ template <int R, int MT> __device__ inline void zero(float (&acc)[R][MT][4]) {
 
 // acc += A B over k < K (a multiple of 8) for the warp's tiles: fa(m0, k0) -> frag_a,
 // fb(k0, n0) -> frag_b. LOWER: A is lower triangular (a row block's k loop stops after its
-// last row). TWO: also acc2 += A2 B with the same B fragments (fa2).
-template <int NW, int R, int MT, bool LOWER, bool TWO, typename FA, typename FB, typename FA2>
-__device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT> &wt, int K, FA fa, FB fb,
+// last row). TWO: also acc2 += A2 B with the same B fragments (fa2). A FULL tile set takes K
+// as a compile-time constant after inlining and unrolls the k loop whole.
+template <int NW, int R, int MT, bool LOWER, bool TWO, bool FULL, typename FA, typename FB, typename FA2>
+__device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL> &wt, int K, FA fa, FB fb,
                             float (*acc2)[MT][4], FA2 fa2) {
+    if constexpr (FULL) {
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 8) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (LOWER && k0 >= wt.m0[r] + 16 * MT) continue;
+                const frag_b b = fb(k0, wt.n0[r]);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    const int m = wt.m0[r] + 16 * mi;
+                    if (LOWER && k0 >= m + 16) continue;
+                    mma_tf32(acc[r][mi], fa(m, k0), b);
+                    if constexpr (TWO) mma_tf32(acc2[r][mi], fa2(m, k0), b);
+                }
+            }
+        }
+        return;
+    }
     int kend = 0;
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -126,14 +150,15 @@ __device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT> &wt,
         }
     }
 }
-template <int NW, int R, int MT, bool LOWER, typename FA, typename FB>
-__device__ inline void wmma1(float (&acc)[R][MT][4], const wtiles<NW, R, MT> &wt, int K, FA fa, FB fb) {
+template <int NW, int R, int MT, bool LOWER, bool FULL, typename FA, typename FB>
+__device__ inline void wmma1(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL> &wt, int K, FA fa, FB fb) {
     wmma<NW, R, MT, LOWER, false>(acc, wt, K, fa, fb, (float(*)[MT][4]) nullptr, fa);
 }
 
 // f(r, mi, e, row, col) for the element pairs acc[r][mi][e], [e + 1] (e = 0, 2) of the warp's
 // tiles: columns col, col + 1 of row.
-template <int NW, int R, int MT, typename F> __device__ inline void for_pairs(const wtiles<NW, R, MT> &wt, F f) {
+template <int NW, int R, int MT, bool FULL, typename F>
+__device__ inline void for_pairs(const wtiles<NW, R, MT, FULL> &wt, F f) {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < R; r++)

@@ -73,12 +73,64 @@ __device__ inline float chunk_decay(const float *sL, const float *sSg, const int
     if (sZ[t] > s) return 0.0f;
     return s < 0 ? sSg[t] * expf(sL[t]) : sSg[t] * sSg[s] * expf(sL[t] - sL[s]);
 }
+// After gate_prefix, by the same warp (two tokens per lane): the decays from the chunk's start
+// d0[t] = d(t, -1) and to its end dl[t] = d(C-1, t), and the factor tables of d(t, s) for s >= 0:
+// ep[t] = sign_t exp(L_t - M), em[s] = sign_s exp(M - L_s), M the midpoint of the chunk's prefix
+// range, so that d(t, s) = ep[t] em[s] (0 where a zero gate lies in (s, t]). *tab says whether the
+// tables hold: the range spans at most 64 (each factor within e^32 of 1, no overflow, no
+// denormal); otherwise (strong decays, inf or NaN gates) callers take chunk_decay per element.
+// *tab bit 1: every d0 is finite, so that keep_zero_mul by any of them (d(C-1, -1) included) is a
+// plain product.
+__device__ inline void chunk_decays(const float *sL, const float *sSg, const int *sZ, float *d0, float *dl, float *ep,
+                                    float *em, int *tab) {
+    const int lane = threadIdx.x & 31;
+    const float a = sL[2 * lane], b = sL[2 * lane + 1];
+    float lo = fminf(a, b), hi = fmaxf(a, b);
+    bool bad = isnan(a) || isnan(b);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
+    }
+    bad = __any_sync(0xffffffffu, bad);
+    const bool ok = !bad && hi - lo <= 64.0f;  // false for an inf or NaN in the range too
+    const float mid = ok ? 0.5f * (hi + lo) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = 2 * lane + e;
+        d0[r] = chunk_decay(sL, sSg, sZ, r, -1);
+        dl[r] = chunk_decay(sL, sSg, sZ, kC - 1, r);
+        ep[r] = ok ? sSg[r] * expf(sL[r] - mid) : 0.0f;
+        em[r] = ok ? sSg[r] * expf(mid - sL[r]) : 0.0f;
+    }
+    const bool fin = __all_sync(0xffffffffu, isfinite(d0[2 * lane]) && isfinite(d0[2 * lane + 1]));
+    if (lane == 0) *tab = (ok ? 1 : 0) | (fin ? 2 : 0);
+}
+// d(t, s) for 0 <= s <= t of one chunk: by the tables where they hold (chunk_decays), else exactly
+__device__ inline float decay_ts(const float *sL, const float *sSg, const int *sZ, const float *ep, const float *em,
+                                 bool tab, int t, int s) {
+    if (!tab) return chunk_decay(sL, sSg, sZ, t, s);
+    return sZ[t] > s ? 0.0f : ep[t] * em[s];
+}
 // Rows t < n of a (and of b, when not NULL), cnt values at row stride ld: l2-normalized as the
 // op's l2norm_qk does it (sum in double, one F32 multiplier) when norm, one warp per row; rounded
 // to TF32 either way.
-template <int NW> __device__ inline void norm_rows(float *a, float *b, int ld, int n, int cnt, int norm) {
+// F32: the sum in F32 (128 values: a relative error near 1e-6, far under the TF32 rounding that
+// follows) with one rsqrt, for the single kernel's full case.
+template <int NW, bool F32 = false>
+__device__ inline void norm_rows(float *a, float *b, int ld, int n, int cnt, int norm) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rows = b ? 2 * n : n;
-    if (norm) {
+    if (norm && F32) {
+        for (int y = warp; y < rows; y += NW) {
+            float *row = (y < n ? a : b) + (y < n ? y : y - n) * ld;
+            float ss = 0.0f;
+            for (int i = lane; i < cnt; i += 32) ss = fmaf(row[i], row[i], ss);
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+            const float inv = rsqrtf(ss + 1e-6f);
+            for (int i = lane; i < cnt; i += 32) row[i] = tf32r(row[i] * inv);
+        }
+    } else if (norm) {
         for (int y = warp; y < rows; y += NW) {
             float *row = (y < n ? a : b) + (y < n ? y : y - n) * ld;
             double ss = 0.0;
@@ -110,6 +162,12 @@ __device__ inline void store_pair(char *p, long long es, tg_type type, float x, 
 
 // The scan's rule: an exact zero stays zero under any non-NaN factor.
 __device__ inline float keep_zero_mul(float d, float x) { return x == 0.0f && !isnan(d) ? 0.0f : d * x; }
+// f(mul) with mul the plain product where every factor is known finite (fin: then a zero stays a
+// zero anyway, up to its sign), else keep_zero_mul: one uniform branch instead of a test per element.
+template <typename F> __device__ inline void by_mul(bool fin, F f) {
+    if (fin) f([](float d, float x) { return d * x; });
+    else f([](float d, float x) { return keep_zero_mul(d, x); });
+}
 
 // 16 bytes of a row (4 F32 or 8 F16/BF16 values) to floats in shared memory (16-byte aligned).
 __device__ inline void put_unit(float *d, uint4 u, tg_type type) {
@@ -244,6 +302,106 @@ template <int NT> __device__ inline void stage3(const row_job &j0, const row_job
     }
 }
 
+// Rows t < n of three tensors whose rows are 128 elements (16-byte units, as stage3): each
+// thread's units of all three in flight together, then converted and stored; the unit's row
+// and column by shift and mask. The first two (q and k) are l2-normalized as norm_rows<NW, true>
+// does it when norm, and rounded to TF32 either way, on the way: a row's units are the lanes of
+// one warp (F32: 32 units) or of one half-warp (16-bit: 16), so its sum of squares is a shuffle
+// reduction over them.
+template <int NT> __device__ inline void stage3_128(const row_job &j0, const row_job &j1, const row_job &j2, int norm) {
+    static_assert(NT % 32 == 0, "whole warps");
+    constexpr int M = (kC * 32 + NT - 1) / NT;  // units per thread and tensor at most (F32 rows: 32 units)
+    const int tid = threadIdx.x;
+    const row_job *job[3] = {&j0, &j1, &j2};
+    uint4 r[3][M];
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        const int sh = job[j]->type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int u = tid + NT * m;
+            if (u < total)
+                r[j][m] = __ldg((const uint4 *)(job[j]->base + (u >> sh) * job[j]->rs + 16LL * (u & ((1 << sh) - 1))));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        const tg_type type = job[j]->type;
+        const int sh = type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int u = tid + NT * m;
+            const bool in = u < total;  // the same for every lane of a row's lanes (rows are whole)
+            float f[8];
+            int cnt = 8;
+            if (type == TG_TYPE_F32) {
+                cnt = 4;
+                f[0] = __uint_as_float(r[j][m].x), f[1] = __uint_as_float(r[j][m].y);
+                f[2] = __uint_as_float(r[j][m].z), f[3] = __uint_as_float(r[j][m].w);
+                f[4] = f[5] = f[6] = f[7] = 0.0f;
+            } else {
+                const unsigned w[4] = {r[j][m].x, r[j][m].y, r[j][m].z, r[j][m].w};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float2 x;
+                    if (type == TG_TYPE_F16) {
+                        __half2 hh;
+                        memcpy(&hh, &w[e], 4);
+                        x = __half22float2(hh);
+                    } else {
+                        __nv_bfloat162 hh;
+                        memcpy(&hh, &w[e], 4);
+                        x = __bfloat1622float2(hh);
+                    }
+                    f[2 * e] = x.x, f[2 * e + 1] = x.y;
+                }
+            }
+            if (!in) {
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] = 0.0f;
+            }
+            if (j < 2) {
+                float mul = 1.0f;
+                if (norm) {  // every lane takes part in the shuffles (rows past n: zeros, not stored)
+                    float ss = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) {
+                        const float o = __shfl_xor_sync(0xffffffffu, ss, off);
+                        if (off < (1 << sh)) ss += o;  // within the row's lanes
+                    }
+                    mul = rsqrtf(ss + 1e-6f);
+                }
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] = tf32r(f[e] * mul);
+            }
+            if (!in) continue;
+            float *d = job[j]->dst + (u >> sh) * job[j]->ds + (u & ((1 << sh) - 1)) * (cnt == 4 ? 4 : 8);
+            *(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
+            if (cnt == 8) *(float4 *)(d + 4) = make_float4(f[4], f[5], f[6], f[7]);
+        }
+    }
+}
+// The units stage3_128 would load for the same jobs, prefetched into L2 (the next chunk's rows
+// while this chunk computes).
+template <int NT> __device__ inline void prefetch3_128(const row_job &j0, const row_job &j1, const row_job &j2) {
+    constexpr int M = (kC * 32 + NT - 1) / NT;
+    const int tid = threadIdx.x;
+    const row_job *job[3] = {&j0, &j1, &j2};
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        // one prefetch per 32-byte sector pair is enough: every other unit
+        const int sh = job[j]->type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int u = tid + NT * m;
+            if (u < total && (u & 1) == 0)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(job[j]->base + (u >> sh) * job[j]->rs + 16LL * (u & ((1 << sh) - 1))));
+        }
+    }
+}
+
 // T = (I + A)^-1 of the strictly lower C x C matrix A (row stride kPS) into sT, by NT threads, by
 // blocks of 16: the four diagonal blocks by forward substitution (column j by L lanes; every
 // T[t][j] is written by the lane that reads it later: lane (t - j) % L), then the blocks below
@@ -288,6 +446,79 @@ template <int NT> __device__ inline void invert_unit_lower(const float *sA, floa
                 y = fmaf(sT[(16 * i + r) * kPS + 16 * i + m], sT[(16 * j + m) * kPS + 16 * i + c], y);
             sT[(16 * i + r) * kPS + 16 * j + c] = -y;
         }
+    }
+}
+
+// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 64), by doubling:
+// the four 16 x 16 diagonal blocks by forward substitution (one thread per column, the column in
+// registers), then the 32 x 32 diagonal halves (T_10 = -T_11 A_10 T_00 for both halves at once),
+// then the 64 x 64 whole (the same with 32 x 32 blocks). The products X = A_10 T_00 go to the
+// unused upper blocks of sT; the k loops are unrolled and keep to the triangles (a NaN in a row of
+// A reaches only that row and those after it, as in the substitution). Ends before the last
+// barrier: the caller syncs.
+template <int NT> __device__ inline void invert_unit_lower_doubling(const float *sA, float *sT) {
+    static_assert(NT % 64 == 0, "64 columns");
+    const int tid = threadIdx.x;
+    if (tid < kC) {  // diagonal block b, column c: (I + A_bb) x = e_c
+        const int b0 = tid & ~15, c = tid & 15;
+        float x[16];
+#pragma unroll
+        for (int t = 0; t < 16; t++) {
+            float y = t == c ? 1.0f : 0.0f;
+#pragma unroll
+            for (int r = 0; r < t; r++) y = fmaf(-sA[(b0 + t) * kPS + b0 + r], x[r], y);
+            x[t] = t < c ? 0.0f : y;
+        }
+#pragma unroll
+        for (int t = 0; t < 16; t++) sT[(b0 + t) * kPS + b0 + c] = x[t];
+    }
+    __syncthreads();
+    // 16 -> 32: half h (rows 32 h ..), X = A[16 + r][k] T[k][c] (k >= c) into block (0, 1) of the half
+#pragma unroll
+    for (int e = tid; e < 512; e += NT) {
+        const int h0 = (e >> 8) * 32, r = (e >> 4) & 15, c = e & 15;
+        float y = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            if (k >= c) y = fmaf(sA[(h0 + 16 + r) * kPS + h0 + k], sT[(h0 + k) * kPS + h0 + c], y);
+        sT[(h0 + r) * kPS + h0 + 16 + c] = y;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = tid; e < 512; e += NT) {  // T[16 + r][c] = -T_11[r][k] X[k][c] (k <= r)
+        const int h0 = (e >> 8) * 32, r = (e >> 4) & 15, c = e & 15;
+        float z = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++)
+            if (k <= r) z = fmaf(sT[(h0 + 16 + r) * kPS + h0 + 16 + k], sT[(h0 + k) * kPS + h0 + 16 + c], z);
+        sT[(h0 + 16 + r) * kPS + h0 + c] = -z;
+    }
+    __syncthreads();
+    // 32 -> 64: X = A[32 + r][k] T[k][c] (k >= c) into the upper 32 x 32 block, two columns per item
+#pragma unroll
+    for (int e = tid; e < 512; e += NT) {
+        const int r = e >> 4, c = e & 15;
+        float y0 = 0.0f, y1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; k++) {
+            const float a = sA[(32 + r) * kPS + k];
+            if (k >= c) y0 = fmaf(a, sT[k * kPS + c], y0);
+            if (k >= c + 16) y1 = fmaf(a, sT[k * kPS + c + 16], y1);
+        }
+        sT[r * kPS + 32 + c] = y0, sT[r * kPS + 48 + c] = y1;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = tid; e < 512; e += NT) {  // T[32 + r][c] = -T_11[r][k] X[k][c] (k <= r)
+        const int r = e >> 4, c = e & 15;
+        float z0 = 0.0f, z1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; k++) {
+            if (k > r) continue;
+            const float t = sT[(32 + r) * kPS + 32 + k];
+            z0 = fmaf(t, sT[k * kPS + 32 + c], z0), z1 = fmaf(t, sT[k * kPS + 48 + c], z1);
+        }
+        sT[(32 + r) * kPS + c] = -z0, sT[(32 + r) * kPS + c + 16] = -z1;
     }
 }
 

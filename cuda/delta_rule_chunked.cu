@@ -40,26 +40,31 @@ namespace {
 // shared memory (bytes) of one block
 size_t chunk_smem(int DKP, int BV) {
     const size_t f = 2 * (size_t)kC * q_stride(DKP) + (size_t)kC * v_stride(BV) + (size_t)DKP * v_stride(BV) +
-                     3 * (size_t)kC * kPS + 6 * (size_t)kC;
+                     3 * (size_t)kC * kPS + 8 * (size_t)kC + 4;
     return f * sizeof(float);
 }
 // warp tiles (32 x 8) per warp of the C x BV products: RQ; of the C x C products: RP
 template <int NW> constexpr int kRQ = NW == 16 ? 2 : 1;
 template <int NW> constexpr int kRP = 16 / NW;
 
-template <int NW>
+// FULL: the D128 case with fixed sizes (NW 16, Dk = DKP = 128, every slice BV = 128 columns,
+// 16-byte row loads): compile-time tiles and strides, unrolled products, leaner staging and norms.
+template <int NW, bool FULL>
 __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_args a) {
-    constexpr int NT = NW * 32, RQ = kRQ<NW>, RP = kRP<NW>;
+    constexpr int NT = NW * 32, RQ = kRQ<NW>, RP = kRP<NW>, RS = 2;
+    // (the full case on 8 warps of up to 255 registers, RQ = RS = 4, measured 1,219 us against 857 at
+    // gdn.prefill: bench/NOTES.md "Session 22")
+    static_assert(!FULL || NW == 16, "the full case runs 16 warps");
     extern __shared__ float4 csm4[];
-    const int DKP = a.DKP, BV = a.BV, QS = q_stride(DKP), VS = v_stride(BV);
+    const int DKP = FULL ? 128 : a.DKP, BV = FULL ? 128 : a.BV, QS = q_stride(DKP), VS = v_stride(BV);
     float *sQ = (float *)csm4, *sK = sQ + kC * QS, *sV = sK + kC * QS, *sS = sV + kC * VS, *sP = sS + DKP * VS;
     float *sA = sP + kC * kPS, *sT = sA + kC * kPS, *sL = sT + kC * kPS, *sSg = sL + kC, *sB = sSg + kC;
-    float *sD0 = sB + kC, *sDl = sD0 + kC;
-    int *sZ = (int *)(sDl + kC);
+    float *sD0 = sB + kC, *sDl = sD0 + kC, *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sKt = sA;  // (K (.) d(C-1, t))^T, DKP rows of kPS over A and T once they are free (DKP <= 128)
     const bool kt = DKP <= 128;
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, warp = FULL ? (tid >> 5) & (NW - 1) : tid >> 5, lane = tid & 31;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * BV, nv = min(BV, a.Dv - j0);
     // the error record of earlier kernels of this graph: read now, used before the state store
@@ -83,8 +88,9 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
     auto v_at = [&](int k, int n) { return ldb_cols(sV, VS, k, n); };
     auto p_at = [&](int m, int k) { return lda_rows(sP, kPS, m, k); };
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
-    const wtiles<NW, RQ, 2> wq(0, kC, BV);  // the C x BV products' tiles, fixed: Q S stays in registers
+    const wtiles<NW, RQ, 2, FULL> wq(0, kC, BV);  // the C x BV products' tiles, fixed: Q S stays in registers
     float accQS[RQ][2][4];
+    char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);  // o(j0 + j, h, t, b) at + j nb[0] + t nb[2]
 #pragma unroll 1
     for (long long t0 = 0; t0 < a.T; t0 += kC) {
         const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
@@ -94,7 +100,28 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             for (int x = tid; x < (kC - n) * QS; x += NT) sQ[n * QS + x] = 0.0f, sK[n * QS + x] = 0.0f;
             for (int x = tid; x < (kC - n) * VS; x += NT) sV[n * VS + x] = 0.0f;
         }
-        if (a.qk_vec && a.v_vec) {  // all three tensors' loads in flight together
+        // gates and beta: warp 0 (FULL: two per lane, into registers first), else threads t < C
+        float gl[2], bl[2];
+        if (FULL && warp == 0) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int t = 2 * lane + e;
+                gl[e] = t < n ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+                bl[e] = t < n ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + t, b, 0)) : 0.0f;
+            }
+        }
+        if (FULL) {  // rows of 128 elements, 16-byte units; q and k normalized and rounded on the way
+            const row_job jq = {sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, 128};
+            const row_job jk = {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, 128};
+            const row_job jv = {sV, VS, tg_cuda_ptr(a.v, j0, h, t0, b), a.v.nb[2], a.v.type, n, 128};
+            stage3_128<NT>(jq, jk, jv, a.l2norm);
+            if (t0 + kC < a.T) {  // the next chunk's rows into L2 while this one computes
+                const int nn = (int)(a.T - t0 - kC < kC ? a.T - t0 - kC : kC);
+                prefetch3_128<NT>({sQ, QS, jq.base + kC * jq.rs, jq.rs, jq.type, nn, 128},
+                                  {sK, QS, jk.base + kC * jk.rs, jk.rs, jk.type, nn, 128},
+                                  {sV, VS, jv.base + kC * jv.rs, jv.rs, jv.type, nn, 128});
+            }
+        } else if (a.qk_vec && a.v_vec) {  // all three tensors' loads in flight together
             stage3<NT>({sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, a.Dk},
                        {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, a.Dk},
                        {sV, VS, tg_cuda_ptr(a.v, j0, h, t0, b), a.v.nb[2], a.v.type, n, nv});
@@ -103,30 +130,44 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             stage_rows<NT>(sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.nb[0], a.k.type, n, a.Dk, a.qk_vec);
             stage_rows<NT>(sV, VS, tg_cuda_ptr(a.v, j0, h, t0, b), a.v.nb[2], a.v.nb[0], a.v.type, n, nv, a.v_vec);
         }
-        if (tid < kC) {
+        if (FULL && warp == 0) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) sL[2 * lane + e] = gl[e], sB[2 * lane + e] = bl[e];
+            __syncwarp();
+            gate_prefix(sL, sSg, sZ, a.log_gate);
+            __syncwarp();
+            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+        }
+        if (!FULL && tid < kC) {
             const bool in = tid < n;
             sL[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
             sB[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0)) : 0.0f;
         }
         __syncthreads();
-        // the gate prefix by warp 0, the l2 norms of the rows by all
-        if (warp == 0) gate_prefix(sL, sSg, sZ, a.log_gate);
-        norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
-        __syncthreads();
-        auto decay = [&](int t, int s) { return chunk_decay(sL, sSg, sZ, t, s); };
-        if (tid < kC) sD0[tid] = decay(tid, -1), sDl[tid] = decay(kC - 1, tid);
-        // (K (.) d(C-1, t))^T into sKt (rounded to TF32), where it fits; sDl is read only after the
-        // next barrier (GATED_LINEAR writes it before that: the decay then comes from the prefix)
-        auto put_kt = [&](bool synced) {
+        // the gate prefix and the decays by warp 0, the l2 norms of the rows by all (FULL: done)
+        if (!FULL) {
+            if (warp == 0) {
+                gate_prefix(sL, sSg, sZ, a.log_gate);
+                __syncwarp();
+                chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+            }
+            norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
+            __syncthreads();
+        }
+        const int flags = *sTab;
+        const bool tab = flags & 1, fin = flags & 2;  // decay tables hold; every d(t, -1) finite
+        auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
+        // (K (.) d(C-1, t))^T into sKt (rounded to TF32), where it fits
+        auto put_kt = [&]() {
             for (int x = tid; x < DKP * kC && kt; x += NT) {
                 const int i = x / kC, t = x - i * kC;
-                sKt[i * kPS + t] = tf32r(sK[t * QS + i] * (synced ? sDl[t] : decay(kC - 1, t)));
+                sKt[i * kPS + t] = tf32r(sK[t * QS + i] * sDl[t]);
             }
         };
 
         // 2. P = Q K^T (.) decay (s <= t); A = beta K K^T (.) decay (s < t)
         {
-            const wtiles<NW, RP, 2> wt(0, kC, kC);
+            const wtiles<NW, RP, 2, FULL> wt(0, kC, kC);
             float acc[RP][2][4];
             zero(acc);
             if (a.delta) {
@@ -151,11 +192,13 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             float acc[RQ][2][4];
             zero(acc);
             wmma<NW, RQ, 2, false, true>(accQS, wq, DKP, q_at, s_at, acc, k_at);
-            for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
-                for (int d = 0; d < 2; d++) {
-                    float &x = sV[t * VS + j + d];
-                    x = tf32r(sB[t] * (x - keep_zero_mul(decay(t, -1), acc[r][mi][e + d])));
-                }
+            by_mul(fin, [&](auto mul) {
+                for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
+                    for (int d = 0; d < 2; d++) {
+                        float &x = sV[t * VS + j + d];
+                        x = tf32r(sB[t] * (x - mul(sD0[t], acc[r][mi][e + d])));
+                    }
+                });
             });
         } else {
             wmma1<NW, RQ, 2, false>(accQS, wq, DKP, q_at, s_at);
@@ -163,14 +206,15 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
                 const int t = x / BV, jj = x - t * BV;
                 sV[t * VS + jj] = tf32r(sV[t * VS + jj] * sB[t]);
             }
-            put_kt(false);
+            put_kt();
         }
         __syncthreads();
 
         // 3. T = (I + A)^-1 (chunk_parts.cuh), then U = T R in place of R, and the decayed K^T
         //    over A and T once they are read
         if (a.delta) {
-            invert_unit_lower<NT>(sA, sT);
+            if constexpr (FULL) invert_unit_lower_doubling<NT>(sA, sT);
+            else invert_unit_lower<NT>(sA, sT);
             __syncthreads();
             float acc[RQ][2][4];
             zero(acc);
@@ -179,32 +223,33 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
                 sV[t * VS + j] = tf32r(acc[r][mi][e]), sV[t * VS + j + 1] = tf32r(acc[r][mi][e + 1]);
             });
-            put_kt(true);
+            put_kt();
             __syncthreads();
         }
 
         // 4. O = scale (d(t, -1) Q S + P U), rows < n, columns < Dv
-        for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
-            accQS[r][mi][e] = keep_zero_mul(sD0[t], accQS[r][mi][e]);
-            accQS[r][mi][e + 1] = keep_zero_mul(sD0[t], accQS[r][mi][e + 1]);
+        by_mul(fin, [&](auto mul) {
+            for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
+                accQS[r][mi][e] = mul(sD0[t], accQS[r][mi][e]), accQS[r][mi][e + 1] = mul(sD0[t], accQS[r][mi][e + 1]);
+            });
         });
         wmma1<NW, RQ, 2, true>(accQS, wq, kC, p_at, v_at);
         for_pairs(wq, [&](int r, int mi, int e, int t, int j) {
             // columns j, j + 1: one 8-byte store where the output allows it
             if (t >= n || j >= nv) return;
-            store_pair(tg_cuda_ptr(a.o, j0 + j, h, t0 + t, b), a.o.nb[0], a.o.type, a.scale * accQS[r][mi][e],
+            store_pair(obase + j * a.o.nb[0] + (t0 + t) * a.o.nb[2], a.o.nb[0], a.o.type, a.scale * accQS[r][mi][e],
                        a.scale * accQS[r][mi][e + 1], j + 1 < nv, a.o_pair);
         });
         //    S = d(C-1, -1) S + (K (.) d(C-1, t))^T U: each thread its own elements of S
         {
-            const wtiles<NW, 2, 4> ws(0, DKP, BV);
-            float acc[2][4][4];
+            const wtiles<NW, RS, 4, FULL> ws(0, DKP, BV);
+            float acc[RS][4][4];
             zero(acc);
             if (kt) {
-                wmma1<NW, 2, 4, false>(acc, ws, kC, [&](int m, int k) { return lda_rows(sKt, kPS, m, k); }, v_at);
+                wmma1<NW, RS, 4, false>(acc, ws, kC, [&](int m, int k) { return lda_rows(sKt, kPS, m, k); }, v_at);
             } else {
                 const int g = lane >> 2, c = lane & 3;
-                wmma1<NW, 2, 4, false>(acc, ws, kC, [&](int m, int k) {
+                wmma1<NW, RS, 4, false>(acc, ws, kC, [&](int m, int k) {
                     frag_a f;
                     f.x[0] = __float_as_uint(sK[(k + c) * QS + m + g] * sDl[k + c]);
                     f.x[1] = __float_as_uint(sK[(k + c) * QS + m + g + 8] * sDl[k + c]);
@@ -214,9 +259,11 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
                 }, v_at);
             }
             const float dl = sD0[kC - 1];
-            for_pairs(ws, [&](int r, int mi, int e, int i, int j) {
-                float *x = &sS[i * VS + j];
-                x[0] = keep_zero_mul(dl, x[0]) + acc[r][mi][e], x[1] = keep_zero_mul(dl, x[1]) + acc[r][mi][e + 1];
+            by_mul(fin, [&](auto mul) {
+                for_pairs(ws, [&](int r, int mi, int e, int i, int j) {
+                    float *x = &sS[i * VS + j];
+                    x[0] = mul(dl, x[0]) + acc[r][mi][e], x[1] = mul(dl, x[1]) + acc[r][mi][e + 1];
+                });
             });
         }
     }
@@ -297,19 +344,23 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     if (blocks > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks);
     const size_t smem = chunk_smem(a.DKP, BV);
     const int nw = warps_for(BV);
-    static size_t smem_set[2] = {0, 0};  // each kernel's dynamic shared-memory limit, raised once (grow-only)
-    if (smem > smem_set[nw == 16]) {
-        TG_CUDA_TRY(be, call, nw == 16 ? cudaFuncSetAttribute(delta_chunked_kernel<16>,
-                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
-                                       : cudaFuncSetAttribute(delta_chunked_kernel<8>,
-                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set[nw == 16] = smem;
+    // the full case: Dk 128 and whole 128-column slices, 16-byte rows (delta_chunked_kernel<16, true>)
+    const bool full = cu->sig.delta_chunk_generic == 0 && nw == 16 && BV == 128 && a.DKP == 128 && Dk == 128 && Dv % 128 == 0 && a.qk_vec && a.v_vec;
+    static size_t smem_set[3] = {0, 0, 0};  // each kernel's dynamic shared-memory limit, raised once (grow-only)
+    const unsigned grid = (unsigned)blocks;
+    if (full) {
+        if (const tg_status s = smem_limit(be, delta_chunked_kernel<16, true>, smem, smem_set[2], call); s != TG_OK) return s;
+        delta_chunked_kernel<16, true><<<grid, 16 * 32, smem, cu->stream>>>(a);
+    } else if (nw == 16) {
+        if (const tg_status s = smem_limit(be, delta_chunked_kernel<16, false>, smem, smem_set[1], call); s != TG_OK) return s;
+        delta_chunked_kernel<16, false><<<grid, 16 * 32, smem, cu->stream>>>(a);
+    } else {
+        if (const tg_status s = smem_limit(be, delta_chunked_kernel<8, false>, smem, smem_set[0], call); s != TG_OK) return s;
+        delta_chunked_kernel<8, false><<<grid, 8 * 32, smem, cu->stream>>>(a);
     }
-    if (nw == 16) delta_chunked_kernel<16><<<(unsigned)blocks, 16 * 32, smem, cu->stream>>>(a);
-    else delta_chunked_kernel<8><<<(unsigned)blocks, 8 * 32, smem, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     static char name[64];
-    snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw, a.qk_vec ? "" : "/scalar");
+    snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw, full ? "/full" : a.qk_vec ? "" : "/scalar");
     cu->sig_last[TG_CUDA_SIG_DELTA] = name;
     return TG_OK;
 }

@@ -48,6 +48,9 @@ struct tg_cuda_sig_knobs {
     // where the scratch would pass its budget). AUTO's T threshold follows the
     // form (cuda/delta_rule.cu).
     int delta_chunk_fused = 0;
+    // single-kernel form: 0 auto (the full case, compile-time tiles, where Dk
+    // is 128 and every slice has 128 columns), 1 the generic kernel always.
+    int delta_chunk_generic = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu): rows per block of 128 threads, 0
     // auto (1, 2 or 4 by N and the grid), else 1, 2 or 4 forced (never below
     // what N needs: N / 2, and 2 for gate/up + swiglu).

@@ -25,6 +25,7 @@ struct ck_case {
     int bv = 0;  // knob delta_chunk_bv (0 auto)
     tg_type out = TG_TYPE_F32;  // o's type (params out_type)
     int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
+    int generic = 0;            // knob delta_chunk_generic: 1 the single kernel's generic tiles in the full case
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -177,6 +178,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
@@ -192,6 +194,8 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         EXPECT_FALSE(tensor) << "variant " << variant;
     // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
+    if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+    if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
@@ -266,11 +270,30 @@ std::vector<ck_case> ck_cases() {
         {"fused_gla_D24_linear_gates", 4, 130, 8, 8, 24, 24, GL, LIN, false, -1, F32, CHUNKED, 0.85f, 1.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         {"fused_gdn_linear_zero_gates", 2, 200, 1, 2, 64, 64, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 0, F32, 1},
         {"fused_gdn_D128_bv128_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"fused_generic_gdn_D128_bv128", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 1},
+        {"fused_generic_gla_D128_bv128_bf16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 1},
         // DKP > 128: the state update's K^T fragments by element loads (no room for the transposed copy)
         {"fused_gdn_D256_bf16", 1, 130, 1, 2, 256, 256, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         {"fused_gla_D192", 1, 100, 1, 2, 192, 64, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        // the single kernel's full case (Dk 128, whole 128-column slices: compile-time tiles, decay
+        // tables), reached by forcing 128 columns; the names start with "full_" and the test checks
+        // that the variant says so
+        {"full_gdn_f32_io", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_T64", 1, 64, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_T1", 2, 1, 2, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_T8193_f32", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_bf16_no_state", 2, 200, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_log_gates_to_-30", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_log_gates_mixed", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -2.5f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_linear_zero_gates", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1},
+        {"full_gla_linear_negative_gates", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, F32, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_log_-inf_gates", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, F32, 1},
+        {"full_gdn_no_l2norm_f16_out", 2, 130, 2, 2, 128, 128, GD, LOG, false, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
+        {"full_gdn_Hv4Hk1_Dv256_bf16_state", 2, 200, 1, 4, 128, 256, GD, LOG, true, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
+        {"full_gdn_beta_1", 1, 100, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
         {"scan_switch_D128_T2048", 1, Tl, 1, 2, 128, 128, GD, LOG, true, F32, F32, SCAN},
         {"scan_switch_f16_io", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, F16, SCAN},
@@ -336,18 +359,19 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         const char *name;
         int T, kern;
         tg_delta_algo algo;
-        int fused = 0;
+        int fused = 0, D = 64, bv = 0;
     };
     for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
-                             variant{"chunk_scan", 70, 0, SCAN},
+                             variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
         SCOPED_TRACE(w.name);
-        const ck_case c = {"err", 2, w.T, 2, 4, 64, 64, GD, LOG, true, F32, F32, w.algo};
+        const ck_case c = {"err", 2, w.T, 2, 4, w.D, w.D, GD, LOG, true, F32, F32, w.algo};
         const ck_data d = make_ck(c, 3);
         knobs kn(0, 0, 0, 0, w.kern);
 #ifdef TG_HAVE_CUDA
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.fused;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.bv;
 #endif
         std::vector<float> o;
         store st;
