@@ -646,7 +646,10 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     // about 200 us whatever T: 4,804 us against the scan's 9,404 at B1 H16 T16384; the crossover is
     // estimated from that row and gdn.T16/chunked, not measured). Never with SCAN or a forced scan
     // kernel.
-    const long long min_t = cu->sig.delta_chunk_min_t > 0 ? cu->sig.delta_chunk_min_t : 64;
+    // (The single kernel's full case: from T >= 32, gdn.T32/chunked 46.7 us against the scan's 50.2.)
+    const long long min_t = cu->sig.delta_chunk_min_t > 0                                            ? cu->sig.delta_chunk_min_t
+                            : T >= 32 && T < 64 && Dk == 128 && tg_cuda_delta_chunked_full(be, dst) ? 32
+                                                                                                    : 64;
     const bool fill = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
     const bool auto_chunked = Dk >= 64 && T >= (fill ? min_t : std::max(min_t, kFewHeadsMinT));
     if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&

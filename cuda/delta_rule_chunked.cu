@@ -286,6 +286,20 @@ bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv) {
     return Dk >= 8 && Dk <= 256 && Dk % 8 == 0 && Dv >= 1 && Dv <= 256;
 }
 
+bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {
+    const tg_cuda_impl *cu = tg_cuda(be);
+    const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const long long Dk = q->ne[0], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
+    int dev = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return false;
+    const bool single = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
+    return single && cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
+           Dk == 128 && Dv % 128 == 0 && chunk_smem(128, 128) <= (size_t)optin && rows16(q, 128, 0) &&
+           rows16(k, 128, 0) && rows16(v, 128, 0);
+}
+
 tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const char *call = "delta_rule";
     tg_cuda_impl *cu = tg_cuda(be);

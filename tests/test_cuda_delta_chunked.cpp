@@ -190,8 +190,15 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // its own tolerance
     const bool tensor = variant.rfind("chunked", 0) == 0, covered = c.Dk % 8 == 0;
     if (c.algo == TG_DELTA_ALGO_CHUNKED) EXPECT_EQ(tensor, covered) << "variant " << variant;
-    if (c.algo == TG_DELTA_ALGO_SCAN || !covered || (c.algo == TG_DELTA_ALGO_AUTO && (c.T < 64 || c.Dk < 64)))
+    // AUTO starts the tensor path at T 32 where the single kernel's full case runs it (Dk 128, whole
+    // 128-column slices, heads that fill the GPU), else at 64
+    const bool full_shape = c.Dk == 128 && c.Dv % 128 == 0;
+    if (c.algo == TG_DELTA_ALGO_SCAN || !covered ||
+        (c.algo == TG_DELTA_ALGO_AUTO && (c.T < (full_shape ? 32 : 64) || c.Dk < 64)))
         EXPECT_FALSE(tensor) << "variant " << variant;
+    // 2 B Hv = 384 fills any GPU: the full case from T 32
+    if (c.algo == TG_DELTA_ALGO_AUTO && full_shape && c.B * c.Hv >= 192 && c.T >= 32)
+        EXPECT_NE(variant.find("/full"), std::string::npos) << "variant " << variant;
     // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
@@ -258,6 +265,9 @@ std::vector<ck_case> ck_cases() {
         {"scan_fallback_Dk100_bf16", 2, 130, 1, 2, 100, 40, GD, LOG, true, F32, BF16, CHUNKED},
         // AUTO with many heads (the tensor path on an H200: 2 B Hv > SMs) and with few (the scan)
         {"gdn_D64_auto_many_heads", 4, 64, 1, 17, 64, 64, GD, LOG, true, F32, F32, AUTO},
+        // AUTO with heads that fill the GPU: the full case from T 32, the scan below
+        {"auto_D128_T40_many_heads", 8, 40, 2, 24, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"auto_D128_T31_many_heads", 8, 31, 2, 24, 128, 128, GD, LOG, true, F32, F32, AUTO},
         // 16-bit o: the chunked forms store it directly, the scan (prefill and decode) converts its F32 rows
         {"gdn_D128_T2048_bf16_out", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16},
         {"gla_D64_f16_out", 2, 200, 1, 2, 64, 64, GL, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F16},
