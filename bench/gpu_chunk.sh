@@ -27,10 +27,12 @@ if [ -n "$A" ]; then
 fi
 el bench
 R="Cuda/CudaDeltaChunked.MatchesFloat64Oracle/"
-# single kernel: 16 warps (bv128), 8 warps (D24), DKP > 128, 16-bit o; chunk-parallel: both modes,
+# single kernel: 16 warps (bv128, generic tiles), 8 warps (D24), DKP > 128, 16-bit o; chunk-parallel: both modes,
 # element loads, D256 (one load buffer), bv8 state pass
-RF="${R}fused_gdn_D128_bv128_f16:${R}fused_gla_D24_linear_gates:${R}fused_gdn_D256_bf16:${R}fused_bf16_out"
+RF="${R}fused_generic_gdn_D128_bv128:${R}fused_gdn_D128_bv128_f16:${R}fused_gla_D24_linear_gates:${R}fused_gdn_D256_bf16:${R}fused_bf16_out"
 RF+=":${R}gdn_D128_bv128_f16:${R}gla_D128_bv128_no_state:${R}gdn_Dk32_Dv13_element_loads:${R}gdn_D256:${R}gdn_Dk64_Dv20_bv8"
+# the single kernel's full case (Dk 128, 128-column slices): both modes, exact decays, no l2norm with 16-bit o
+RF+=":${R}full_gdn_f32_io:${R}full_gla_bf16_no_state:${R}full_gdn_log_gates_to__30:${R}full_gdn_no_l2norm_f16_out"
 TG_TEST_SMALL=1 timeout 150 compute-sanitizer --tool racecheck "$T" --gtest_filter="$RF" > $OUT/racecheck.log 2>&1
 grep -E "RACECHECK SUMMARY|^\[  PASSED|^\[  FAILED" $OUT/racecheck.log
 TG_TEST_SMALL=1 timeout 120 compute-sanitizer --tool memcheck "$T" \
