@@ -79,7 +79,6 @@ __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
 // tiles (the single kernel's D128 / 128-column case): no guards, fully unrolled k loops, and with
 // the warp index masked to NW - 1 the tile rows fold to constants where N / 8 is a multiple of NW.
 template <int NW, int R, int MT, bool FULL = false> struct wtiles {
-    static constexpr bool full = FULL;
     int M, m0[R], n0[R];
     __device__ wtiles(int base, int M_, int N) : M(M_) {
         const int warp = FULL ? (threadIdx.x >> 5) & (NW - 1) : threadIdx.x >> 5, ntn = N / 8;

@@ -115,22 +115,9 @@ __device__ inline float decay_ts(const float *sL, const float *sSg, const int *s
 // Rows t < n of a (and of b, when not NULL), cnt values at row stride ld: l2-normalized as the
 // op's l2norm_qk does it (sum in double, one F32 multiplier) when norm, one warp per row; rounded
 // to TF32 either way.
-// F32: the sum in F32 (128 values: a relative error near 1e-6, far under the TF32 rounding that
-// follows) with one rsqrt, for the single kernel's full case.
-template <int NW, bool F32 = false>
-__device__ inline void norm_rows(float *a, float *b, int ld, int n, int cnt, int norm) {
+template <int NW> __device__ inline void norm_rows(float *a, float *b, int ld, int n, int cnt, int norm) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rows = b ? 2 * n : n;
-    if (norm && F32) {
-        for (int y = warp; y < rows; y += NW) {
-            float *row = (y < n ? a : b) + (y < n ? y : y - n) * ld;
-            float ss = 0.0f;
-            for (int i = lane; i < cnt; i += 32) ss = fmaf(row[i], row[i], ss);
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-            const float inv = rsqrtf(ss + 1e-6f);
-            for (int i = lane; i < cnt; i += 32) row[i] = tf32r(row[i] * inv);
-        }
-    } else if (norm) {
+    if (norm) {
         for (int y = warp; y < rows; y += NW) {
             float *row = (y < n ? a : b) + (y < n ? y : y - n) * ld;
             double ss = 0.0;
@@ -307,7 +294,13 @@ template <int NT> __device__ inline void stage3(const row_job &j0, const row_job
 // and column by shift and mask. The first two (q and k) are l2-normalized as norm_rows<NW, true>
 // does it when norm, and rounded to TF32 either way, on the way: a row's units are the lanes of
 // one warp (F32: 32 units) or of one half-warp (16-bit: 16), so its sum of squares is a shuffle
-// reduction over them.
+// reduction over them (in F32, 128 values: a relative error near 1e-6, far under the TF32 rounding
+// that follows; one rsqrt).
+// Unit u of a job of 128-element rows (sh: log2 of the units per row, 5 for F32, 4 for 16 bits).
+__device__ inline int unit_shift(const row_job &j) { return j.type == TG_TYPE_F32 ? 5 : 4; }
+__device__ inline const char *unit_at(const row_job &j, int u, int sh) {
+    return j.base + (u >> sh) * j.rs + 16LL * (u & ((1 << sh) - 1));
+}
 template <int NT> __device__ inline void stage3_128(const row_job &j0, const row_job &j1, const row_job &j2, int norm) {
     static_assert(NT % 32 == 0, "whole warps");
     constexpr int M = (kC * 32 + NT - 1) / NT;  // units per thread and tensor at most (F32 rows: 32 units)
@@ -316,18 +309,17 @@ template <int NT> __device__ inline void stage3_128(const row_job &j0, const row
     uint4 r[3][M];
 #pragma unroll
     for (int j = 0; j < 3; j++) {
-        const int sh = job[j]->type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int u = tid + NT * m;
-            if (u < total)
-                r[j][m] = __ldg((const uint4 *)(job[j]->base + (u >> sh) * job[j]->rs + 16LL * (u & ((1 << sh) - 1))));
+            if (u < total) r[j][m] = __ldg((const uint4 *)unit_at(*job[j], u, sh));
         }
     }
 #pragma unroll
     for (int j = 0; j < 3; j++) {
         const tg_type type = job[j]->type;
-        const int sh = type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int u = tid + NT * m;
@@ -392,12 +384,11 @@ template <int NT> __device__ inline void prefetch3_128(const row_job &j0, const 
 #pragma unroll
     for (int j = 0; j < 3; j++) {
         // one prefetch per 32-byte sector pair is enough: every other unit
-        const int sh = job[j]->type == TG_TYPE_F32 ? 5 : 4, total = job[j]->n << sh;
+        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int u = tid + NT * m;
-            if (u < total && (u & 1) == 0)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(job[j]->base + (u >> sh) * job[j]->rs + 16LL * (u & ((1 << sh) - 1))));
+            if (u < total && (u & 1) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(unit_at(*job[j], u, sh)));
         }
     }
 }
