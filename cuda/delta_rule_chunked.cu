@@ -294,7 +294,9 @@ bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
         return false;
-    const bool single = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
+    // heads that fill the GPU: the single-kernel form, and no halving of BV below 128 (knob
+    // delta_chunk_fused 1 without them may halve it, so AUTO then keeps its threshold of 64)
+    const bool single = cu->sig.delta_chunk_fused != 2 && tg_cuda_delta_heads_fill(be, B, Hv);
     return single && cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
            Dk == 128 && Dv % 128 == 0 && chunk_smem(128, 128) <= (size_t)optin && rows16(q, 128, 0) &&
            rows16(k, 128, 0) && rows16(v, 128, 0);

@@ -202,6 +202,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+    if (c.generic) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
     if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
@@ -388,7 +389,9 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         EXPECT_NE(run_gpu(d, o, st, nullptr, 7), TG_OK);
         EXPECT_NE(std::string(tg_last_error()).find("get_rows"), std::string::npos) << tg_last_error();
         EXPECT_EQ(st.b, d.st0.b) << "state changed by a failed graph";
-        EXPECT_EQ(run_gpu(d, o, st, nullptr, 2), TG_OK) << tg_last_error();
+        std::string ran;
+        EXPECT_EQ(run_gpu(d, o, st, &ran, 2), TG_OK) << tg_last_error();
+        if (w.bv == 128) EXPECT_NE(ran.find("/full"), std::string::npos) << "variant " << ran;
         EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";
     }
 }
