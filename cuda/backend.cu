@@ -474,8 +474,6 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_MMQ_Q8B_MIN_N")) impl->mmq_q8b_min_n = atoi(env);
     // bench A/B of whole models: 1 = the per-product quantized GEMV (signature.cuh mmq_kernel)
     if (const char *env = getenv("TG_CUDA_MMQ_KERNEL")) impl->sig.mmq_kernel = atoi(env) == 1 ? 1 : 0;
-    // 1 = b pre-quantized by the fused rms_norm*w (signature.cuh mmq_preq; off by default)
-    if (const char *env = getenv("TG_CUDA_MMQ_PREQ")) impl->sig.mmq_preq = atoi(env) == 1 ? 1 : 0;
     TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
     TG_CUBLAS_TRY(nullptr, call, cublasCreate(&impl->cublas));
     TG_CUBLAS_TRY(nullptr, call, cublasSetStream(impl->cublas, impl->stream));

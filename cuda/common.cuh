@@ -94,12 +94,6 @@ struct tg_cuda_impl {
     // each kind the last enqueued graph took (tests)
     bool fuse = true;
     int fusions[TG_CUDA_FUSION_KINDS] = {};
-    // b of the next quantized GEMV, already quantized into the scratch by the
-    // kernel that wrote it (cuda/fuse.cu: rms_norm*w right before a quantized
-    // mul_mat of its result): that tensor's data, K and column count, valid
-    // for the next enqueued node only (nullptr: none).
-    const char *preq_data = nullptr;
-    long long preq_k = 0, preq_cols = 0;
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;

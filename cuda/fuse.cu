@@ -60,18 +60,6 @@ struct matcher {
         return it != reads.end() && it->second == 1;
     }
 
-    // the node after j is a quantized GEMV whose b is t (as a whole, contiguous
-    // F32): the norm can quantize b for it (cuda/norm.cu; knob mmq_preq)
-    bool feeds_quant_gemv(int j, const tg_tensor *t) const {
-        if (tg_cuda(be)->sig.mmq_preq != 1) return false;
-        const int k = next(j);
-        if (k < 0 || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != t) return false;
-        if (!tg_type_is_quantized(nodes[k]->src[0]->type) || !tg_is_contiguous(t)) return false;
-        tg_cuda_mmv_job jb;
-        tg_cuda_desc bd;
-        return tg_cuda_mmv_job_of(be, nodes[k], &jb, &bd) && bd.data == (const char *)t->data;
-    }
-
     // rms_norm(x) * w, the norm read by nothing else
     bool norm_mul(int i, tg_status *st) {
         const tg_tensor *nrm = nodes[i];
@@ -85,7 +73,7 @@ struct matcher {
         const tg_tensor *x = nrm->src[0];
         if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) || overlap(mul, w))
             return false;
-        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w, feeds_quant_gemv(j, mul));
+        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
         done[j] = 1;
         counts[0]++;
         return true;
@@ -229,17 +217,12 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         return TG_OK;
     }
     matcher m(be, nodes);
-    impl->preq_data = nullptr;
     for (int i = 0; i < (int)nodes.size(); i++) {
         if (nodes[i]->op == TG_OP_VIEW || m.done[i]) continue;
         tg_status s = TG_OK;
-        // a pre-quantized b is for the node right after its producer only
-        const char *preq = impl->preq_data;
         if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
-        if (impl->preq_data == preq) impl->preq_data = nullptr;
-        if (s != TG_OK) return (impl->preq_data = nullptr), s;
+        if (s != TG_OK) return s;
     }
-    impl->preq_data = nullptr;
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) impl->fusions[k] = m.counts[k];
     return TG_OK;
 }

@@ -21,12 +21,7 @@
 tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes);
 
 // cuda/norm.cu: norm = rms_norm(x), mul = norm * w (or w * norm), in one kernel.
-// quantize: mul is the b of the quantized GEMV enqueued next; the kernel also
-// writes b's 8-bit blocks into that GEMV's scratch (tg_cuda_impl::preq_data),
-// so the GEMV needs no quantize kernel of its own (same bits either way; knob
-// mmq_preq, off by default).
-tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
-                               bool quantize = false);
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w);
 
 // cuda/rope.cu: rope (of q) and rope_kv_update (of k, v) in one launch; false
 // when the pair does not fit one launch (nothing launched, *st untouched).

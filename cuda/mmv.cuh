@@ -85,6 +85,5 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
 // Its scratch: the bytes for b quantized (ncols columns of K), of which the
 // first *q_bytes hold the int8 values (column c at c * K), then the (d, d * sum)
-// pairs (column c at c * K / 32). The fused rms_norm*w that writes a GEMV's b
-// may fill them (tg_cuda_impl::preq_data) so the GEMV skips its quantize kernel.
+// pairs (column c at c * K / 32).
 size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes);

@@ -506,16 +506,12 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.p = p;
     args.bq = (const int8_t *)scratch;
     args.bd = (const float2 *)(scratch + q_bytes);
-    // b quantized already by the kernel that wrote it (the fused rms_norm*w
-    // just before, into this scratch), or here
-    const bool preq = impl->preq_data == p.b.data && impl->preq_k == K && impl->preq_cols == ncols;
-    impl->preq_data = nullptr;
-    if (!preq) {
-        const long long nblk = ncols * kb;
-        tg_cuda_launch(impl->pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
-                       (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
-        TG_CUDA_LAUNCHED(be, call);
-    }
+    // b quantized to 8-bit blocks once per launch (bench/NOTES.md: quantizing it in the norm that
+    // writes it, or in every GEMV block, measured slower)
+    const long long nblk = ncols * kb;
+    tg_cuda_launch(impl->pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
+                   (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
+    TG_CUDA_LAUNCHED(be, call);
     args.pdl = impl->pdl;
     args.a_const = impl->pdl;
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);

@@ -5,8 +5,6 @@
 
 #include "common.cuh"
 #include "fuse.cuh"
-#include "mmv.cuh"
-#include "quant.cuh"
 #include "ops.h"
 
 enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
@@ -44,13 +42,9 @@ template <int WPR, bool MAX> __device__ float row_reduce(float v, float *sh) {
 // just stored, so z is the unfused mul's result bit for bit. z may be y or x
 // (in place): the thread that reads an element of x writes that element of
 // y, then of z; w is disjoint from both outputs (cuda/fuse.cu checks).
-// Q8 (with MUL): z's rows also quantized to 8-bit blocks for the quantized
-// GEMV that reads z next (tg_cuda_q8_block; row r's int8 at bq + r * n0, its
-// pairs at bd + r * n0 / 32; n0 a multiple of 32, so each round's 32
-// consecutive elements of a warp are one whole block).
-template <int OP, int WPR, bool MUL = false, bool Q8 = false>
+template <int OP, int WPR, bool MUL = false>
 __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, float param, tg_cuda_desc w = {},
-                            tg_cuda_desc z = {}, int8_t *bq = nullptr, float2 *bd = nullptr) {
+                            tg_cuda_desc z = {}) {
     __shared__ float sh[WPR];
     constexpr int RPB = row_cfg<WPR>::rows_per_block, TPR = 32 * WPR;
     const int grp = threadIdx.x / TPR, tid = threadIdx.x % TPR;
@@ -146,22 +140,20 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                     const float v = xv[u] * inv;
                     *(float *)(yr + i * y.nb[0]) = v;
                     if (MUL) *(float *)(zr + i * z.nb[0]) = v * wv[u];
-                    if (Q8) tg_cuda_q8_block(v * wv[u], bq + r * n0 + i, bd + (r * n0 + i) / 32);
                 }
             }
         }
     }
 }
 
-template <int OP, int WPR, bool MUL = false, bool Q8 = false>
+template <int OP, int WPR, bool MUL = false>
 static void launch_norm(const tg_cuda_impl *impl, const tg_cuda_desc &x, const tg_cuda_desc &y, long long nrows, float param,
-                        const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}, int8_t *bq = nullptr,
-                        float2 *bd = nullptr) {
+                        const tg_cuda_desc &w = {}, const tg_cuda_desc &z = {}) {
     constexpr int RPB = row_cfg<WPR>::rows_per_block;
     const long long blocks = (nrows + RPB - 1) / RPB;
     const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
-    tg_cuda_launch(impl->pdl, impl->stream, norm_kernel<OP, WPR, MUL, Q8>, grid, row_cfg<WPR>::threads, 0, x, y, nrows,
-                   param, w, z, bq, bd);
+    tg_cuda_launch(impl->pdl, impl->stream, norm_kernel<OP, WPR, MUL>, grid, row_cfg<WPR>::threads, 0, x, y, nrows,
+                   param, w, z);
 }
 
 template <int OP> static tg_status norm_cuda(tg_backend *be, const tg_tensor *dst, const char *call) {
@@ -181,27 +173,14 @@ tg_status tg_cuda_rms_norm(tg_backend *be, const tg_tensor *dst) { return norm_c
 tg_status tg_cuda_l2_norm(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_L2>(be, dst, "l2_norm"); }
 tg_status tg_cuda_softmax(tg_backend *be, const tg_tensor *dst) { return norm_cuda<NORM_SOFTMAX>(be, dst, "softmax"); }
 
-tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w,
-                               bool quantize) {
-    tg_cuda_impl *impl = tg_cuda(be);
+tg_status tg_cuda_rms_norm_mul(tg_backend *be, const tg_tensor *norm, const tg_tensor *mul, const tg_tensor *w) {
+    const tg_cuda_impl *impl = tg_cuda(be);
     const tg_cuda_desc x = tg_cuda_desc_of(norm->src[0]), y = tg_cuda_desc_of(norm);
     const tg_cuda_desc wd = tg_cuda_desc_of(w), z = tg_cuda_desc_of(mul);
     const long long nrows = tg_nrows(norm), n0 = x.ne[0];
     const float eps = tg_get_params<float>(norm);
-    int8_t *bq = nullptr;
-    float2 *bd = nullptr;
-    if (quantize && n0 % 32 == 0) {
-        size_t q_bytes = 0;
-        char *scratch = nullptr;
-        tg_status s = tg_cuda_scratch(be, tg_cuda_mmvq_scratch(n0, nrows, &q_bytes), (void **)&scratch, "rms_norm");
-        if (s != TG_OK) return s;
-        bq = (int8_t *)scratch, bd = (float2 *)(scratch + q_bytes);
-    }
-    if (bq && n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true, true>(impl, x, y, nrows, eps, wd, z, bq, bd);
-    else if (bq) launch_norm<NORM_RMS, 8, true, true>(impl, x, y, nrows, eps, wd, z, bq, bd);
-    else if (n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true>(impl, x, y, nrows, eps, wd, z);
+    if (n0 <= kWarpRowMax) launch_norm<NORM_RMS, 1, true>(impl, x, y, nrows, eps, wd, z);
     else launch_norm<NORM_RMS, 8, true>(impl, x, y, nrows, eps, wd, z);
     TG_CUDA_LAUNCHED(be, "rms_norm");
-    if (bq) impl->preq_data = (const char *)mul->data, impl->preq_k = n0, impl->preq_cols = nrows;
     return TG_OK;
 }

@@ -61,11 +61,6 @@ struct tg_cuda_sig_knobs {
     // kernel it replaced (one unit per row per lane; no fusion of quantized
     // products).
     int mmq_kernel = 0;
-    // 1: a fused rms_norm*w right before a quantized GEMV of its result also
-    // writes b's 8-bit blocks, and the GEMV skips its quantize kernel (same
-    // bits). 0 (default): off, as the H200 run measured the 1.1B Q4_0 / Q8_0
-    // decode 7% / 11% slower with it (bench/NOTES.md, "Quantized decode").
-    int mmq_preq = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

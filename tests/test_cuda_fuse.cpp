@@ -45,7 +45,6 @@ struct layer_case {
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
     int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
-    int mmq_preq = 0;        // knob mmq_preq: 1 the fused norm quantizes b for the quantized GEMV
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -191,7 +190,6 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
 
     layer_result fused, plain, ref;
     tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;
-    tg_cuda_knobs(gpu)->mmq_preq = c.mmq_preq;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
     if (HasFatalFailure()) return;
@@ -257,10 +255,6 @@ std::vector<layer_case> layer_cases() {
         {"odd_q4_0_n5_uses", TG_TYPE_Q4_0, 288, 544, 288, 41, 5, true},
         {"odd_q4_k_n8", TG_TYPE_Q4_K, 256, 768, 256, 37, 8, false},
         {"odd_q4_0_n2", TG_TYPE_Q4_0, 32, 96, 32, 3, 2, false},
-        // b pre-quantized by the fused norm (knob mmq_preq): still the unfused bits
-        {"llm_1p1b_q4_0_n1_preq", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1},
-        {"odd_q4_k_n8_preq", TG_TYPE_Q4_K, 256, 768, 256, 37, 8, false, 0, 1},
-        {"odd_q8_0_n3_preq", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 1},
         // every rows-per-block of the GEMV (knob mmv_rows) at the 1.1B and odd sizes
         {"llm_1p1b_f16_n1_r1", F16, E, F, QD, KD, 1, false, 1},
         {"llm_1p1b_f16_n1_r2", F16, E, F, QD, KD, 1, false, 2},
