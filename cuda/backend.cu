@@ -281,13 +281,37 @@ bool writes_persistent(const tg_tensor *t) {
     return t->op == TG_OP_CPY || t->op == TG_OP_ROPE_KV_UPDATE || (t->op == TG_OP_DELTA_RULE && t->src[5]);
 }
 
-// Clears d_err after copying it to the mapped host record: the graph's last node.
-__global__ void record_out_kernel(tg_cuda_err *d, tg_cuda_err *h) {
-    volatile tg_cuda_err *vd = d, *vh = h;
-    vh->op = vd->op;
-    for (int i = 0; i < 4; i++) vh->info[i] = vd->info[i];
-    vh->code = vd->code;
-    vd->code = 0;
+// The graph's last node: copies the read-back outputs into the mapped host
+// buffer, then the error record to the mapped host record, and clears d_err.
+// One kernel: a copy node in a replayed graph costs ~10-15 us of device time
+// on an H200 where this kernel costs ~2 (bench/NOTES.md, session 23).
+constexpr int kTailCopies = 8;
+struct tail_args {
+    const char *src[kTailCopies];
+    char *dst[kTailCopies];
+    size_t n[kTailCopies];
+    int count;
+};
+__global__ void graph_tail_kernel(tail_args a, tg_cuda_err *d, tg_cuda_err *h) {
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, nth = (size_t)gridDim.x * blockDim.x;
+    for (int j = 0; j < a.count; j++) {
+        const size_t n = a.n[j];
+        if ((((uintptr_t)a.src[j] | (uintptr_t)a.dst[j]) & 15) == 0) {
+            const uint4 *s = (const uint4 *)a.src[j];
+            uint4 *o = (uint4 *)a.dst[j];
+            for (size_t i = tid; i < n / 16; i += nth) o[i] = s[i];
+            for (size_t i = n / 16 * 16 + tid; i < n; i += nth) a.dst[j][i] = a.src[j][i];
+        } else {
+            for (size_t i = tid; i < n; i += nth) a.dst[j][i] = a.src[j][i];
+        }
+    }
+    if (tid == 0) {
+        volatile tg_cuda_err *vd = d, *vh = h;
+        vh->op = vd->op;
+        for (int i = 0; i < 4; i++) vh->info[i] = vd->info[i];
+        vh->code = vd->code;
+        vd->code = 0;
+    }
 }
 
 // The device pre-checks a graph needs, launched before its first node. An
@@ -333,40 +357,50 @@ tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &node
     return TG_OK;
 }
 
-// Copies of the graph's small outputs into the pinned read-back buffer:
-// nodes nothing later reads, with their own storage in the compute buffer, of
-// at most 128 KiB (logits of a decode step; a larger copy nobody may read
-// would cost more device time than a read-back trip saves).
+// The graph's small outputs to read back (nodes nothing later reads, with
+// their own storage in the compute buffer, of at most 128 KiB: logits of a
+// decode step; a larger copy nobody may read would cost more device time than
+// a read-back trip saves), at most kTailCopies of them; then the tail kernel
+// that copies them into the mapped read-back buffer and writes the record.
 constexpr size_t kReadbackMax = (size_t)128 << 10;
-tg_status enqueue_readback(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
+tg_status enqueue_tail(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
     impl->rb.clear();
-    if (!impl->rb_host) return TG_OK;
-    std::vector<const tg_tensor *> read;
-    for (const tg_tensor *t : nodes) {
-        for (const tg_tensor *s : t->src)
-            if (s) read.push_back(tg_view_root(const_cast<tg_tensor *>(s)));
-        if (t->view_src) read.push_back(tg_view_root(const_cast<tg_tensor *>(t)));
+    tail_args a = {};
+    size_t total = 0;
+    if (impl->rb_host_dev) {
+        std::vector<const tg_tensor *> read;
+        for (const tg_tensor *t : nodes) {
+            for (const tg_tensor *s : t->src)
+                if (s) read.push_back(tg_view_root(const_cast<tg_tensor *>(s)));
+            if (t->view_src) read.push_back(tg_view_root(const_cast<tg_tensor *>(t)));
+        }
+        std::sort(read.begin(), read.end());
+        size_t off = 0;
+        for (const tg_tensor *t : nodes) {
+            if (a.count == kTailCopies) break;
+            if (t->view_src || t->op == TG_OP_VIEW || t->buffer_id != be->compute_id || !t->data) continue;
+            if (std::binary_search(read.begin(), read.end(), t)) continue;
+            const size_t n = tg_nbytes(t);
+            if (!tg_is_contiguous(t) || n == 0 || n > kReadbackMax || off + n > impl->rb_cap) continue;
+            a.src[a.count] = (const char *)t->data;
+            a.dst[a.count] = impl->rb_host_dev + off;
+            a.n[a.count++] = n;
+            impl->rb.push_back({(const char *)t->data, n, off});
+            off += (n + 255) / 256 * 256;
+            total += n;
+        }
     }
-    std::sort(read.begin(), read.end());
-    size_t off = 0;
-    for (const tg_tensor *t : nodes) {
-        if (t->view_src || t->op == TG_OP_VIEW || t->buffer_id != be->compute_id || !t->data) continue;
-        if (std::binary_search(read.begin(), read.end(), t)) continue;
-        const size_t n = tg_nbytes(t);
-        if (!tg_is_contiguous(t) || n == 0 || n > kReadbackMax || off + n > impl->rb_cap) continue;
-        TG_CUDA_TRY(be, "graph_compute",
-                    cudaMemcpyAsync(impl->rb_host + off, t->data, n, cudaMemcpyDeviceToHost, impl->stream));
-        impl->rb.push_back({(const char *)t->data, n, off});
-        off += (n + 255) / 256 * 256;
-    }
+    const int blocks = (int)std::min<size_t>(64, std::max<size_t>(1, (total / 16 + 255) / 256));
+    graph_tail_kernel<<<blocks, 256, 0, impl->stream>>>(a, impl->d_err, impl->h_err_dev);
+    TG_CUDA_LAUNCHED(be, "graph_compute");
     return TG_OK;
 }
 
 // The graph's work on the stream, never synchronizing (it may be captured):
-// (plain runs: a record reset), the pre-checks, the nodes in order, the
-// read-back copies, the record out to the host (which clears it). Stops at
-// the first host-side error.
+// (plain runs: a record reset), the pre-checks, the nodes in order, the tail
+// kernel (read-back copies and the record out to the host, which clears it).
+// Stops at the first host-side error.
 tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     const char *call = "graph_compute";
     tg_cuda_impl *impl = tg_cuda(be);
@@ -376,13 +410,9 @@ tg_status enqueue_graph(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_status s = enqueue_prechecks(be, nodes);
     if (s == TG_OK) s = tg_cuda_enqueue_nodes(be, nodes);  // fused where allowed (cuda/fuse.cu)
     impl->kv_prechecked.clear();
-    if (s == TG_OK) s = enqueue_readback(be, nodes);
-    if (s == TG_OK) {
-        record_out_kernel<<<1, 1, 0, impl->stream>>>(impl->d_err, impl->h_err_dev);
-        TG_CUDA_LAUNCHED(be, call);
-    } else if (!impl->capturing) {
+    if (s == TG_OK) s = enqueue_tail(be, nodes);
+    if (s != TG_OK && !impl->capturing)
         (void)cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream);  // the next compute starts clear
-    }
     return s;
 }
 
@@ -491,7 +521,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     cudaFuncAttributes fa;  // the kernels' griddepcontrol is compiled in only for sm_90 and later
     // (both: a build for an older arch JIT-compiled here reports binaryVersion 90
     // from PTX in which the griddepcontrol instructions were compiled out)
-    if (impl->pdl && (cudaFuncGetAttributes(&fa, record_out_kernel) != cudaSuccess || fa.binaryVersion < 90 ||
+    if (impl->pdl && (cudaFuncGetAttributes(&fa, graph_tail_kernel) != cudaSuccess || fa.binaryVersion < 90 ||
                       fa.ptxVersion < 90))
         impl->pdl = false;
     (void)cudaGetLastError();
@@ -499,7 +529,8 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
     impl->rb_cap = (size_t)1 << 20;
-    TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->rb_host, impl->rb_cap));
+    TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->rb_host, impl->rb_cap, cudaHostAllocMapped));
+    TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->rb_host_dev, impl->rb_host, 0));
     impl->staging_size = (size_t)1 << 20;
     TG_CUDA_TRY(nullptr, call, cudaMallocHost((void **)&impl->staging, impl->staging_size));
     TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));

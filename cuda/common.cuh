@@ -65,14 +65,15 @@ struct tg_cuda_impl {
     // readable.
     tg_cuda_err *h_err = nullptr, *h_err_dev = nullptr;
     // Read-back: small outputs of the last compute (graph sinks in the compute
-    // buffer), copied into pinned host memory by the graph itself, so that
-    // reading the logits needs no second trip to the device. Valid from a
-    // finished compute until the next set, memset or compute.
+    // buffer), written into mapped pinned host memory by the graph's last
+    // kernel (the one that writes the error record), so that reading the
+    // logits needs no second trip to the device and the graph no copy node.
+    // Valid from a finished compute until the next set, memset or compute.
     struct readback {
         const char *dev;
         size_t size, off;
     };
-    char *rb_host = nullptr;
+    char *rb_host = nullptr, *rb_host_dev = nullptr;
     size_t rb_cap = 0;
     std::vector<readback> rb;
     bool rb_valid = false;

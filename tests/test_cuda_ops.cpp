@@ -335,6 +335,57 @@ TEST(CudaErrors, MisalignedViewIsACleanError) {
     expect_small_graph_works(gpu.get());
 }
 
+// Small graph outputs come back through the graph's tail kernel (mapped host
+// memory, up to 8 of them, each at most 128 KiB); the others through a copy
+// at tg_tensor_get. Twelve outputs of odd sizes (1 element to past 128 KiB),
+// read whole and in odd pieces, three rounds with new inputs each (plain run,
+// capture, replay): a stale or misplaced read-back fails.
+TEST(CudaBackend, GraphOutputsReadBackExactly) {
+    SKIP_WITHOUT_CUDA();
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> gpu(tg_backend_cuda(0), tg_backend_free);
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    const int64_t sizes[] = {1, 3, 37, 1024, 4099, 32768, 32000, 5, 2, 40000, 777, 16};
+    const int n_out = (int)(sizeof sizes / sizeof sizes[0]);
+    tgt::env e;
+    std::vector<tg_tensor *> xs, ys;
+    tg_graph *g = tg_graph_new(e.ctx);
+    for (int i = 0; i < n_out; i++) {
+        xs.push_back(tg_new_tensor_1d(e.ctx, TG_TYPE_F32, sizes[i]));
+        const float c = (i % 2 ? -1.0f : 1.0f) * (float)(1 << (i % 4));  // exact products
+        ys.push_back(tg_scale(e.ctx, xs.back(), c));
+        ASSERT_EQ(tg_graph_expand(g, ys.back()), TG_OK);
+    }
+    ASSERT_NE(e.alloc(gpu.get()), nullptr) << tg_last_error();
+    std::mt19937 rng(11);
+    for (int round = 0; round < 3; round++) {
+        std::vector<std::vector<float>> in;
+        for (int i = 0; i < n_out; i++) {
+            in.push_back(tgt::random_floats(rng, sizes[i]));
+            ASSERT_EQ(tg_tensor_set(xs[i], in[i].data(), 0, sizes[i] * 4), TG_OK) << tg_last_error();
+        }
+        ASSERT_EQ(tg_graph_compute(gpu.get(), g), TG_OK) << tg_last_error();
+        for (int i = 0; i < n_out; i++) {
+            const float c = (i % 2 ? -1.0f : 1.0f) * (float)(1 << (i % 4));
+            std::vector<float> out(sizes[i] + 1);
+            out[sizes[i]] = 12345.0f;  // sentinel past the output
+            ASSERT_EQ(tg_tensor_get(ys[i], out.data(), 0, sizes[i] * 4), TG_OK) << tg_last_error();
+            for (int64_t k = 0; k < sizes[i]; k++)
+                ASSERT_EQ(out[k], c * in[i][k]) << "round " << round << " output " << i << " element " << k;
+            EXPECT_EQ(out[sizes[i]], 12345.0f);
+            if (sizes[i] >= 5) {  // a piece starting and ending inside the output, 1..3 bytes off the elements
+                const size_t off = 4 * (sizes[i] / 3) + 1, len = 4 * (sizes[i] / 3) + 2;
+                std::vector<unsigned char> piece(len + 1, 0xA5), want(len);
+                ASSERT_EQ(tg_tensor_get(ys[i], piece.data(), off, len), TG_OK) << tg_last_error();
+                std::vector<float> full(sizes[i]);
+                for (int64_t k = 0; k < sizes[i]; k++) full[k] = c * in[i][k];
+                memcpy(want.data(), (const unsigned char *)full.data() + off, len);
+                EXPECT_EQ(0, memcmp(piece.data(), want.data(), len)) << "round " << round << " output " << i;
+                EXPECT_EQ(piece[len], 0xA5);
+            }
+        }
+    }
+}
+
 TEST(CudaBackend, Tf32IsOptIn) {
     SKIP_WITHOUT_CUDA();
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> cpu(tg_backend_cpu(0), tg_backend_free);
