@@ -13,9 +13,9 @@
 //          (error-record reset, launches, sync, record read-back)
 // Inputs are random (never zeros); when one call's data fits twice in L2,
 // calls rotate over several input sets. Useful bytes as BENCHMARKS.md counts
-// them. Decode steps of the shipped models: wall (and with --host-time, host
-// CPU) time per session_eval step. Usage: tinygml-bench [results.json]
-// [--quick] [--only ID_PREFIX] [--host-time]
+// them. Decode steps of the shipped models: wall and host time (wall minus
+// the backend's waits on the device) per session_eval step. Usage:
+// tinygml-bench [results.json] [--quick] [--only ID_PREFIX]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -453,16 +453,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) g_quick = true;
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) models.push_back(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
-        else if (!strcmp(argv[i], "--host-time")) g_host_time = true;
         else out = argv[i];
     }
     if (!tg_cuda_available()) {
         printf("tinygml-bench: no CUDA device found; nothing to benchmark.\n");
         return 0;
     }
-    // --host-time: the thread sleeps while it waits for the GPU, so its CPU
-    // time is the host's own work (set before the device's context exists)
-    if (g_host_time) CK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     g_be = tg_backend_cuda(0);
     if (!g_be) {
         printf("tinygml-bench: cannot open CUDA device 0: %s\n", tg_last_error());

@@ -3,7 +3,7 @@
 # (BUILD=1) configure and build BINDIR's programs, the CUDA tests it touches (TESTS, a
 # gtest filter), compute-sanitizer memcheck and racecheck over a subset
 # (SAN=1, SAN_FILTER, shapes shrunk by TG_TEST_SMALL=1), bench rows (BENCH:
-# id prefixes, "none" for none; HOST_TIME=1 adds the decode rows' host time),
+# id prefixes, "none" for none),
 # then tinygml-run tok/s of the synthetic
 # llamas (MODELS of 1b, 1b-q4_0, 1b-q8_0, 125m; BATCHES) once per value of
 # an A/B switch (environment variable AB_VAR set to each of AB_VALS, in
@@ -53,10 +53,6 @@ for row in ${BENCH:-decode}; do
   timeout 90 $B/bench/tinygml-bench $OUT/bench-$row.json --quick --only $row > $OUT/bench-$row.log 2>&1
   grep -E "^(mm|attn|kv|rope|decode|gdn|gla)|copy" $OUT/bench-$row.log | head -30
 done
-if [ "${HOST_TIME:-0}" = 1 ]; then  # the decode rows' host CPU time per step (blocking synchronization)
-  timeout 90 $B/bench/tinygml-bench $OUT/bench-host.json --quick --only decode --host-time > $OUT/bench-host.log 2>&1
-  grep -E "^decode|copy" $OUT/bench-host.log | head -12
-fi
 el bench
 wait $SP; cat $OUT/synth.log; el synth
 P=""; i=0; while [ ${#P} -lt 511 ]; do i=$((i+1)); P+="the quick brown fox $i "; done; P=${P:0:511}

@@ -8,6 +8,7 @@
 // with TG_ERR_BACKEND until it is freed and recreated (RELIABILITY 22).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -176,7 +177,10 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
                 return TG_OK;
             }
     TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
-    TG_CUDA_TRY(be, "tensor_get", cudaStreamSynchronize(impl->stream));
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaStreamSynchronize(impl->stream);
+    impl->wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    if (e != cudaSuccess) return tg_cuda_status(be, e, "tensor_get", "cudaStreamSynchronize(impl->stream)");
     staged_forget(impl);
     return TG_OK;
 }
@@ -442,7 +446,9 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     // that nothing still runs on our buffers when we return. A failure here
     // came from a kernel: the context is suspect, so the backend refuses
     // further work.
+    const auto t0 = std::chrono::steady_clock::now();
     cudaError_t e = cudaStreamSynchronize(impl->stream);
+    impl->wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (e != cudaSuccess) {
         tg_status fs = tg_cuda_status(be, e, call, "cudaStreamSynchronize after the graph's kernels");
         if (!impl->failed) {

@@ -83,6 +83,7 @@ struct tg_cuda_impl {
     bool capturing = false;     // a capture is being recorded: ops must not synchronize or (de)allocate
     uint64_t resource_gen = 0;  // bumped whenever something launches point at (scratch) is replaced
     struct tg_cuda_graph_cache *graph_cache = nullptr;
+    double wait_us = 0;  // time blocked on the device (tg_cuda_wait_us)
     // Pinned staging of small tensor_set copies: copied asynchronously in
     // stream order; reused after the next full synchronization of the stream.
     char *staging = nullptr;

@@ -120,6 +120,8 @@ void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays)
     if (n_replays) *n_replays = impl->graph_cache ? impl->graph_cache->replays : 0;
 }
 
+double tg_cuda_wait_us(tg_backend *be) { return tg_cuda(be)->wait_us; }
+
 int tg_cuda_graph_kernels(tg_backend *be) {
     tg_cuda_impl *impl = tg_cuda(be);
     return impl->graph_cache ? impl->graph_cache->last_kernels : -1;

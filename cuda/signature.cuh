@@ -86,6 +86,10 @@ void tg_cuda_graph_counts(tg_backend *be, int *n_captured, long long *n_replays)
 // Kernel nodes of the CUDA graph the last compute replayed or captured (-1:
 // it ran plainly), for bench's kernels-per-decode-step column.
 int tg_cuda_graph_kernels(tg_backend *be);
+// Microseconds the backend's calls have spent so far blocked on the device
+// (the synchronization after a compute's graph, and a tensor_get's copy that
+// was not read back), for bench's host time per step (wall minus this).
+double tg_cuda_wait_us(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
 // mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update.
