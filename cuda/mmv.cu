@@ -223,6 +223,13 @@ template <typename TA> void launch_t(const mmv_launch &L, mmv_args &args, int N,
 
 }  // namespace
 
+bool tg_cuda_mm_batches_to_gemm(const tg_tensor *mm) {
+    const tg_tensor *a = mm->src[0];
+    if (a->ne[2] * a->ne[3] != 1 || mm->ne[2] * mm->ne[3] == 1 || tg_nbytes(a) < kBatchGemmMinWeightBytes) return false;
+    tg_cuda_desc bm = tg_cuda_desc_of(mm->src[1]), dm = tg_cuda_desc_of(mm);
+    return merge_columns(bm) && merge_columns(dm) && dm.ne[1] > 8;
+}
+
 bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b) {
     const tg_tensor *a = mm->src[0], *tb = mm->src[1];
     const size_t ts = tg_type_size(a->type);  // a block's bytes for quantized types
@@ -239,7 +246,10 @@ bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *jo
     job->s = job->r;
     *b = tg_cuda_desc_of(tb);
     // weights shared by every batch: the batches are more columns (a batch of
-    // sequences decoding one token each reads the weights once, not per sequence)
+    // sequences decoding one token each reads the weights once, not per
+    // sequence); large weights with more columns than that go to the GEMM
+    // paths (tg_cuda_mm_batches_to_gemm)
+    if (tg_cuda_mm_batches_to_gemm(mm)) return false;
     if (a->ne[2] * a->ne[3] == 1 && mm->ne[2] * mm->ne[3] > 1) {
         tg_cuda_desc bm = *b, dm = job->d;
         if (merge_columns(bm) && merge_columns(dm) && dm.ne[1] <= 8) *b = bm, job->d = dm;

@@ -71,6 +71,16 @@ __device__ inline void tg_cuda_mmv_store(const tg_cuda_mmv_job &jb, long long m,
 // reshaped views of the tensors (batches merged into columns), so build
 // epilogue descriptors with tg_cuda_mmv_like.
 bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b);
+// True where every batch of b shares one 2-D weight of at least
+// kBatchGemmMinWeightBytes, and the batches' columns, merged (b and the result
+// hold them at one stride: a batch of sequences decoding a token each), are
+// more than 8: one GEMM of all the columns then reads the weights once where
+// the GEMV reads them once per batch (H200: 12.6 against 86.8 us for the 1.1B
+// llama's 2048 x 8192 at 16 sequences). Smaller weights stay on the GEMV and
+// its fusions: their re-reads come from L2 (llama-recall's 48 KB matrices at
+// batch 16: 107.8K tok/s on the GEMV, 79.6K with the GEMMs; bench/NOTES.md).
+constexpr size_t kBatchGemmMinWeightBytes = (size_t)1 << 20;
+bool tg_cuda_mm_batches_to_gemm(const tg_tensor *mm);
 // t's descriptor in the layout of job.d (t has d's shape): false when t's
 // strides cannot follow d's merged columns.
 bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_tensor *t, tg_cuda_desc *out);

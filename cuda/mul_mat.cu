@@ -127,10 +127,12 @@ tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
                 if (s != TG_OK) return s;
                 continue;
             }
-            // r2 consecutive b batches share one a batch
+            // r2 consecutive b batches share one a batch; where b's batches are
+            // consecutive columns (dense), they are N * r2 columns of one product
+            const bool merge = B.s2 == B.ld * N && N * r2 <= INT_MAX;
             for (long long a2 = 0; a2 < A2; a2++) {
-                s = gemm(be, M, N, K, Ai + a2 * A.s2, A.ld, 0, Bi + a2 * r2 * B.s2, B.ld, B.s2, Ci + a2 * r2 * cS2, ldc,
-                         cS2, r2);
+                s = gemm(be, M, merge ? N * r2 : N, K, Ai + a2 * A.s2, A.ld, 0, Bi + a2 * r2 * B.s2, B.ld,
+                         merge ? 0 : B.s2, Ci + a2 * r2 * cS2, ldc, merge ? 0 : cS2, merge ? 1 : r2);
                 if (s != TG_OK) return s;
             }
         }

@@ -1,7 +1,8 @@
 // mul_mat_quant.cu - mul_mat with quantized weights a (Q8_0, Q4_0, Q4_K) and
 // a float b (see mul_mat.cuh, docs/ops.md "Quantized types").
 //
-// Decode (N <= 8 columns), by default (tg_cuda_impl::mmq_q8b_min_n; the
+// Decode (at most 8 columns; sequences sharing weights of 1 MiB or more count
+// as columns, tg_cuda_mm_batches_to_gemm), by default (tg_cuda_impl::mmq_q8b_min_n; the
 // other variant, F32 b with the weights widened to floats in registers, is
 // kept for the tests and the bench: it measured 2.5x slower): b is quantized
 // once per call into the backend's
@@ -647,8 +648,11 @@ tg_status mmq_prefill(tg_backend *be, const tg_tensor *dst) {
                 src.ne[2] = src.ne[3] = 1;
                 if ((s = dequant_f16(be, src, as)) != TG_OK) return s;
                 for (long long i3 = a3 * r3; i3 < (a3 + 1) * r3; i3++) {
-                    s = tg_cuda_gemm16(be, CUDA_R_16F, mt, N, K, as, K, 0, B + (a2 * r2 * sb2 + i3 * sb3) * 2, K, sb2,
-                                       C + m0 + a2 * r2 * sc2 + i3 * sc3, M, sc2, r2);
+                    // the r2 b batches of this a batch: N * r2 consecutive dense columns
+                    const bool merge = N * r2 <= INT_MAX;
+                    s = tg_cuda_gemm16(be, CUDA_R_16F, mt, merge ? N * r2 : N, K, as, K, 0,
+                                       B + (a2 * r2 * sb2 + i3 * sb3) * 2, K, merge ? 0 : sb2,
+                                       C + m0 + a2 * r2 * sc2 + i3 * sc3, M, merge ? 0 : sc2, merge ? 1 : r2);
                     if (s != TG_OK) return s;
                 }
             }
@@ -660,7 +664,8 @@ tg_status mmq_prefill(tg_backend *be, const tg_tensor *dst) {
 bool tg_cuda_mm_quant(tg_backend *be, const tg_tensor *dst, tg_status *st) {
     const tg_tensor *a = dst->src[0];
     if (!tg_type_is_quantized(a->type)) return false;
-    const bool vec = dst->ne[1] <= 8 && dst->ne[2] * dst->ne[3] <= 65535 && a->ne[0] <= INT_MAX &&
+    const bool vec = dst->ne[1] <= 8 && !tg_cuda_mm_batches_to_gemm(dst) && dst->ne[2] * dst->ne[3] <= 65535 &&
+                     a->ne[0] <= INT_MAX &&
                      a->ne[1] <= INT_MAX;  // grid.x up to M blocks (4 warps on one row)
     *st = vec ? mmq_vec(be, dst) : mmq_prefill(be, dst);
     return true;

@@ -114,8 +114,9 @@ backend_ptr cuda_or_null() { return backend_ptr(tg_cuda_available() ? tg_backend
 // ---------------------------------------------------------------------------
 // mul_mat
 
-// seqs: one 2-D weight times 5 batches of b (sequences decoding together)
-enum class alay { plain, a_transposed, b_transposed, bcast, seqs };
+// seqs / seqs16: one 2-D weight times 5 / 16 batches of b (sequences decoding
+// together: a batch-16 decode step's products, one token per sequence)
+enum class alay { plain, a_transposed, b_transposed, bcast, seqs, seqs16 };
 
 struct mm_case {
     const char *name;
@@ -133,7 +134,8 @@ TEST_P(CudaLlmMulMat, MatchesFloat64) {
     const mm_case &c = GetParam();
     backend_ptr gpu = cuda_or_null();
     ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
-    const int64_t A2 = c.lay == alay::bcast ? 2 : 1, B2 = c.lay == alay::bcast ? 6 : c.lay == alay::seqs ? 5 : 1;
+    const int64_t A2 = c.lay == alay::bcast ? 2 : 1;
+    const int64_t B2 = c.lay == alay::bcast ? 6 : c.lay == alay::seqs ? 5 : c.lay == alay::seqs16 ? 16 : 1;
     std::mt19937 rng(7 + (uint32_t)c.N);
     std::vector<leaf> leaves;
     gpu_result r;
@@ -222,6 +224,13 @@ std::vector<mm_case> mm_cases() {
         {"f16_seqs_n1", F16, 1024, 257, 1, alay::seqs, f32},
         {"bf16_seqs_n2", BF16, 1000, 129, 2, alay::seqs, f32},
         {"bf16_bcast_n20", BF16, 256, 130, 20, alay::bcast, tcbf},
+        // batch-16 decode at the 1.1B llama's gate/up shape: the 16 sequences
+        // are 16 columns of one product (tensor cores for 16-bit weights)
+        {"f16_seqs16_n1", F16, K, M, 1, alay::seqs16, tc16},
+        {"bf16_seqs16_n1", BF16, K, M, 1, alay::seqs16, tcbf},
+        {"f32_seqs16_n1", F32, K, S(2048, 96), 1, alay::seqs16, f32},
+        {"f16_seqs16_n2", F16, 1000, 129, 2, alay::seqs16, tc16},
+        {"f16_bcast_n9", F16, 256, 130, 9, alay::bcast, tc16},
     };
 }
 
