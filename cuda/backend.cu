@@ -364,7 +364,8 @@ tg_status enqueue_prechecks(tg_backend *be, const std::vector<tg_tensor *> &node
 // The graph's small outputs to read back (nodes nothing later reads, with
 // their own storage in the compute buffer, of at most 128 KiB: logits of a
 // decode step; a larger copy nobody may read would cost more device time than
-// a read-back trip saves), at most kTailCopies of them; then the tail kernel
+// a read-back trip saves), at most kTailCopies of them, the last ones in node
+// order first (the logits are usually the last node); then the tail kernel
 // that copies them into the mapped read-back buffer and writes the record.
 constexpr size_t kReadbackMax = (size_t)128 << 10;
 tg_status enqueue_tail(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
@@ -381,8 +382,8 @@ tg_status enqueue_tail(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         }
         std::sort(read.begin(), read.end());
         size_t off = 0;
-        for (const tg_tensor *t : nodes) {
-            if (a.count == kTailCopies) break;
+        for (auto it = nodes.rbegin(); it != nodes.rend() && a.count < kTailCopies; ++it) {
+            const tg_tensor *t = *it;
             if (t->view_src || t->op == TG_OP_VIEW || t->buffer_id != be->compute_id || !t->data) continue;
             if (std::binary_search(read.begin(), read.end(), t)) continue;
             const size_t n = tg_nbytes(t);

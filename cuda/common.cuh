@@ -106,7 +106,7 @@ struct tg_cuda_impl {
     std::vector<std::pair<uintptr_t, uintptr_t>> graph_written;
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
-    const char *sig_last[3] = {"", "", ""};
+    const char *sig_last[4] = {"", "", "", ""};
     char rope_name[2][48] = {};
     int rope_last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
 };

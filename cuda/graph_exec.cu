@@ -21,9 +21,10 @@
 // elsewhere, a larger compute buffer, grown scratch) is another key: run
 // plainly, captured on its next run.
 //
-// The error record is reset by the first node of the capture and copied to
-// pinned host memory by its last, so a replay reports bad positions and ids as
-// a plain run does.
+// The error record is copied to mapped host memory and cleared by the graph's
+// last node (the tail kernel, cuda/backend.cu), so every compute, plain or
+// replayed, starts with a clear record and a replay reports bad positions and
+// ids as a plain run does.
 #include <cstring>
 
 #include "common.cuh"

@@ -225,7 +225,9 @@ template <typename TA> void launch_t(const mmv_launch &L, mmv_args &args, int N,
 
 bool tg_cuda_mm_batches_to_gemm(const tg_tensor *mm) {
     const tg_tensor *a = mm->src[0];
-    if (a->ne[2] * a->ne[3] != 1 || mm->ne[2] * mm->ne[3] == 1 || tg_nbytes(a) < kBatchGemmMinWeightBytes) return false;
+    // (the GEMM paths merge dim-2 batches: sequences in dim 3 stay on the GEMV)
+    if (a->ne[2] * a->ne[3] != 1 || mm->ne[2] == 1 || mm->ne[3] != 1 || tg_nbytes(a) < kBatchGemmMinWeightBytes)
+        return false;
     tg_cuda_desc bm = tg_cuda_desc_of(mm->src[1]), dm = tg_cuda_desc_of(mm);
     return merge_columns(bm) && merge_columns(dm) && dm.ne[1] > 8;
 }
@@ -285,6 +287,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     const int N = (int)p.job[0].d.ne[1];
     const tg_type ta = p.job[0].a.type;
     if (tg_type_is_quantized(ta)) return tg_cuda_mmvq_launch(be, p, call);
+    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "gemv";
     const size_t ts = tg_type_size(ta);
     bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0 && aligned16(p.b);
     long long rows = 0;

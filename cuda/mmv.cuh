@@ -71,8 +71,8 @@ __device__ inline void tg_cuda_mmv_store(const tg_cuda_mmv_job &jb, long long m,
 // reshaped views of the tensors (batches merged into columns), so build
 // epilogue descriptors with tg_cuda_mmv_like.
 bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *job, tg_cuda_desc *b);
-// True where every batch of b shares one 2-D weight of at least
-// kBatchGemmMinWeightBytes, and the batches' columns, merged (b and the result
+// True where every batch of b (dim 2, with dim 3 of 1) shares one 2-D weight
+// of at least kBatchGemmMinWeightBytes, and the batches' columns, merged (b and the result
 // hold them at one stride: a batch of sequences decoding a token each), are
 // more than 8: one GEMM of all the columns then reads the weights once where
 // the GEMV reads them once per batch (H200: 12.6 against 86.8 us for the 1.1B

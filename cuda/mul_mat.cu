@@ -71,6 +71,7 @@ tg_status tg_cuda_mul_mat(tg_backend *be, const tg_tensor *dst) {
 tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "generic";
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
     const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];

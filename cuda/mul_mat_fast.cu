@@ -81,6 +81,7 @@ namespace {
 
 tg_status mm_tc(tg_backend *be, const tg_tensor *dst, long long lda, long long sa2, long long sa3) {
     const char *call = "mul_mat";
+    tg_cuda(be)->sig_last[TG_CUDA_SIG_MUL_MAT] = "tc";
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const long long K = a->ne[0], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (dst->nb[0] != 4 || !tg_is_contiguous(dst))

@@ -465,6 +465,7 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
         p.njob = 1;
         return tg_cuda_mmvq_launch(be, p, call);
     }
+    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "quant/vec";
     vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(b), tg_cuda_desc_of(dst), nullptr, nullptr};
     if (dst->ne[1] < impl->mmq_q8b_min_n && f32_columns(b)) {
         launch_vec_t<true>(impl->stream, a->type, v);
@@ -496,6 +497,7 @@ size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes) {
 
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "quant/gemv";
     const tg_type ta = p.job[0].a.type;
     const long long K = p.job[0].a.ne[0], kb = K / 32;
     const long long ncols = p.b.ne[1] * p.b.ne[2] * p.b.ne[3];
@@ -608,6 +610,7 @@ tg_status dequant_f16(tg_backend *be, const tg_cuda_desc &src, __half *out) {
 tg_status mmq_prefill(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
+    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "quant/gemm";
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
     const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
     const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];

@@ -68,8 +68,11 @@ struct tg_cuda_sig_knobs {
 tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be);
 
 // Name of the variant the last launch of each op on backend be used, e.g.
-// "vec4/fused" or "rows32x4/vec/f32" ("" before any launch).
-enum tg_cuda_sig_op { TG_CUDA_SIG_ROPE = 0, TG_CUDA_SIG_KV = 1, TG_CUDA_SIG_DELTA = 2 };
+// "vec4/fused" or "rows32x4/vec/f32" ("" before any launch). mul_mat (fused
+// or not): "gemv", "quant/gemv" (quantized decode), "quant/vec" (its
+// per-product kernel), "tc" (16-bit GEMM), "quant/gemm" (dequantized to F16,
+// then GEMM), "generic" (F32 SGEMM).
+enum tg_cuda_sig_op { TG_CUDA_SIG_ROPE = 0, TG_CUDA_SIG_KV = 1, TG_CUDA_SIG_DELTA = 2, TG_CUDA_SIG_MUL_MAT = 3 };
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,

@@ -18,6 +18,9 @@
 #include <string>
 
 #include "test_util.h"
+#ifdef TG_HAVE_CUDA
+#include "../cuda/signature.cuh"
+#endif
 
 namespace {
 
@@ -187,6 +190,13 @@ TEST_P(CudaLlmMulMat, MatchesFloat64) {
     printf("[ mul_mat  ] %-28s K%lld M%lld N%lld: relative L2 error %.3g (bound %.0e)\n", c.name, (long long)c.K,
            (long long)c.M, (long long)c.N, e, c.tol);
     EXPECT_LE(e, c.tol) << c.name;
+#ifdef TG_HAVE_CUDA
+    if (c.lay == alay::seqs16) {  // weights of 1 MiB or more: one GEMM of all 16 N columns (docs/ops.md)
+        const bool gemm = (size_t)(c.K * c.M) * tg_type_size(c.wt) >= ((size_t)1 << 20);
+        const std::string want = !gemm ? "gemv" : c.wt == TG_TYPE_F32 ? "generic" : "tc";
+        EXPECT_EQ(tg_cuda_sig_last(gpu.get(), TG_CUDA_SIG_MUL_MAT), want) << c.name;
+    }
+#endif
 }
 
 std::vector<mm_case> mm_cases() {
@@ -229,7 +239,8 @@ std::vector<mm_case> mm_cases() {
         {"f16_seqs16_n1", F16, K, M, 1, alay::seqs16, tc16},
         {"bf16_seqs16_n1", BF16, K, M, 1, alay::seqs16, tcbf},
         {"f32_seqs16_n1", F32, K, S(2048, 96), 1, alay::seqs16, f32},
-        {"f16_seqs16_n2", F16, 1000, 129, 2, alay::seqs16, tc16},
+        {"f16_seqs16_n2", F16, 1024, 513, 2, alay::seqs16, tc16},  // 1.002 MiB: the GEMM in small runs too
+        {"f16_seqs16_small_n1", F16, 1000, 129, 1, alay::seqs16, f32},  // 258 KB: the GEMV, per sequence
         {"f16_bcast_n9", F16, 256, 130, 9, alay::bcast, tc16},
     };
 }

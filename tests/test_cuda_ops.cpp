@@ -22,6 +22,9 @@
 
 #include "internal.h"
 #include "test_util.h"
+#ifdef TG_HAVE_CUDA
+#include "../cuda/signature.cuh"
+#endif
 
 namespace {
 
@@ -336,10 +339,13 @@ TEST(CudaErrors, MisalignedViewIsACleanError) {
 }
 
 // Small graph outputs come back through the graph's tail kernel (mapped host
-// memory, up to 8 of them, each at most 128 KiB); the others through a copy
-// at tg_tensor_get. Twelve outputs of odd sizes (1 element to past 128 KiB),
-// read whole and in odd pieces, three rounds with new inputs each (plain run,
-// capture, replay): a stale or misplaced read-back fails.
+// memory, up to 8 of them, each at most 128 KiB, the last in node order
+// first); the others through a copy at tg_tensor_get. Twelve outputs of odd
+// sizes (1 element to past 128 KiB), read whole and in odd pieces, three
+// rounds with new inputs each (plain run, capture, replay): a stale or
+// misplaced read-back fails. A read served from the read-back waits for no
+// device (tg_cuda_wait_us unchanged): exactly the 8 last eligible outputs
+// are. A set of an output after the compute is what a read then returns.
 TEST(CudaBackend, GraphOutputsReadBackExactly) {
     SKIP_WITHOUT_CUDA();
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> gpu(tg_backend_cuda(0), tg_backend_free);
@@ -364,11 +370,21 @@ TEST(CudaBackend, GraphOutputsReadBackExactly) {
             ASSERT_EQ(tg_tensor_set(xs[i], in[i].data(), 0, sizes[i] * 4), TG_OK) << tg_last_error();
         }
         ASSERT_EQ(tg_graph_compute(gpu.get(), g), TG_OK) << tg_last_error();
+        int served = 0;
         for (int i = 0; i < n_out; i++) {
             const float c = (i % 2 ? -1.0f : 1.0f) * (float)(1 << (i % 4));
             std::vector<float> out(sizes[i] + 1);
             out[sizes[i]] = 12345.0f;  // sentinel past the output
+#ifdef TG_HAVE_CUDA
+            const double w0 = tg_cuda_wait_us(gpu.get());
+#endif
             ASSERT_EQ(tg_tensor_get(ys[i], out.data(), 0, sizes[i] * 4), TG_OK) << tg_last_error();
+#ifdef TG_HAVE_CUDA
+            const bool from_readback = tg_cuda_wait_us(gpu.get()) == w0;
+            served += from_readback;
+            // eligible: at most 128 KiB (all but output 9); slots: the last 8 of them
+            EXPECT_EQ(from_readback, i >= 3 && i != 9) << "round " << round << " output " << i;
+#endif
             for (int64_t k = 0; k < sizes[i]; k++)
                 ASSERT_EQ(out[k], c * in[i][k]) << "round " << round << " output " << i << " element " << k;
             EXPECT_EQ(out[sizes[i]], 12345.0f);
@@ -383,6 +399,14 @@ TEST(CudaBackend, GraphOutputsReadBackExactly) {
                 EXPECT_EQ(piece[len], 0xA5);
             }
         }
+#ifdef TG_HAVE_CUDA
+        EXPECT_EQ(served, 8) << "round " << round;
+#endif
+        // an output set after the compute reads back as set, not as computed
+        std::vector<float> mine = tgt::random_floats(rng, sizes[11]), back(sizes[11]);
+        ASSERT_EQ(tg_tensor_set(ys[11], mine.data(), 0, sizes[11] * 4), TG_OK) << tg_last_error();
+        ASSERT_EQ(tg_tensor_get(ys[11], back.data(), 0, sizes[11] * 4), TG_OK) << tg_last_error();
+        EXPECT_EQ(0, memcmp(back.data(), mine.data(), sizes[11] * 4)) << "round " << round;
     }
 }
 

@@ -28,6 +28,9 @@
 #include "quant_util.h"
 #include "synth.h"
 #include "test_util.h"
+#ifdef TG_HAVE_CUDA
+#include "../cuda/signature.cuh"
+#endif
 
 namespace {
 
@@ -207,6 +210,9 @@ void check_mm(tg_backend *gpu, const qmm_case &c, bool with_cpu, double tol_over
     printf("[ qmm      ] %-26s K%lld M%lld N%lld: relative L2 error %.3g (bound %.1e)\n", c.name.c_str(),
            (long long)c.K, (long long)c.M, (long long)c.N, e, tol);
     EXPECT_LE(e, tol) << c.name;
+#ifdef TG_HAVE_CUDA
+    if (c.l == lay::seqs) EXPECT_STREQ(tg_cuda_sig_last(gpu, TG_CUDA_SIG_MUL_MAT), gemm ? "quant/gemm" : "quant/gemv");
+#endif
 
     // the CPU backend's result, where its reference kernel is quick enough
     if (!with_cpu || (double)c.M * c.N * c.K * d.B2 * d.B3 > (double)(1 << 28)) return;
@@ -273,9 +279,10 @@ std::vector<qmm_case> qmm_cases() {
         add("b_transposed_n33", 256, 200, 33, lay::b_transposed);
         add("rows_view_n2", Ks, 77, 2, lay::a_rows_view);
         add("rows_view_n12", Ks, 77, 12, lay::a_rows_view);
-        // a batch-16 decode step: the sequences are 16 (32) columns of one GEMM
-        add("seqs16_n1", S(2048, 256), S(2048, 96), 1, lay::seqs);
-        add("seqs16_n2", k4 ? 256 : 96, 77, 2, lay::seqs);
+        // a batch-16 decode step: weights of 1 MiB or more take one GEMM of the
+        // 16 sequences' columns, smaller ones the GEMV (one launch, 16 batches)
+        add("seqs16_n1", 2048, S(2048, 1024), 1, lay::seqs);  // >= 1.1 MiB in small runs too
+        add("seqs16_small_n2", k4 ? 256 : 96, 77, 2, lay::seqs);
     }
     return v;
 }
