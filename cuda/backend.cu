@@ -166,6 +166,14 @@ tg_status cuda_set(tg_backend *be, void *dst, const void *src, size_t size) {
     return TG_OK;
 }
 
+// cudaStreamSynchronize, its time added to wait_us (tg_cuda_wait_us).
+cudaError_t timed_sync(tg_cuda_impl *impl) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = cudaStreamSynchronize(impl->stream);
+    impl->wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return e;
+}
+
 tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
     tg_status s = enter(be, "tensor_get");
     if (s != TG_OK) return s;
@@ -177,9 +185,7 @@ tg_status cuda_get(tg_backend *be, void *dst, const void *src, size_t size) {
                 return TG_OK;
             }
     TG_CUDA_TRY(be, "tensor_get", cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToHost, impl->stream));
-    const auto t0 = std::chrono::steady_clock::now();
-    const cudaError_t e = cudaStreamSynchronize(impl->stream);
-    impl->wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    const cudaError_t e = timed_sync(impl);
     if (e != cudaSuccess) return tg_cuda_status(be, e, "tensor_get", "cudaStreamSynchronize(impl->stream)");
     staged_forget(impl);
     return TG_OK;
@@ -447,9 +453,7 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     // that nothing still runs on our buffers when we return. A failure here
     // came from a kernel: the context is suspect, so the backend refuses
     // further work.
-    const auto t0 = std::chrono::steady_clock::now();
-    cudaError_t e = cudaStreamSynchronize(impl->stream);
-    impl->wait_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    cudaError_t e = timed_sync(impl);
     if (e != cudaSuccess) {
         tg_status fs = tg_cuda_status(be, e, call, "cudaStreamSynchronize after the graph's kernels");
         if (!impl->failed) {

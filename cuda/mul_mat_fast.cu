@@ -64,13 +64,10 @@ tg_status tg_cuda_gemm16_batches(tg_backend *be, cudaDataType_t t, const tg_tens
         // r2 consecutive b batches share one a batch: B and C are dense, so
         // those batches are N * r2 consecutive columns of one product (a batch
         // of sequences decoding a token each reads the weights once)
+        const bool merge = N * r2 <= INT_MAX;
         for (long long a2 = 0; a2 < A2; a2++) {
-            if (N * r2 <= INT_MAX)
-                s = tg_cuda_gemm16(be, t, M, N * r2, K, Ai + a2 * sa2 * 2, lda, 0, Bi + a2 * r2 * sb2 * 2, K, 0,
-                                   Ci + a2 * r2 * sc2, M, 0, 1);
-            else
-                s = tg_cuda_gemm16(be, t, M, N, K, Ai + a2 * sa2 * 2, lda, 0, Bi + a2 * r2 * sb2 * 2, K, sb2,
-                                   Ci + a2 * r2 * sc2, M, sc2, r2);
+            s = tg_cuda_gemm16(be, t, M, merge ? N * r2 : N, K, Ai + a2 * sa2 * 2, lda, 0, Bi + a2 * r2 * sb2 * 2, K,
+                               merge ? 0 : sb2, Ci + a2 * r2 * sc2, M, merge ? 0 : sc2, merge ? 1 : r2);
             if (s != TG_OK) return s;
         }
     }
