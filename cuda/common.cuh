@@ -99,6 +99,15 @@ struct tg_cuda_impl {
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;
+    // mul_mat on tensor cores (cuda/mul_mat_fast.cu): the b whose rounding to
+    // tc_type the scratch holds, so that the next product of the same b in the
+    // graph (q, k and v; gate and up) skips its conversion. Only during an
+    // enqueue (tc_reuse); cleared by any tg_cuda_scratch call and before any
+    // node that writes b's bytes (cuda/fuse.cu). tc_reused counts the skips.
+    const tg_tensor *tc_b = nullptr;
+    tg_type tc_type = TG_TYPE_F32;
+    bool tc_reuse = false;
+    long long tc_reused = 0;
     // byte ranges [lo, hi) the graph being enqueued writes (its nodes, and the
     // sources ops write in place), set by tg_cuda_enqueue_nodes for the time
     // of the enqueue (empty otherwise): a GEMV whose weights overlap none of
@@ -216,6 +225,8 @@ inline tg_cuda_desc tg_cuda_desc_of(const tg_tensor *t) {
 // The bytes of d are written by no node of the graph being enqueued (false
 // outside an enqueue): a PDL kernel may read them before its tg_pdl_wait.
 bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d);
+// The bytes two tensors may touch intersect (cuda/fuse.cu).
+bool tg_cuda_overlap(const tg_tensor *a, const tg_tensor *b);
 __device__ inline char *tg_cuda_ptr(const tg_cuda_desc &d, long long i0, long long i1, long long i2, long long i3) {
     return d.data + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3];
 }

@@ -186,23 +186,37 @@ struct matcher {
     }
 };
 
-// What the graph writes: every node's own bytes, and the sources written in
-// place (cpy's destination, the caches of rope_kv_update, a delta_rule state).
+// What a node writes: its own bytes, and the sources written in place (cpy's
+// destination, the caches of rope_kv_update, a delta_rule state). Views write
+// nothing (an op into a view is a node of its own).
+template <typename F> void for_each_written(const tg_tensor *t, F add) {
+    if (t->op == TG_OP_VIEW) return;
+    add(t);
+    if (t->op == TG_OP_CPY) add(t->src[1]);
+    if (t->op == TG_OP_ROPE_KV_UPDATE) add(t->src[0]), add(t->src[1]);
+    if (t->op == TG_OP_DELTA_RULE) add(t->src[5]);
+}
+
 void note_written(tg_cuda_impl *impl, const std::vector<tg_tensor *> &nodes) {
-    auto add = [&](const tg_tensor *t) {
-        if (!t || !t->data) return;
-        uintptr_t lo, hi;
-        span(t, &lo, &hi);
-        impl->graph_written.push_back({lo, hi});
-    };
     impl->graph_written.clear();
-    for (const tg_tensor *t : nodes) {
-        if (t->op == TG_OP_VIEW) continue;  // writes nothing (an op into a view is a node of its own)
-        add(t);
-        if (t->op == TG_OP_CPY) add(t->src[1]);
-        if (t->op == TG_OP_ROPE_KV_UPDATE) add(t->src[0]), add(t->src[1]);
-        if (t->op == TG_OP_DELTA_RULE) add(t->src[5]);
-    }
+    for (const tg_tensor *t : nodes)
+        for_each_written(t, [&](const tg_tensor *w) {
+            if (!w || !w->data) return;
+            uintptr_t lo, hi;
+            span(w, &lo, &hi);
+            impl->graph_written.push_back({lo, hi});
+        });
+}
+
+// Before node t runs (or the fusion that took it): a kept rounding of b
+// (tc_b) is dropped when t writes b's bytes. Fused nodes are contiguous in
+// node order, so checking each at its own index is checking before any later
+// product reads the rounding.
+void drop_written_b(tg_cuda_impl *impl, const tg_tensor *t) {
+    if (!impl->tc_b) return;
+    for_each_written(t, [&](const tg_tensor *w) {
+        if (impl->tc_b && w && w->data && overlap(w, impl->tc_b)) impl->tc_b = nullptr;
+    });
 }
 
 tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
@@ -211,6 +225,7 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     if (!impl->fuse) {
         for (tg_tensor *t : nodes)
             if (t->op != TG_OP_VIEW) {
+                drop_written_b(impl, t);
                 tg_status s = tg_op_get(t->op).cuda(be, t);
                 if (s != TG_OK) return s;
             }
@@ -218,7 +233,9 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     }
     matcher m(be, nodes);
     for (int i = 0; i < (int)nodes.size(); i++) {
-        if (nodes[i]->op == TG_OP_VIEW || m.done[i]) continue;
+        if (nodes[i]->op == TG_OP_VIEW) continue;
+        drop_written_b(impl, nodes[i]);
+        if (m.done[i]) continue;
         tg_status s = TG_OK;
         if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
         if (s != TG_OK) return s;
@@ -228,6 +245,8 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
 }
 
 }  // namespace
+
+bool tg_cuda_overlap(const tg_tensor *a, const tg_tensor *b) { return overlap(a, b); }
 
 bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
     if (impl->graph_written.empty() || !d.data) return false;
@@ -241,7 +260,11 @@ bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
 tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
     note_written(impl, nodes);
+    impl->tc_b = nullptr;
+    impl->tc_reuse = true;
     const tg_status s = enqueue_nodes(be, nodes);
+    impl->tc_reuse = false;
+    impl->tc_b = nullptr;
     impl->graph_written.clear();
     return s;
 }

@@ -83,18 +83,29 @@ tg_status mm_tc(tg_backend *be, const tg_tensor *dst, long long lda, long long s
     const long long K = a->ne[0], N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
         return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
-    // b rounded to the weight's type, dense {K, N, B2, B3}
+    // b rounded to the weight's type, dense {K, N, B2, B3}: kept from the
+    // previous product of this b when the scratch still holds it (q, k, v)
+    tg_cuda_impl *impl = tg_cuda(be);
     void *bs = nullptr;
-    tg_status s = tg_cuda_scratch(be, (size_t)(K * N * B2 * B3) * 2, &bs, call);
-    if (s != TG_OK) return s;
-    const long long ne[4] = {K, N, B2, B3};
-    s = tg_cuda_copy(be, tg_cuda_desc_of(b), tg_cuda_desc_dense(bs, a->type, ne), false, call);
-    if (s != TG_OK) return s;
+    if (impl->tc_reuse && impl->tc_b == b && impl->tc_type == a->type) {
+        bs = impl->scratch;
+        impl->tc_reused++;
+    } else {
+        tg_status s = tg_cuda_scratch(be, (size_t)(K * N * B2 * B3) * 2, &bs, call);
+        if (s != TG_OK) return s;
+        const long long ne[4] = {K, N, B2, B3};
+        s = tg_cuda_copy(be, tg_cuda_desc_of(b), tg_cuda_desc_dense(bs, a->type, ne), false, call);
+        if (s != TG_OK) return s;
+        // (a result over b's own bytes changes b: nothing kept then)
+        if (impl->tc_reuse && !tg_cuda_overlap(dst, b)) impl->tc_b = b, impl->tc_type = a->type;
+    }
     const cudaDataType_t t = a->type == TG_TYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
     return tg_cuda_gemm16_batches(be, t, dst, a->data, lda, sa2, sa3, bs);
 }
 
 }  // namespace
+
+long long tg_cuda_mm_b_reuses(tg_backend *be) { return tg_cuda(be)->tc_reused; }
 
 bool tg_cuda_mm_tc(tg_backend *be, const tg_tensor *dst, tg_status *st) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];

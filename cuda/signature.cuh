@@ -93,6 +93,9 @@ int tg_cuda_graph_kernels(tg_backend *be);
 // (the synchronization after a compute's graph, and a tensor_get's copy that
 // was not read back), for bench's host time per step (wall minus this).
 double tg_cuda_wait_us(tg_backend *be);
+// Tensor-core products that found their b already rounded in the scratch by
+// the previous product of the same b (cuda/mul_mat_fast.cu), so far.
+long long tg_cuda_mm_b_reuses(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
 // mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update.

@@ -98,6 +98,7 @@ tg_status tg_cublas_status(tg_backend *be, cublasStatus_t s, const char *call, c
 tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *call) {
     tg_cuda_impl *impl = tg_cuda(be);
     *ptr = nullptr;
+    impl->tc_b = nullptr;  // the caller overwrites the scratch: a kept rounding of b is gone
     if (size <= impl->scratch_size) {
         *ptr = impl->scratch;
         return TG_OK;

@@ -27,7 +27,9 @@ struct options {
     int top_k = 40, repeat_last_n = 64;
     long long seed = -1;  // -1: a random seed, printed
     bool quiet = false, ignore_eos = false, warmup = false, interactive = false, no_mmap = false;
-    tg_type type_k = TG_TYPE_F32, type_v = TG_TYPE_F32, type_state = TG_TYPE_F32;  // -ctk, -ctv, -cts
+    // -ctk, -ctv, -cts: F16 K and V caches by default, as llama.cpp's CLI (prefill
+    // attention on tensor cores, half the cache bytes per decode step); F32 states
+    tg_type type_k = TG_TYPE_F16, type_v = TG_TYPE_F16, type_state = TG_TYPE_F32;
     std::string prompt_cache;                                                     // --prompt-cache
 };
 
@@ -56,8 +58,8 @@ void usage(FILE *f, const char *argv0) {
             "                   the file may change while running: see models/README.md, SIGBUS)\n"
             "  -i, --interactive  read lines from stdin; each continues the conversation (a reply stops at\n"
             "                   EOS, after -n tokens or after a newline; EOF ends)\n"
-            "  -ctk, --cache-type-k T      K cache type: f32, f16 or bf16 (default f32)\n"
-            "  -ctv, --cache-type-v T      V cache type (default f32)\n"
+            "  -ctk, --cache-type-k T      K cache type: f32, f16 or bf16 (default f16)\n"
+            "  -ctv, --cache-type-v T      V cache type (default f16)\n"
             "  -cts, --cache-type-state T  recurrent (delta-rule) state type (default f32)\n"
             "  --prompt-cache FILE  reuse the session state in FILE when the prompt starts with its tokens\n"
             "                   (only the rest is evaluated); save it there after the prompt\n"

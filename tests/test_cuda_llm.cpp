@@ -248,6 +248,83 @@ std::vector<mm_case> mm_cases() {
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaLlmMulMat, ::testing::ValuesIn(mm_cases()),
                          [](const ::testing::TestParamInfo<mm_case> &i) { return std::string(i.param.name); });
 
+// Products of one b on tensor cores round b once (cuda/mul_mat_fast.cu): the
+// q, k and v of a prompt share one rounding, as gate and up do. Graph 1: y1 and
+// y2 (F16 weights) share x's rounding across the cpy of y1 into its sink (which
+// does not write x); y3 (BF16) rounds x again. Graph 2: a cpy of z into x
+// between y1 and y2 makes y2 round x again, so y2 = W2 z. Results against the
+// float64 oracle, in poisoned sinks with random tails.
+TEST(CudaLlmMulMatSharedB, RoundsOnceUnlessBIsWritten) {
+    SKIP_WITHOUT_CUDA();
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    const int64_t K = S(2048, 256), N = S(512, 40), M = S(1024, 96), tail = 37;
+    std::mt19937 rng(11);
+    for (int graph = 1; graph <= 2; graph++) {
+        tg_init_params ip = {16 << 20, nullptr, true};
+        tg_context *ctx = tg_init(ip);
+        ASSERT_NE(ctx, nullptr);
+        std::unique_ptr<tg_context, void (*)(tg_context *)> ctx_guard(ctx, tg_free);
+        std::vector<leaf> L;
+        L.push_back(make_leaf(ctx, TG_TYPE_F16, {K, M}, rng));
+        L.push_back(make_leaf(ctx, TG_TYPE_F16, {K, M}, rng));
+        L.push_back(make_leaf(ctx, TG_TYPE_BF16, {K, M}, rng));
+        L.push_back(make_leaf(ctx, TG_TYPE_F32, {K, N}, rng));  // x
+        L.push_back(make_leaf(ctx, TG_TYPE_F32, {K, N}, rng));  // z
+        tg_tensor *x = L[3].t;
+        const int ny = graph == 1 ? 3 : 2;
+        tg_tensor *sink[3] = {};
+        tg_graph *g = tg_graph_new(ctx);
+        ASSERT_NE(g, nullptr) << tg_last_error();
+        for (int i = 0; i < ny; i++) {
+            if (graph == 2 && i == 1) ASSERT_EQ(tg_graph_expand(g, tg_cpy(ctx, L[4].t, x)), TG_OK) << tg_last_error();
+            sink[i] = tg_new_tensor_1d(ctx, TG_TYPE_F32, M * N + tail);
+            tg_tensor *y = tg_mul_mat(ctx, L[i].t, x);
+            ASSERT_NE(y, nullptr) << tg_last_error();
+            ASSERT_EQ(tg_graph_expand(g, tg_cpy(ctx, y, tg_view_1d(ctx, sink[i], M * N, 0))), TG_OK) << tg_last_error();
+        }
+        tg_buffer *buf = tg_backend_alloc(gpu.get(), ctx);
+        ASSERT_NE(buf, nullptr) << tg_last_error();
+        std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> buf_guard(buf, tg_buffer_free);
+        for (const leaf &l : L) ASSERT_EQ(upload(l), TG_OK) << tg_last_error();
+        std::vector<uint32_t> bits((size_t)(M * N + tail), 0x7fc00000u);
+        std::mt19937 trng(99);
+        for (int64_t i = M * N; i < M * N + tail; i++) bits[i] = (uint32_t)trng();
+        for (int i = 0; i < ny; i++) ASSERT_EQ(tg_tensor_set(sink[i], bits.data(), 0, bits.size() * 4), TG_OK);
+        tg_graph_stats st{};
+        ASSERT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
+        tgt::poison_compute_buffer(gpu.get(), st.planned_bytes);
+#ifdef TG_HAVE_CUDA
+        const long long reuses0 = tg_cuda_mm_b_reuses(gpu.get());
+#endif
+        ASSERT_EQ(tg_graph_compute(gpu.get(), g), TG_OK) << tg_last_error();
+#ifdef TG_HAVE_CUDA
+        EXPECT_EQ(tg_cuda_mm_b_reuses(gpu.get()) - reuses0, graph == 1 ? 1 : 0) << "graph " << graph;
+#endif
+        for (int i = 0; i < ny; i++) {
+            std::vector<uint32_t> back(bits.size());
+            ASSERT_EQ(tg_tensor_get(sink[i], back.data(), 0, back.size() * 4), TG_OK);
+            EXPECT_EQ(memcmp(back.data() + M * N, bits.data() + M * N, (size_t)tail * 4), 0) << "wrote past y" << i + 1;
+            const std::vector<double> &w = L[i].vals, &b = (graph == 2 && i == 1) ? L[4].vals : L[3].vals;
+            std::vector<float> got;
+            std::vector<double> ref;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t m = 0; m < M; m += 3) {
+                    double acc = 0.0;
+                    for (int64_t k = 0; k < K; k++) acc += w[(size_t)(k + K * m)] * b[(size_t)(k + K * n)];
+                    ref.push_back(acc);
+                    float f;
+                    memcpy(&f, &back[(size_t)(m + M * n)], 4);
+                    ASSERT_TRUE(std::isfinite(f)) << "graph " << graph << " y" << i + 1 << " at " << m + M * n;
+                    got.push_back(f);
+                }
+            const double e = tgt::rel_error(got, ref), bound = i == 2 ? 4e-3 : 1e-3;
+            printf("[ mul_mat  ] shared b, graph %d, y%d: relative L2 error %.3g (bound %.0e)\n", graph, i + 1, e, bound);
+            EXPECT_LE(e, bound) << "graph " << graph << " y" << i + 1;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // attention
 
