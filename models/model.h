@@ -272,5 +272,8 @@ void sample_top_p(std::vector<candidate> &c, float p);
 void sample_min_p(std::vector<candidate> &c, float p);
 // Draw one id from softmax(logit / temp) of a non-empty list, with one rng().
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);
+// Greedy without a penalty: the id of the largest finite logit of n, the
+// smallest on ties; -1 when none is finite.
+int32_t greedy_argmax(const float *logits, int n);
 
 }  // namespace tgm

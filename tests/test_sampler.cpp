@@ -323,6 +323,52 @@ TEST(Sampler, GreedyTakesTheLargestLogitAfterThePenalty) {
     EXPECT_EQ(s.sample(neg, 4, h, 1), 2);  // penalty 1: off, the history does not matter
 }
 
+// greedy_argmax (the vectorized scan) against a plain one over every length
+// up to 70 (all lane and tail positions) and a vocabulary of 32000: random
+// logits with NaN, +inf and -inf sprinkled in, maxima tied across lanes and
+// in the tail, +0/-0 ties, and rows with nothing finite.
+TEST(Sampler, GreedyArgmaxMatchesAPlainScan) {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    auto plain = [](const std::vector<float> &l) {
+        int32_t best = -1;
+        for (size_t i = 0; i < l.size(); i++)
+            if (std::isfinite(l[i]) && (best < 0 || l[i] > l[(size_t)best])) best = (int32_t)i;
+        return best;
+    };
+    std::mt19937 rng(5);
+    int checked = 0;
+    for (int n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 70, 32000}) {
+        for (int trial = 0; trial < 40; trial++) {
+            std::vector<float> l = random_logits(1000 + trial + n, n, -3.0f, 3.0f);
+            std::uniform_int_distribution<int> at(0, n - 1);
+            const int kind = trial % 8;
+            for (int k = 0; k < 1 + n / 8; k++) {
+                if (kind == 1) l[(size_t)at(rng)] = nan;
+                if (kind == 2) l[(size_t)at(rng)] = inf;
+                if (kind == 3) l[(size_t)at(rng)] = -inf;
+            }
+            if (kind == 4) {  // the maximum several times, one of them maybe in the tail
+                for (int k = 0; k < 3; k++) l[(size_t)at(rng)] = 9.0f;
+                l[(size_t)(n - 1)] = 9.0f;
+            }
+            if (kind == 5) {  // +0 and -0 as the maximum
+                for (float &v : l) v = -std::fabs(v) - 1.0f;
+                l[(size_t)at(rng)] = -0.0f;
+                l[(size_t)at(rng)] = 0.0f;
+            }
+            if (kind == 6)  // nothing finite
+                for (size_t i = 0; i < l.size(); i++) l[i] = i % 3 == 0 ? nan : i % 3 == 1 ? inf : -inf;
+            if (kind == 7) {  // one finite value among non-finite ones
+                for (size_t i = 0; i < l.size(); i++) l[i] = i % 2 ? nan : -inf;
+                l[(size_t)at(rng)] = -1e30f;
+            }
+            ASSERT_EQ(tgm::greedy_argmax(l.data(), n), plain(l)) << "n " << n << " trial " << trial;
+            checked++;
+        }
+    }
+    EXPECT_EQ(checked, 15 * 40);
+}
+
 // --- the draws ---------------------------------------------------------------
 
 // The draws follow the distribution the whole chain leaves: Pearson's
