@@ -14,6 +14,9 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
 // Prefill on tensor cores (cuda/attention_mma.cu): F16/BF16 caches of one
 // type, D = Dv in {64, 128}, at least 64 queries per kv head. Same contract.
 bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st);
+// Its kernels' shared memory beyond the default, allowed on the current device
+// (called when a backend is created).
+cudaError_t tg_cuda_attention_mma_init();
 
 // Every layout and type mix: one block per query row.
 tg_status tg_cuda_attention_generic(tg_backend *be, const tg_tensor *dst);

@@ -5,7 +5,9 @@
 // at least 64 queries per kv head (group heads times tokens). A block of 4
 // warps takes 64 query rows of one kv head (row f -> token f / group, head
 // hk*group + f % group), 16 per warp, and walks the cache in tiles of 64 rows
-// up to the largest n = min(p + 1, L) among its rows (causal by positions):
+// up to the largest n = min(p + 1, L) among its rows (causal by positions),
+// two K/V tile buffers in dynamic shared memory (69.6 KB at D 128): the next
+// tile's rows go in by cp.async while the current tile is multiplied:
 //   S = Q K^T     mma.sync m16n8k16, Q rounded once to the cache's type and
 //                 kept as A fragments; K rows from shared memory (ldmatrix)
 //   softmax       online, per row, in F32 (exp of S * scale - running max);
@@ -52,6 +54,14 @@ __device__ inline void ldsm_x4(uint32_t *r, const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
+// 16 bytes global -> shared without a register round trip (L2 only); src_bytes
+// 0 writes zeros (a row past the tile's end: nothing is read).
+__device__ inline void cp_async16(void *dst, const void *src, int src_bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ inline void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 __device__ inline void ldsm_x4_t(uint32_t *r, const void *p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -62,20 +72,27 @@ __device__ inline void ldsm_x4_t(uint32_t *r, const void *p) {
 struct mma_args {
     tg_cuda_desc q, k, v, pos, out;
     float scale;
-    int group, nqc;  // Hq / Hkv; query chunks of kQRows per kv head
+    int group, nqc, hkv;  // Hq / Hkv; query chunks of kQRows per kv head; Hkv
 };
 
-// grid: x over query chunks * Hkv, y over sequences.
+// Shared memory: K and V tiles, two of each (the next tile's copies run while
+// the current one is multiplied), rows of D + 8 elements (16-byte pad: no
+// bank conflicts in ldmatrix).
+template <typename T, int D> constexpr size_t mma_smem() { return (size_t)4 * kKRows * (D + 8) * sizeof(T); }
+
+// grid: x over query chunks * Hkv, the chunks with the latest queries (the
+// most keys, causally) first so that the long blocks do not trail; y over
+// sequences.
 template <typename T, int D> __global__ void __launch_bounds__(kThreads) mma_kernel(mma_args A) {
-    constexpr int LD = D + 8;  // shared row length in elements (16-byte pad: no bank conflicts)
+    constexpr int LD = D + 8;  // shared row length in elements
     constexpr int KS = D / 16, NT = D / 8;
-    __shared__ __align__(16) T ks[kKRows * LD];
-    __shared__ __align__(16) T vs[kKRows * LD];
+    extern __shared__ __align__(16) unsigned char mma_sm[];
+    T *const tiles = (T *)mma_sm;  // [2 buffers][K, V][kKRows * LD]
     __shared__ int nrow[kQRows];
     const long long Tn = A.q.ne[2], L = A.k.ne[2];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = (lane % 4) * 2;
-    const int qc = blockIdx.x % A.nqc;
-    const long long hk = blockIdx.x / A.nqc, b = blockIdx.y;
+    const int qc = A.nqc - 1 - (int)(blockIdx.x / A.hkv);
+    const long long hk = blockIdx.x % A.hkv, b = blockIdx.y;
     const long long nflat = (long long)A.group * Tn, f0 = (long long)qc * kQRows;
 
     if (tid < kQRows) {
@@ -113,20 +130,30 @@ template <typename T, int D> __global__ void __launch_bounds__(kThreads) mma_ker
     for (int j = 0; j < NT; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l: this thread's part of the row sum
 
-    for (long long j0 = 0; j0 < nmax; j0 += kKRows) {
-        // stage the K and V tiles (rows past L or nmax are zeros and masked)
+    // stage the K and V tiles of rows [j0, j0 + kKRows) into buffer buf: rows
+    // past nmax are zeros (and masked); their source is row 0, not read
+    auto stage = [&](long long j0, int buf) {
         constexpr int CH = D / 8;  // 16-byte chunks per row
+        T *ks = tiles + (size_t)buf * 2 * kKRows * LD, *vs = ks + kKRows * LD;
         for (int i = tid; i < kKRows * CH; i += kThreads) {
             const int r = i / CH, ch = i % CH;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (j0 + r < nmax) {
-                kv = __ldg((const uint4 *)(tg_cuda_ptr(A.k, 0, hk, j0 + r, b)) + ch);
-                vv = __ldg((const uint4 *)(tg_cuda_ptr(A.v, 0, hk, j0 + r, b)) + ch);
-            }
-            *(uint4 *)&ks[r * LD + ch * 8] = kv;
-            *(uint4 *)&vs[r * LD + ch * 8] = vv;
+            const bool in = j0 + r < nmax;
+            const long long row = in ? j0 + r : 0;
+            cp_async16(&ks[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.k, 0, hk, row, b)) + ch, in ? 16 : 0);
+            cp_async16(&vs[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.v, 0, hk, row, b)) + ch, in ? 16 : 0);
         }
+    };
+    if (nmax > 0) stage(0, 0);
+    cp_async_commit();
+    int buf = 0;
+    for (long long j0 = 0; j0 < nmax; j0 += kKRows, buf ^= 1) {
+        // the next tile's copies (into the buffer the tile before used: every
+        // warp passed the barrier at that tile's end), then wait for this one's
+        if (j0 + kKRows < nmax) stage(j0 + kKRows, buf ^ 1);
+        cp_async_commit();
+        cp_async_wait1();
         __syncthreads();
+        const T *ks = tiles + (size_t)buf * 2 * kKRows * LD, *vs = ks + kKRows * LD;
         // S = Q K^T: 16 rows x 64 keys per warp
         float s[kKRows / 8][4];
 #pragma unroll
@@ -189,7 +216,7 @@ template <typename T, int D> __global__ void __launch_bounds__(kThreads) mma_ker
                 mma<T>(o[j + 1], pa, bv[2], bv[3]);
             }
         }
-        __syncthreads();  // ks and vs are overwritten by the next tile
+        __syncthreads();  // this buffer is refilled by the next tile's copies
     }
     // row sums over the 4 lanes of a row, then the output
 #pragma unroll
@@ -215,13 +242,29 @@ bool rows16(const tg_tensor *t) {
     return true;
 }
 
+template <typename T, int D> cudaError_t allow_smem() {
+    constexpr size_t smem = mma_smem<T, D>();
+    if (smem <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 template <typename T, int D> tg_status launch(tg_backend *be, const mma_args &A, dim3 grid) {
-    mma_kernel<T, D><<<grid, kThreads, 0, tg_cuda(be)->stream>>>(A);
+    mma_kernel<T, D><<<grid, kThreads, mma_smem<T, D>(), tg_cuda(be)->stream>>>(A);
     TG_CUDA_LAUNCHED(be, "attention");
     return TG_OK;
 }
 
 }  // namespace
+
+// The kernels' shared memory above the 48 KB default (D 128: 69.6 KB), allowed
+// once per backend on its device, when it is created (not while capturing).
+cudaError_t tg_cuda_attention_mma_init() {
+    cudaError_t e = allow_smem<__half, 64>();
+    if (e == cudaSuccess) e = allow_smem<__half, 128>();
+    if (e == cudaSuccess) e = allow_smem<__nv_bfloat16, 64>();
+    if (e == cudaSuccess) e = allow_smem<__nv_bfloat16, 128>();
+    return e;
+}
 
 bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st) {
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
@@ -237,7 +280,7 @@ bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st) 
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
-    A.group = (int)group, A.nqc = (int)nqc;
+    A.group = (int)group, A.nqc = (int)nqc, A.hkv = (int)Hkv;
     const dim3 grid((unsigned)(nqc * Hkv), (unsigned)B);
     if (tk->type == TG_TYPE_F16)
         *st = D == 64 ? launch<__half, 64>(be, A, grid) : launch<__half, 128>(be, A, grid);

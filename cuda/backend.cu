@@ -16,6 +16,7 @@
 #include <mutex>
 #include <new>
 
+#include "attention.cuh"
 #include "common.cuh"
 #include "fuse.cuh"
 #include "ops.h"
@@ -537,6 +538,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         impl->pdl = false;
     (void)cudaGetLastError();
     if (const char *env = getenv("TG_CUDA_PDL")) impl->pdl = impl->pdl && strcmp(env, "0") != 0;
+    TG_CUDA_TRY(nullptr, call, tg_cuda_attention_mma_init());
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
     impl->rb_cap = (size_t)1 << 20;
