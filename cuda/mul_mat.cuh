@@ -11,7 +11,8 @@
 bool tg_cuda_mm_vec(tg_backend *be, const tg_tensor *dst, tg_status *st);
 
 // F16/BF16 weights with unit stride along k: b is rounded to the weight's
-// type into the backend's scratch, then one 16-bit tensor-core GEMM (F32
+// type into the backend's scratch (kept for the next product of the same b:
+// cuda/mul_mat_fast.cu), then one 16-bit tensor-core GEMM (F32
 // accumulation, F32 result) per group of batches. Same contract as above.
 bool tg_cuda_mm_tc(tg_backend *be, const tg_tensor *dst, tg_status *st);
 

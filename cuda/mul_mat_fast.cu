@@ -3,8 +3,11 @@
 // GEMV (N <= 8 columns, decode): cuda/mmv.cu, shared with the backend's
 // fusions (cuda/fuse.cu).
 //
-// Tensor cores (F16/BF16 weights, any N): b is rounded once per call to the
-// weight's type (round to nearest even) into the backend's scratch, then
+// Tensor cores (F16/BF16 weights, any N): b is rounded to the weight's type
+// (round to nearest even) into the backend's scratch, once for the products
+// of one b in a graph (impl->tc_b: a later product of the same b tensor and
+// weight type takes the rounding already there, unless a node in between
+// wrote b's bytes or used the scratch; cuda/fuse.cu drops it), then
 // cublasGemmEx / cublasGemmStridedBatchedEx multiplies the 16-bit operands
 // with F32 accumulation into the F32 result. The weights are read in place:
 // no conversion of a, whatever its size.

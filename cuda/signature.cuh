@@ -94,7 +94,9 @@ int tg_cuda_graph_kernels(tg_backend *be);
 // was not read back), for bench's host time per step (wall minus this).
 double tg_cuda_wait_us(tg_backend *be);
 // Tensor-core products that found their b already rounded in the scratch by
-// the previous product of the same b (cuda/mul_mat_fast.cu), so far.
+// the previous product of the same b (cuda/mul_mat_fast.cu), so far: counted
+// when the launches are enqueued (a plain run or a capture, also one that
+// failed and re-ran plainly), not per replay of a captured graph.
 long long tg_cuda_mm_b_reuses(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,

@@ -273,7 +273,9 @@ void sample_min_p(std::vector<candidate> &c, float p);
 // Draw one id from softmax(logit / temp) of a non-empty list, with one rng().
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);
 // Greedy without a penalty: the id of the largest finite logit of n, the
-// smallest on ties; -1 when none is finite.
+// smallest on ties; -1 when none is finite (n <= 0 included). SSE2 where the
+// compiler targets it, else the portable scan (tested on every platform).
 int32_t greedy_argmax(const float *logits, int n);
+int32_t greedy_argmax_portable(const float *logits, int n);
 
 }  // namespace tgm

@@ -95,44 +95,54 @@ int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64
 
 // The largest finite logit, the smallest id on ties (before's order), without
 // building the candidate list: part of a decode step's host time (a scalar
-// scan of 32000 logits took 87 us here, this one ~4). Two passes: the
+// scan of 32000 logits took 87 us here, this one ~6). Two passes: the
 // maximum over the finite logits (non-finite ones count as -inf), then the
 // first logit equal to it (equal to a finite value: finite; +0 and -0 are
 // equal, as in the scalar comparison). None finite: -1.
-int32_t greedy_argmax(const float *logits, int n) {
+int32_t greedy_argmax_portable(const float *logits, int n) {
     float mx = -INFINITY;
-    int i = 0;
+    for (int i = 0; i < n; i++) {
+        const float x = logits[i];
+        mx = x > mx && x <= FLT_MAX ? x : mx;  // false for NaN and +inf
+    }
+    if (mx == -INFINITY) return -1;
+    for (int i = 0; i < n; i++)
+        if (logits[i] == mx) return i;
+    return -1;  // not reached
+}
+
+int32_t greedy_argmax(const float *logits, int n) {
 #if defined(__SSE2__)
     const __m128 big = _mm_set1_ps(FLT_MAX), ninf = _mm_set1_ps(-INFINITY), sign = _mm_set1_ps(-0.0f);
     __m128 m0 = ninf, m1 = ninf;
-    for (; i + 8 <= n; i += 8) {
+    int i = 0;
+    for (; n - i >= 8; i += 8) {
         const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4);
         // |x| <= FLT_MAX is false for +-inf and NaN: those become -inf
         const __m128 f0 = _mm_cmple_ps(_mm_andnot_ps(sign, x0), big), f1 = _mm_cmple_ps(_mm_andnot_ps(sign, x1), big);
         m0 = _mm_max_ps(m0, _mm_or_ps(_mm_and_ps(f0, x0), _mm_andnot_ps(f0, ninf)));
         m1 = _mm_max_ps(m1, _mm_or_ps(_mm_and_ps(f1, x1), _mm_andnot_ps(f1, ninf)));
     }
-    float lanes[8];
+    float lanes[8], mx = -INFINITY;
     _mm_storeu_ps(lanes, m0), _mm_storeu_ps(lanes + 4, m1);
     for (float v : lanes) mx = v > mx ? v : mx;
-#endif
     for (; i < n; i++) {
         const float x = logits[i];
-        mx = x > mx && x <= FLT_MAX ? x : mx;  // false for NaN and +inf
+        mx = x > mx && x <= FLT_MAX ? x : mx;
     }
     if (mx == -INFINITY) return -1;
-    i = 0;
-#if defined(__SSE2__)
     const __m128 target = _mm_set1_ps(mx);
-    for (; i + 8 <= n; i += 8) {
+    for (i = 0; n - i >= 8; i += 8) {
         const int hit = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + i), target)) |
                         _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + i + 4), target)) << 4;
         if (hit) return i + __builtin_ctz((unsigned)hit);
     }
-#endif
     for (; i < n; i++)
         if (logits[i] == mx) return i;
     return -1;  // not reached
+#else
+    return greedy_argmax_portable(logits, n);
+#endif
 }
 
 int32_t sampler::sample(const float *logits, int n_vocab, const int32_t *history, size_t n_history) {

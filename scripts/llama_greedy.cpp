@@ -32,6 +32,11 @@ int main(int argc, char **argv) {
     llama_log_set(quiet_log, nullptr);
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
+    // llama.cpp's repacked CPU buffers off (llama-bench's --repack 0): on the
+    // 2-vCPU Xeon here its repacked quantized kernels die of SIGILL or SIGSEGV
+    // on prompts (bench/cpu_quant_rounds.sh sees the same); the plain kernels
+    // give the reference answers
+    mp.use_extra_bufts = false;
     llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) {
         fprintf(stderr, "llama_greedy: llama.cpp cannot load %s\n", argv[1]);
@@ -41,7 +46,7 @@ int main(int argc, char **argv) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 0;  // the model's context_length
     cp.n_batch = 512;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;  // tinygml's caches are F32 (llama.cpp's default is F16)
+    cp.type_k = cp.type_v = GGML_TYPE_F32;  // as scripts/llama_interop.sh runs tinygml (both CLIs default to F16)
     cp.n_threads = cp.n_threads_batch = n_threads;
     cp.no_perf = true;
     llama_context *ctx = llama_init_from_model(model, cp);

@@ -51,12 +51,14 @@ GREEDY="$tmp/llama_greedy"
 g++ -std=c++17 -O2 scripts/llama_greedy.cpp -I"$LLAMA/include" -I"$LLAMA/ggml/include" -L"$LIB" -lllama -lggml \
     -lggml-base -Wl,-rpath,"$LIB" -o "$GREEDY" || { echo "error: cannot build scripts/llama_greedy.cpp"; exit 2; }
 
-# tinygml's greedy completions: prompt<TAB>completion, one line per prompt
+# tinygml's greedy completions: prompt<TAB>completion, one line per prompt. F32
+# K/V caches on both sides (tinygml-run's default is F16, as llama.cpp's; the
+# comparison allows no difference, so both keep the caches exact)
 tinygml_answers() {  # MODEL OUT
   local model=$1 out=$2 prompt expected text
   : >"$out"
   while IFS=$'\t' read -r prompt expected; do
-    text=$("$RUN" -m "$model" -p "$prompt" -n $N --temp 0 --device cpu -t 2 2>"$tmp/run.err") || {
+    text=$("$RUN" -m "$model" -p "$prompt" -n $N --temp 0 --device cpu -t 2 -ctk f32 -ctv f32 2>"$tmp/run.err") || {
       cat "$tmp/run.err" >&2; return 1; }
     printf '%s\t%s\n' "$prompt" "${text#"$prompt"}" >>"$out"
   done <"$HELDOUT"

@@ -363,10 +363,14 @@ TEST(Sampler, GreedyArgmaxMatchesAPlainScan) {
                 l[(size_t)at(rng)] = -1e30f;
             }
             ASSERT_EQ(tgm::greedy_argmax(l.data(), n), plain(l)) << "n " << n << " trial " << trial;
+            ASSERT_EQ(tgm::greedy_argmax_portable(l.data(), n), plain(l)) << "portable, n " << n << " trial " << trial;
             checked++;
         }
     }
     EXPECT_EQ(checked, 15 * 40);
+    const float one = 1.0f;
+    EXPECT_EQ(tgm::greedy_argmax(&one, 0), -1);  // nothing to choose from
+    EXPECT_EQ(tgm::greedy_argmax_portable(&one, 0), -1);
 }
 
 // --- the draws ---------------------------------------------------------------
