@@ -15,7 +15,7 @@
 // calls rotate over several input sets. Useful bytes as BENCHMARKS.md counts
 // them. Decode steps of the shipped models: wall and host time (wall minus
 // the backend's waits on the device) per session_eval step. Usage:
-// tinygml-bench [results.json] [--quick] [--only ID_PREFIX]
+// tinygml-bench [results.json] [--quick] [--only ID_PREFIX[,ID_PREFIX...]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,8 +55,19 @@
 namespace {
 
 bool g_quick = false;
-const char *g_only = nullptr;  // --only PREFIX: rows whose id starts with it (for profiler runs)
-bool skip_row(const char *id) { return g_only && strncmp(id, g_only, strlen(g_only)) != 0; }
+// --only P1,P2,...: rows whose id starts with one of the prefixes (profiler
+// runs, a few rows in one device call)
+const char *g_only = nullptr;
+bool skip_row(const char *id) {
+    if (!g_only) return false;
+    for (const char *p = g_only;;) {
+        const char *end = strchr(p, ',');
+        const size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n > 0 && strncmp(id, p, n) == 0) return false;
+        if (!end) return true;
+        p = end + 1;
+    }
+}
 tg_backend *g_be = nullptr;
 cudaStream_t g_st = nullptr;
 double g_copy_gbs = 0.0;
