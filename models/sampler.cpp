@@ -99,16 +99,26 @@ int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64
 // maximum over the finite logits (non-finite ones count as -inf), then the
 // first logit equal to it (equal to a finite value: finite; +0 and -0 are
 // equal, as in the scalar comparison). None finite: -1.
-int32_t greedy_argmax_portable(const float *logits, int n) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
+namespace {
+// The largest finite value of logits[i, n) and mx (x > mx is false for NaN,
+// x <= FLT_MAX for +inf), and the first index in [i, n) holding mx (-1: none).
+float max_finite(const float *logits, int i, int n, float mx) {
+    for (; i < n; i++) {
         const float x = logits[i];
-        mx = x > mx && x <= FLT_MAX ? x : mx;  // false for NaN and +inf
+        mx = x > mx && x <= FLT_MAX ? x : mx;
     }
-    if (mx == -INFINITY) return -1;
-    for (int i = 0; i < n; i++)
+    return mx;
+}
+int32_t first_equal(const float *logits, int i, int n, float mx) {
+    for (; i < n; i++)
         if (logits[i] == mx) return i;
-    return -1;  // not reached
+    return -1;
+}
+}  // namespace
+
+int32_t greedy_argmax_portable(const float *logits, int n) {
+    const float mx = max_finite(logits, 0, n, -INFINITY);
+    return mx == -INFINITY ? -1 : first_equal(logits, 0, n, mx);
 }
 
 int32_t greedy_argmax(const float *logits, int n) {
@@ -123,13 +133,9 @@ int32_t greedy_argmax(const float *logits, int n) {
         m0 = _mm_max_ps(m0, _mm_or_ps(_mm_and_ps(f0, x0), _mm_andnot_ps(f0, ninf)));
         m1 = _mm_max_ps(m1, _mm_or_ps(_mm_and_ps(f1, x1), _mm_andnot_ps(f1, ninf)));
     }
-    float lanes[8], mx = -INFINITY;
+    float lanes[8];
     _mm_storeu_ps(lanes, m0), _mm_storeu_ps(lanes + 4, m1);
-    for (float v : lanes) mx = v > mx ? v : mx;
-    for (; i < n; i++) {
-        const float x = logits[i];
-        mx = x > mx && x <= FLT_MAX ? x : mx;
-    }
+    const float mx = max_finite(logits, i, n, max_finite(lanes, 0, 8, -INFINITY));
     if (mx == -INFINITY) return -1;
     const __m128 target = _mm_set1_ps(mx);
     for (i = 0; n - i >= 8; i += 8) {
@@ -137,9 +143,7 @@ int32_t greedy_argmax(const float *logits, int n) {
                         _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(logits + i + 4), target)) << 4;
         if (hit) return i + __builtin_ctz((unsigned)hit);
     }
-    for (; i < n; i++)
-        if (logits[i] == mx) return i;
-    return -1;  // not reached
+    return first_equal(logits, i, n, mx);
 #else
     return greedy_argmax_portable(logits, n);
 #endif
