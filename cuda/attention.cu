@@ -16,6 +16,7 @@
 // one thread. p < 0 (no valid row) gives zeros (RELIABILITY 19).
 #include "attention.cuh"
 #include "ops.h"
+#include "signature.cuh"
 
 namespace {
 
@@ -130,8 +131,12 @@ tg_status launch_v(tg_backend *be, tg_type vt, const tg_cuda_desc &q, const tg_c
 
 tg_status tg_cuda_attention(tg_backend *be, const tg_tensor *dst) {
     tg_status st;
-    if (tg_cuda_attention_mma(be, dst, &st)) return st;
-    if (tg_cuda_attention_split(be, dst, 64, &st)) return st;
+    if (tg_cuda_attention_mma(be, dst, &st)) {
+        tg_cuda(be)->sig_last[TG_CUDA_SIG_ATTN] = "tc";
+        return st;
+    }
+    if (tg_cuda_attention_split(be, dst, 64, &st)) return st;  // names its variant
+    tg_cuda(be)->sig_last[TG_CUDA_SIG_ATTN] = "generic";
     return tg_cuda_attention_generic(be, dst);
 }
 

@@ -54,14 +54,6 @@ __device__ inline void ldsm_x4(uint32_t *r, const void *p) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
 }
-// 16 bytes global -> shared without a register round trip (L2 only); src_bytes
-// 0 writes zeros (a row past the tile's end: nothing is read).
-__device__ inline void cp_async16(void *dst, const void *src, int src_bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ inline void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 __device__ inline void ldsm_x4_t(uint32_t *r, const void *p) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -139,19 +131,19 @@ template <typename T, int D> __global__ void __launch_bounds__(kThreads) mma_ker
             const int r = i / CH, ch = i % CH;
             const bool in = j0 + r < nmax;
             const long long row = in ? j0 + r : 0;
-            cp_async16(&ks[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.k, 0, hk, row, b)) + ch, in ? 16 : 0);
-            cp_async16(&vs[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.v, 0, hk, row, b)) + ch, in ? 16 : 0);
+            tg_cp_async16(&ks[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.k, 0, hk, row, b)) + ch, in ? 16 : 0);
+            tg_cp_async16(&vs[r * LD + ch * 8], (const uint4 *)(tg_cuda_ptr(A.v, 0, hk, row, b)) + ch, in ? 16 : 0);
         }
     };
     if (nmax > 0) stage(0, 0);
-    cp_async_commit();
+    tg_cp_async_commit();
     int buf = 0;
     for (long long j0 = 0; j0 < nmax; j0 += kKRows, buf ^= 1) {
         // the next tile's copies (into the buffer the tile before used: every
         // warp passed the barrier at that tile's end), then wait for this one's
         if (j0 + kKRows < nmax) stage(j0 + kKRows, buf ^ 1);
-        cp_async_commit();
-        cp_async_wait1();
+        tg_cp_async_commit();
+        tg_cp_async_wait<1>();
         __syncthreads();
         const T *ks = tiles + (size_t)buf * 2 * kKRows * LD, *vs = ks + kKRows * LD;
         // S = Q K^T: 16 rows x 64 keys per warp

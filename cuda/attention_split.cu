@@ -25,6 +25,7 @@
 
 #include "attention.cuh"
 #include "ops.h"
+#include "signature.cuh"
 
 namespace {
 
@@ -354,6 +355,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         }
     }
     if (chunk < 1) chunk = 1;
+    // several ranges: one kernel of thread-block clusters where the device has them
+    if (nsplit > 1 && tg_cuda_attention_cluster(be, dst, nsplit, st)) return true;
     split_args A;
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);
@@ -366,6 +369,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         if (*st != TG_OK) return true;
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
+    impl->sig_last[TG_CUDA_SIG_ATTN] = nsplit > 1 ? "split" : "split1";
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, smem); break;
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;

@@ -539,6 +539,16 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     (void)cudaGetLastError();
     if (const char *env = getenv("TG_CUDA_PDL")) impl->pdl = impl->pdl && strcmp(env, "0") != 0;
     TG_CUDA_TRY(nullptr, call, tg_cuda_attention_mma_init());
+    int cluster_launch = 0;
+    (void)cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
+    impl->clusters = cc_major >= 9 && cluster_launch && tg_cuda_attention_cluster_init() == cudaSuccess;
+    (void)cudaGetLastError();
+    // bench A/B of whole models: attention decode by 1 the split and combine
+    // kernels, 2 the cluster kernel wherever it can run (knob attn_split)
+    if (const char *env = getenv("TG_CUDA_ATTN_SPLIT")) {
+        const int v = atoi(env);
+        impl->sig.attn_split = v == 1 || v == 2 ? v : 0;
+    }
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));
     impl->rb_cap = (size_t)1 << 20;

@@ -99,6 +99,9 @@ struct tg_cuda_impl {
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;
+    // thread-block clusters (sm_90): attention decode merges its splits in one
+    // kernel (cuda/attention_cluster.cu)
+    bool clusters = false;
     // mul_mat on tensor cores (cuda/mul_mat_fast.cu): the b whose rounding to
     // tc_type the scratch holds, so that the next product of the same b in the
     // graph (q, k and v; gate and up) skips its conversion. Only during an
@@ -115,7 +118,7 @@ struct tg_cuda_impl {
     std::vector<std::pair<uintptr_t, uintptr_t>> graph_written;
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
-    const char *sig_last[4] = {"", "", "", ""};
+    const char *sig_last[5] = {"", "", "", "", ""};
     char rope_name[2][48] = {};
     int rope_last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
 };

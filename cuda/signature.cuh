@@ -61,6 +61,12 @@ struct tg_cuda_sig_knobs {
     // kernel it replaced (one unit per row per lane; no fusion of quantized
     // products).
     int mmq_kernel = 0;
+    // attention with several ranges of KV rows per query (decode): 0 auto
+    // (one kernel of thread-block clusters on sm_90, cuda/attention_cluster.cu,
+    // where its stages hold all of a block's rows; else the split and combine
+    // kernels), 1 the split kernel and its combine kernel
+    // (cuda/attention_split.cu), 2 the cluster kernel wherever it can run.
+    int attn_split = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -72,7 +78,15 @@ tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be);
 // or not): "gemv", "quant/gemv" (quantized decode), "quant/vec" (its
 // per-product kernel), "tc" (16-bit GEMM), "quant/gemm" (dequantized to F16,
 // then GEMM), "generic" (F32 SGEMM).
-enum tg_cuda_sig_op { TG_CUDA_SIG_ROPE = 0, TG_CUDA_SIG_KV = 1, TG_CUDA_SIG_DELTA = 2, TG_CUDA_SIG_MUL_MAT = 3 };
+// attention: "cluster", "split" (with the combine kernel), "split1" (one
+// range per query), "tc" (tensor-core prefill), "generic".
+enum tg_cuda_sig_op {
+    TG_CUDA_SIG_ROPE = 0,
+    TG_CUDA_SIG_KV = 1,
+    TG_CUDA_SIG_DELTA = 2,
+    TG_CUDA_SIG_MUL_MAT = 3,
+    TG_CUDA_SIG_ATTN = 4
+};
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,

@@ -335,17 +335,23 @@ struct attn_case {
     std::vector<int> pos;  // T*B positions; empty: the last T rows of the cache
     int sample;            // queries checked against the oracle (0: all)
     double tol = 1e-4;     // the tensor-core prefill tier: 1e-3 (F16), 8e-3 (BF16)
+    // the path auto takes (tg_cuda_sig_last); "decode": several splits per
+    // query, where auto takes the cluster kernel or the split and combine
+    // kernels by the cache length, and the case also runs with each forced
+    // (knob attn_split 2 and 1)
+    const char *path = "decode";
 };
 void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
 
 class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 
-TEST_P(CudaLlmAttention, MatchesFloat64) {
-    SKIP_WITHOUT_CUDA();
-    const attn_case &c = GetParam();
-    backend_ptr gpu = cuda_or_null();
-    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
-    std::mt19937 rng(11);
+// One run of case c on gpu with the knob attn_split set to knob (0 auto, 1
+// split and combine, 2 cluster): the path taken, the output's tail, and
+// every sampled query against float64.
+void check_attention(tg_backend *gpu, const attn_case &c, int knob) {
+    SCOPED_TRACE(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto");
+    tg_cuda_knobs(gpu)->attn_split = knob;
+    std::mt19937 rng(11 + knob);
     std::vector<leaf> leaves;
     gpu_result r;
     std::vector<int> pos = c.pos;
@@ -355,7 +361,7 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
     ASSERT_EQ((int64_t)pos.size(), c.T * c.B);
     const float scale = 1.0f / std::sqrt((float)c.D);
     run_gpu(
-        gpu.get(),
+        gpu,
         [&](tg_context *ctx, std::vector<leaf> &L) {
             L.push_back(make_leaf(ctx, TG_TYPE_F32, {c.D, c.Hq, c.T, c.B}, rng));
             L.push_back(make_leaf(ctx, c.ct, {c.D, c.Hkv, c.L, c.B}, rng));
@@ -365,7 +371,14 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
             return tg_attention(ctx, L[0].t, L[1].t, L[2].t, L[3].t, scale);
         },
         leaves, &r);
-    if (HasFatalFailure()) return;
+    if (::testing::Test::HasFatalFailure()) return;
+    const std::string path = tg_cuda_sig_last(gpu, TG_CUDA_SIG_ATTN);
+    if (knob)
+        EXPECT_EQ(path, knob == 1 ? "split" : "cluster") << c.name;
+    else if (!strcmp(c.path, "decode"))
+        EXPECT_TRUE(path == "cluster" || path == "split") << c.name << ": " << path;
+    else
+        EXPECT_EQ(path, c.path) << c.name;
     EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
     for (size_t i = 0; i < r.out.size(); i++) ASSERT_TRUE(std::isfinite(r.out[i])) << "output " << i << " = " << r.out[i];
     const std::vector<double> &q = leaves[0].vals, &kc = leaves[1].vals, &vc = leaves[2].vals;
@@ -407,9 +420,21 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         }
     }
     const double e = tgt::rel_error(got, ref);
-    printf("[ attention] %-24s %zu queries (%d without rows): relative L2 error %.3g (bound %.0e)\n", c.name, qs.size(),
-           zero_rows, e, c.tol);
+    printf("[ attention] %-24s %-7s %zu queries (%d without rows): relative L2 error %.3g (bound %.0e)\n", c.name,
+           path.c_str(), qs.size(), zero_rows, e, c.tol);
     EXPECT_LE(e, c.tol) << c.name;
+}
+
+TEST_P(CudaLlmAttention, MatchesFloat64) {
+    SKIP_WITHOUT_CUDA();
+    const attn_case &c = GetParam();
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    check_attention(gpu.get(), c, 0);
+    if (HasFatalFailure() || strcmp(c.path, "decode") != 0) return;
+    check_attention(gpu.get(), c, 1);
+    if (HasFatalFailure()) return;
+    check_attention(gpu.get(), c, 2);
 }
 
 std::vector<attn_case> attn_cases() {
@@ -423,18 +448,26 @@ std::vector<attn_case> attn_cases() {
         {"decode_f16", 128, 128, 32, 8, 1, 1, L, F16, {}, 0},
         {"decode_f32", 128, 128, 32, 8, 1, 1, L, F32, {}, 0},
         {"decode_bf16_b3", 128, 128, 32, 8, 1, 3, L, BF16, {}, 0},
-        {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16},
-        {"prefill_bf16_b2", 128, 128, 32, 8, S(128, 64), 2, L, BF16, {}, 48, tcbf},
-        {"prefill_d64_scattered_bf16", 64, 64, 8, 2, 40, 1, 300, BF16, scattered, 0, tcbf},
-        {"prefill_d64_f16_mha", 64, 64, 2, 2, 100, 1, 128, F16, {}, 0, tc16},
-        {"prefill_f32", 128, 128, 32, 8, T, 1, L, F32, {}, 48},
+        // 16 sequences: clusters of 2 blocks, several K/V tiles per block even at TG_TEST_SMALL's L
+        {"decode_f16_b16", 128, 128, 32, 8, 1, 16, L, F16, {}, 96},
+        {"decode_d256_f32_b2", 256, 256, 8, 2, 1, 2, 700, F32, {}, 0},
+        {"decode_d64_mha_bf16", 64, 64, 12, 12, 1, 1, 1000, BF16, {}, 0},
+        // auto's choice (sm_90): every row of a block in flight at once -> the cluster kernel;
+        // a 1.1B llama's layer at L 4096 (4 tiles per block, 3 stages) -> split and combine
+        {"auto_cluster_l512_f16", 128, 128, 32, 8, 1, 1, 512, F16, {300}, 0, 1e-4, "cluster"},
+        {"auto_split_l4096_f16", 128, 128, 32, 8, 1, 1, 4096, F16, {600}, 0, 1e-4, "split"},
+        {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16, "tc"},
+        {"prefill_bf16_b2", 128, 128, 32, 8, S(128, 64), 2, L, BF16, {}, 48, tcbf, "tc"},
+        {"prefill_d64_scattered_bf16", 64, 64, 8, 2, 40, 1, 300, BF16, scattered, 0, tcbf, "tc"},
+        {"prefill_d64_f16_mha", 64, 64, 2, 2, 100, 1, 128, F16, {}, 0, tc16, "tc"},
+        {"prefill_f32", 128, 128, 32, 8, T, 1, L, F32, {}, 48, 1e-4, small() ? "decode" : "split1"},
         {"mixed_positions_f16", 128, 128, 32, 8, 3, 1, L, F16, {-2, 5, (int)L + 7}, 0},
         // short contexts in a long cache (most decode splits empty)
         {"decode_short_f16", 128, 128, 32, 8, 1, 1, L, F16, {(int)L / 7 + 15}, 0},
         {"decode_short_f32_b3", 128, 128, 32, 8, 1, 3, L, F32, {100, (int)L / 2 + 9, 0}, 0},
         {"mixed_short_bf16", 128, 128, 32, 8, 3, 1, L, BF16, {5, (int)L / 3, (int)L * 2 / 3}, 0},
         {"odd_dims_bf16", 72, 40, 6, 2, 5, 2, 300, BF16, {0, 299, 17, -1, 150, 3, 64, 65, 128, 400}, 0},
-        {"tiny_f32", 4, 8, 3, 3, 2, 1, 5, F32, {0, 4}, 0},
+        {"tiny_f32", 4, 8, 3, 3, 2, 1, 5, F32, {0, 4}, 0, 1e-4, "split1"},
         {"mha_f16_t9", 64, 64, 4, 4, 9, 1, 700, F16, {}, 0},
     };
 }
@@ -447,14 +480,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaLlmAttention, ::testing::ValuesIn(attn_case
 // a V row's element, that element of those queries. Never zeros in its place
 // (the split kernel once gave 0 for NaN), and a row past a query's position
 // (read for another query of the same block) never reaches it. Each case
-// takes one path: the split kernel with several splits, with one, and with
-// a full grid, the tensor-core prefill, the generic kernel.
+// takes one path, checked by name: the cluster kernel (several splits merged
+// in one kernel), the split kernel with several splits and its combine
+// kernel (forced), with one split, and with a full grid, the tensor-core
+// prefill, the generic kernel.
 struct attn_nan_case {
     const char *name;
     int64_t D, Hq, Hkv, T, L;
     tg_type kt, vt;
     std::vector<int> pos;  // T positions (B = 1); empty: 0..T-1
     bool v_nan;            // the V case (the tensor-core kernel multiplies masked rows by p = 0: left out)
+    const char *path;      // the path it takes (tg_cuda_sig_last)
+    int attn_split = 0;    // knob: 1 forces the split and combine kernels, 2 the cluster kernel
 };
 void PrintTo(const attn_nan_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttentionNan : public ::testing::TestWithParam<attn_nan_case> {};
@@ -469,6 +506,7 @@ TEST_P(CudaLlmAttentionNan, PropagatesLikeTheReference) {
         for (int t = 0; t < c.T; t++) pos.push_back(t);
     const int64_t group = c.Hq / c.Hkv, Dv = c.D;
     const int64_t jk = 1, jv = 2, dvv = 3;  // the K row (kv head 0) and the V row and element (kv head Hkv - 1)
+    tg_cuda_knobs(gpu.get())->attn_split = c.attn_split;
     for (int where = 0; where < (c.v_nan ? 3 : 2); where++) {
         std::mt19937 rng(21 + where);
         std::vector<leaf> leaves;
@@ -487,6 +525,7 @@ TEST_P(CudaLlmAttentionNan, PropagatesLikeTheReference) {
             },
             leaves, &r);
         if (HasFatalFailure()) return;
+        EXPECT_STREQ(tg_cuda_sig_last(gpu.get(), TG_CUDA_SIG_ATTN), c.path) << c.name;
         EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
         int nans = 0;
         for (int64_t t = 0; t < c.T; t++)
@@ -512,12 +551,14 @@ std::vector<attn_nan_case> attn_nan_cases() {
     const tg_type F16 = TG_TYPE_F16, F32 = TG_TYPE_F32;
     const int L = (int)S(4096, 512);
     return {
-        {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true},       // several splits, the combine kernel
-        {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true},          // one split
-        {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true},   // t 0 has rows 0-1 only
-        {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true},    // one split, every SM busy
-        {"tensor_cores_f16", 128, 32, 8, 128, 128, F16, F16, {}, false},     // prefill on tensor cores
-        {"generic_f16_f32", 64, 8, 2, 3, 40, F16, F32, {0, 5, 39}, true},    // mixed cache types
+        {"cluster_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "cluster", 2},  // several splits, one kernel
+        {"cluster_mixed_f32", 64, 8, 2, 3, 300, F32, F32, {1, 30, 290}, true, "cluster", 2},  // t 0: rows 0-1 only
+        {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1},  // the combine kernel
+        {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true, "split1"},        // one split
+        {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true, "split1"},  // t 0 has rows 0-1 only
+        {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true, "split1"},   // one split, every SM busy
+        {"tensor_cores_f16", 128, 32, 8, 128, 128, F16, F16, {}, false, "tc"},        // prefill on tensor cores
+        {"generic_f16_f32", 64, 8, 2, 3, 40, F16, F32, {0, 5, 39}, true, "generic"},  // mixed cache types
     };
 }
 INSTANTIATE_TEST_SUITE_P(Paths, CudaLlmAttentionNan, ::testing::ValuesIn(attn_nan_cases()),

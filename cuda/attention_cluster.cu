@@ -1,0 +1,452 @@
+// attention_cluster.cu - attention decode in one kernel (sm_90 thread-block
+// clusters): the flash-decoding splits of a query chunk are the blocks of one
+// cluster, and they merge through each other's shared memory instead of a
+// second kernel (cuda/attention.cu dispatches; the op is described there).
+//
+// Grid (S, query chunks x kv heads, B), clusters of S blocks along x. The
+// blocks of a cluster serve the same QN queries (a GQA group's heads times
+// the tokens, as in cuda/attention_split.cu) and split their rows: with nmax
+// the most rows any of the queries reaches (min(p + 1, L), read on the device),
+// block r takes rows [r c, (r + 1) c), c = ceil(nmax / S) rounded up to 16.
+// So the split follows the positions, not the cache length: at 600 positions
+// in a cache of 4096 each block has ~40 rows, one tile.
+// Per block:
+//   before the wait for the kernel before (programmatic dependent launch),
+//     when no node of the graph writes the positions: the rows, and a
+//     prefetch of the block's K and V rows into L2 (only moves lines into the
+//     L2, where every write of the kernel before lands too: nothing read
+//     early is used)
+//   tiles of TR rows of K and V go global -> shared by cp.async, up to nst
+//     tiles in flight (stages); the first tiles' copies travel with the loads
+//     of the query rows
+//   scores   TPS = 128 / TR threads per row, 16-byte units of the K row,
+//            QN queries from shared memory; summed over the row's lanes
+//   softmax  running max m and sum l per query, as in the split kernel
+//   values   a thread per pair of V columns and row group; QN accumulators
+//            per value, summed over the row groups in a fixed order
+// Merge by pushing: block r of the cluster owns a share of the QN x Dv
+// outputs; every block stores its m, l and the sums of each share into that
+// share's owner's shared memory (distributed shared memory), then one cluster
+// barrier, after which each owner merges from its own shared memory only:
+//   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s
+// (the combine kernel's formula and NaN rules: a query with rows gives o / l
+// whatever l is, one without rows zeros; a row past a query's position
+// never reaches its sums), over s in order: deterministic. Nothing is read
+// from another block's shared memory, so no block waits on the others after
+// the barrier. (Pulling instead, each block reading the others' sums after
+// the barrier and a second barrier before leaving, measured ~3.4 us of
+// remote loads and ~2.7 us of waiting in the blocks of a 1.1B llama's layer:
+// bench/NOTES.md, session 25.)
+#include <algorithm>
+#include <climits>
+#include <cooperative_groups.h>
+
+#include "attention.cuh"
+#include "ops.h"
+#include "signature.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kMaxCluster = 16;                      // non-portable above 8: allowed at backend creation
+constexpr int kStages = 4;                           // K/V tiles in flight (at most)
+// all stages of K and V tiles: two blocks per SM with the rest (<= 24 KB, cl_smem),
+// so that a cluster of 16 finds its SMs beside the kernels before and after it
+constexpr size_t kTileBytes = 104 * 1024;
+constexpr size_t kMaxSmem = kTileBytes + 24 * 1024;
+
+struct cl_args {
+    tg_cuda_desc q, k, v, pos, out;
+    float scale;
+    int group;    // Hq / Hkv
+    int nqc;      // query chunks per kv head
+    int TR;       // rows per tile
+    int nst;      // tile buffers (stages), 1 .. kStages
+    int kpb;      // bytes per K row in shared memory (padded: bank-conflict free scoring)
+    int vpb;      // bytes per V row in shared memory
+    int pos_pre;  // no node of the graph writes the positions
+};
+
+// Byte offsets into the dynamic shared memory (each 16-byte aligned).
+struct cl_layout {
+    size_t qs, tiles, ps, red, nrow, racc, inbox, inml, total;
+};
+__host__ __device__ inline size_t al16(size_t x) { return (x + 15) & ~(size_t)15; }
+__host__ __device__ inline int row_groups(long long Dv) {
+    const int pairs = (int)(Dv / 2);
+    return pairs >= kThreads ? 1 : kThreads / pairs;
+}
+// outputs (QN x Dv) each block of a cluster of S merges
+__host__ __device__ inline int share(int QN, long long Dv, int S) { return (int)((QN * Dv + S - 1) / S); }
+__host__ __device__ inline cl_layout cl_smem(int QN, long long D, long long Dv, int TR, int nst, int kpb, int vpb,
+                                             int S) {
+    cl_layout l;
+    l.qs = 0;
+    l.tiles = al16(l.qs + (size_t)QN * D * 4);
+    l.ps = l.tiles + (size_t)nst * TR * (kpb + vpb);
+    l.red = al16(l.ps + (size_t)QN * TR * 4);
+    l.nrow = al16(l.red + (size_t)2 * QN * kWarps * 4);
+    // the row groups' sums reuse the tiles' space once the tiles are done
+    // (callers check that it is large enough)
+    l.racc = l.tiles;
+    l.inbox = al16(l.nrow + (size_t)QN * 4);
+    l.inml = al16(l.inbox + (size_t)S * share(QN, Dv, S) * 4);
+    l.total = al16(l.inml + (size_t)S * 2 * QN * 4);
+    return l;
+}
+
+__device__ inline float2 pair_f32(const float *p) { return *(const float2 *)p; }
+__device__ inline float2 pair_f32(const __half *p) { return __half22float2(*(const __half2 *)p); }
+__device__ inline float2 pair_f32(const __nv_bfloat16 *p) { return __bfloat1622float2(*(const __nv_bfloat162 *)p); }
+
+// rows x units 16-byte copies of rows starting at src (stride sst bytes) into
+// dst (stride dst_stride bytes) by cp.async: each thread a fixed unit of
+// every (kThreads / units)-th row when units divides kThreads
+__device__ inline void copy_rows(unsigned char *dst, int dst_stride, const char *src, long long sst, int rows,
+                                 int units) {
+    const int tid = threadIdx.x;
+    if (kThreads % units == 0) {
+        const int step = kThreads / units, u = tid % units;
+        for (int r = tid / units; r < rows; r += step) tg_cp_async16(dst + r * dst_stride + u * 16, src + r * sst + u * 16);
+    } else {
+        for (int i = tid; i < rows * units; i += kThreads) {
+            const int r = i / units, u = i - r * units;
+            tg_cp_async16(dst + r * dst_stride + u * 16, src + r * sst + u * 16);
+        }
+    }
+}
+
+__device__ inline void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ inline void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
+template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluster_kernel(cl_args A) {
+    constexpr int VE = 16 / sizeof(T);
+    extern __shared__ __align__(16) unsigned char smem[];
+    cg::cluster_group cluster = cg::this_cluster();
+    // every block of the cluster has started before any writes another's
+    // shared memory: this arrival, and the wait before the first such write
+    cluster_arrive_relaxed();
+    const int S = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+    const long long D = A.q.ne[0], T_ = A.q.ne[2], L = A.k.ne[2], Dv = A.v.ne[0];
+    const int TR = A.TR, NST = A.nst, TPS = kThreads / TR, ku = (int)(D / VE), vu = (int)(Dv / VE);
+    const int pairs = (int)(Dv / 2), RG = row_groups(Dv), SH = share(QN, Dv, S);
+    const cl_layout lay = cl_smem(QN, D, Dv, TR, NST, A.kpb, A.vpb, S);
+    float *qs = (float *)(smem + lay.qs), *ps = (float *)(smem + lay.ps), *red = (float *)(smem + lay.red);
+    int *nrow = (int *)(smem + lay.nrow);
+    float *racc = (float *)(smem + lay.racc);
+    float *inbox = (float *)(smem + lay.inbox), *inml = (float *)(smem + lay.inml);
+    unsigned char *tiles = smem + lay.tiles;
+    const size_t tile_bytes = (size_t)TR * (A.kpb + A.vpb);
+    tg_pdl_trigger();
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int qc = blockIdx.y % A.nqc;
+    const long long hk = blockIdx.y / A.nqc, b = blockIdx.z;
+    const long long nflat = (long long)A.group * T_;
+    const char *kbase = tg_cuda_ptr(A.k, 0, hk, 0, b), *vbase = tg_cuda_ptr(A.v, 0, hk, 0, b);
+    const long long kst = A.k.nb[2], vst = A.v.nb[2];
+
+    // the block's rows [jb, je): every block of the cluster sees the same nrow
+    long long jb = 0, je = 0;
+    auto rows_and_range = [&]() {
+        if (tid < QN) {
+            const long long f = (long long)qc * QN + tid;
+            int n = 0;
+            if (f < nflat) {
+                const int p = *(const int *)tg_cuda_ptr(A.pos, f / A.group, b, 0, 0);
+                n = p < 0 ? 0 : ((long long)p < L ? p + 1 : (int)L);
+            }
+            nrow[tid] = n;
+        }
+        __syncthreads();
+        int nmax = 0;
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
+        long long c = (nmax + S - 1) / S;
+        c = (c + 15) / 16 * 16;
+        jb = min((long long)rank * c, (long long)nmax), je = min(jb + c, (long long)nmax);
+    };
+    if (A.pos_pre) {
+        rows_and_range();
+        const int lk = (int)((D * (long long)sizeof(T) + 127) / 128), lv = (int)((Dv * (long long)sizeof(T) + 127) / 128);
+        for (long long i = tid; i < (je - jb) * (lk + lv); i += kThreads) {
+            const long long r = jb + i / (lk + lv);
+            const int c = (int)(i % (lk + lv));
+            const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+        }
+    }
+    tg_pdl_wait();
+    if (!A.pos_pre) rows_and_range();
+
+    // tile t into stage t % NST (a commit group even when there is none, so
+    // that the wait below counts groups alike)
+    const int ntile = (int)((je - jb + TR - 1) / TR);
+    auto issue = [&](int t) {
+        if (t < ntile) {
+            const long long j0 = jb + (long long)t * TR;
+            const int tn = (int)min((long long)TR, je - j0);
+            unsigned char *kt = tiles + (size_t)(t % NST) * tile_bytes, *vt = kt + (size_t)TR * A.kpb;
+            copy_rows(kt, A.kpb, kbase + j0 * kst, kst, tn, ku);
+            copy_rows(vt, A.vpb, vbase + j0 * vst, vst, tn, vu);
+        }
+        tg_cp_async_commit();
+    };
+    for (int t = 0; t < NST - 1; t++) issue(t);
+    // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
+    for (int i = tid; i < QN * D; i += kThreads) {
+        const int qq = i / (int)D;
+        const long long f = (long long)qc * QN + qq, d = i % D;
+        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
+    }
+
+    const int sr = tid / TPS, sp = tid % TPS;         // scoring: the thread's row and part
+    const int vpair = tid % pairs, vg = tid / pairs;  // values: column pair and row group
+    const bool v_active = vg < RG;
+    float acc[QN][2], m_run[QN], l_run[QN];
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) acc[qq][0] = acc[qq][1] = 0.0f, m_run[qq] = -INFINITY, l_run[qq] = 0.0f;
+
+    for (int it = 0; it < ntile; it++) {
+        const long long j0 = jb + (long long)it * TR;
+        const int tn = (int)min((long long)TR, je - j0);
+        // the stage it fills was last read before the previous tile's final barrier
+        issue(it + NST - 1);
+        switch (NST) {  // until tile it has landed: NST - 1 later groups may still be in flight
+            case 1: tg_cp_async_wait<0>(); break;
+            case 2: tg_cp_async_wait<1>(); break;
+            case 3: tg_cp_async_wait<2>(); break;
+            default: tg_cp_async_wait<3>(); break;
+        }
+        __syncthreads();  // the tile (and, the first time, qs) visible to every thread
+        const unsigned char *kt = tiles + (size_t)(it % NST) * tile_bytes, *vt = kt + (size_t)TR * A.kpb;
+        float sc[QN];
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) sc[qq] = 0.0f;
+        if (sr < tn) {
+            const unsigned char *kr = kt + sr * A.kpb;
+            for (int u = sp; u < ku; u += TPS) {
+                float kf[VE];
+                tg_cuda_cvt16(*(const uint4 *)(kr + u * 16), kf, T());
+#pragma unroll
+                for (int qq = 0; qq < QN; qq++)
+#pragma unroll
+                    for (int e = 0; e < VE; e += 4) {
+                        const float4 qv = *(const float4 *)(qs + qq * D + u * VE + e);
+                        sc[qq] = fmaf(qv.x, kf[e], sc[qq]);
+                        sc[qq] = fmaf(qv.y, kf[e + 1], sc[qq]);
+                        sc[qq] = fmaf(qv.z, kf[e + 2], sc[qq]);
+                        sc[qq] = fmaf(qv.w, kf[e + 3], sc[qq]);
+                    }
+            }
+        }
+        // the row's parts sit in TPS adjacent lanes: every one of them gets the sum
+        for (int off = 1; off < TPS; off <<= 1)
+#pragma unroll
+            for (int qq = 0; qq < QN; qq++) sc[qq] += __shfl_xor_sync(0xffffffffu, sc[qq], off);
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            sc[qq] = sr < tn && j0 + sr < nrow[qq] ? sc[qq] * A.scale : -INFINITY;
+            const float mx = tg_warp_max(sc[qq]);
+            if (lane == 0) red[qq * kWarps + warp] = mx;
+        }
+        __syncthreads();
+        float corr[QN];
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            float mx = red[qq * kWarps];
+#pragma unroll
+            for (int w = 1; w < kWarps; w++) mx = fmaxf(mx, red[qq * kWarps + w]);
+            const float m_new = fmaxf(m_run[qq], mx);
+            // nothing was summed while m_run is -inf
+            corr[qq] = m_run[qq] == -INFINITY ? 0.0f : expf(m_run[qq] - m_new);
+            const float p = sc[qq] == -INFINITY ? 0.0f : expf(sc[qq] - m_new);
+            if (sp == 0) ps[qq * TR + sr] = p;
+            const float ls = tg_warp_sum(sp == 0 ? p : 0.0f);  // each row once
+            if (lane == 0) red[(QN + qq) * kWarps + warp] = ls;
+            m_run[qq] = m_new;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            float ls = red[(QN + qq) * kWarps];
+#pragma unroll
+            for (int w = 1; w < kWarps; w++) ls += red[(QN + qq) * kWarps + w];
+            l_run[qq] = l_run[qq] * corr[qq] + ls;
+        }
+        if (v_active) {
+#pragma unroll
+            for (int qq = 0; qq < QN; qq++) acc[qq][0] *= corr[qq], acc[qq][1] *= corr[qq];
+            const T *vc = (const T *)vt + 2 * vpair;
+#pragma unroll 4
+            for (int j = vg; j < tn; j += RG) {
+                const float2 vv = pair_f32((const T *)((const unsigned char *)vc + j * A.vpb));
+#pragma unroll
+                for (int qq = 0; qq < QN; qq++) {
+                    // p = 0: a row past this query's position (another query of the
+                    // block reads it), whose V must not reach this sum even if NaN
+                    const float p = ps[qq * TR + j];
+                    if (p != 0.0f) acc[qq][0] = fmaf(p, vv.x, acc[qq][0]), acc[qq][1] = fmaf(p, vv.y, acc[qq][1]);
+                }
+            }
+        }
+        __syncthreads();  // ps, red and this tile's buffer are reused
+    }
+
+    // the block's sums: row groups added in a fixed order
+    if (v_active)
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) {
+            float *r = racc + ((long long)vg * QN + qq) * Dv + 2 * vpair;
+            r[0] = acc[qq][0], r[1] = acc[qq][1];
+        }
+    __syncthreads();
+    // push: block r of the cluster merges outputs [r SH, (r + 1) SH) of the
+    // QN x Dv; this block's m, l and sums go into slot `rank` of each owner's
+    // inbox (stores into distributed shared memory), after the wait that
+    // pairs with the arrival at the start
+    cluster_wait();
+    for (long long i = tid; i < QN * Dv; i += kThreads) {
+        float o = racc[i];
+        for (int g = 1; g < RG; g++) o += racc[(long long)g * QN * Dv + i];
+        const int owner = (int)(i / SH);
+        cluster.map_shared_rank(inbox, owner)[rank * SH + (int)(i - (long long)owner * SH)] = o;
+    }
+    if (tid < S * QN) {
+        const int owner = tid / QN, qq = tid % QN;
+        float *dst = cluster.map_shared_rank(inml, owner) + rank * 2 * QN;
+        dst[qq] = m_run[qq], dst[QN + qq] = l_run[qq];
+    }
+    cluster.sync();  // every push visible in its owner's shared memory
+
+    // merge this block's share, in the order of the splits (deterministic):
+    // M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s
+    for (int j = tid; j < SH; j += kThreads) {
+        const long long i = (long long)rank * SH + j;
+        if (i >= QN * Dv) break;
+        const int qq = (int)(i / Dv);
+        const long long f = (long long)qc * QN + qq, dv = i % Dv;
+        if (f >= nflat) continue;
+        float o = 0.0f;
+        if (nrow[qq] > 0) {
+            float M = -INFINITY;
+            for (int s2 = 0; s2 < S; s2++) M = fmaxf(M, inml[s2 * 2 * QN + qq]);
+            float l = 0.0f;
+            for (int s2 = 0; s2 < S; s2++) {
+                const float m = inml[s2 * 2 * QN + qq];
+                const float w = M != -INFINITY && m != -INFINITY ? expf(m - M) : 0.0f;
+                l += w * inml[s2 * 2 * QN + QN + qq];  // a NaN l_s stays in the sum
+                if (m != -INFINITY) o += w * inbox[s2 * SH + j];
+            }
+            o /= l;  // zeros only for a query without rows: 0/0 and NaN scores stay NaN
+        }
+        *(float *)tg_cuda_ptr(A.out, dv, hk * A.group + f % A.group, f / A.group, b) = o;
+    }
+    // no block reads another's shared memory after the cluster barrier: each
+    // may leave as soon as its share is written
+}
+
+template <typename T, int QN> cudaError_t allow() {
+    cudaError_t e = cudaFuncSetAttribute(cluster_kernel<T, QN>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(cluster_kernel<T, QN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kMaxSmem);
+    return e;
+}
+template <typename T> cudaError_t allow_t() {
+    cudaError_t e = allow<T, 1>();
+    if (e == cudaSuccess) e = allow<T, 2>();
+    if (e == cudaSuccess) e = allow<T, 4>();
+    if (e == cudaSuccess) e = allow<T, 8>();
+    return e;
+}
+
+template <typename T, int QN>
+tg_status launch(tg_backend *be, const cl_args &A, dim3 grid, int S, size_t smem) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = impl->stream;
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)S, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = impl->pdl ? 2 : 1;
+    (void)cudaLaunchKernelEx(&cfg, cluster_kernel<T, QN>, A);
+    TG_CUDA_LAUNCHED(be, "attention");
+    return TG_OK;
+}
+template <typename T> tg_status launch_qn(tg_backend *be, int QN, const cl_args &A, dim3 grid, int S, size_t smem) {
+    switch (QN) {
+        case 1: return launch<T, 1>(be, A, grid, S, smem);
+        case 2: return launch<T, 2>(be, A, grid, S, smem);
+        case 4: return launch<T, 4>(be, A, grid, S, smem);
+        default: return launch<T, 8>(be, A, grid, S, smem);
+    }
+}
+
+}  // namespace
+
+cudaError_t tg_cuda_attention_cluster_init() {
+    cudaError_t e = allow_t<float>();
+    if (e == cudaSuccess) e = allow_t<__half>();
+    if (e == cudaSuccess) e = allow_t<__nv_bfloat16>();
+    return e;
+}
+
+bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, tg_status *st) {
+    tg_cuda_impl *impl = tg_cuda(be);
+    const int knob = impl->sig.attn_split;
+    if (!impl->clusters || knob == 1 || nsplit < 2) return false;
+    const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
+    const int sz = (int)tg_type_size(tk->type);  // the caller checked: one type, 16-byte rows, D, Dv <= 256
+    const long long D = tq->ne[0], Hq = tq->ne[1], T = tq->ne[2], B = tq->ne[3], Hkv = tk->ne[1], L = tk->ne[2];
+    const long long Dv = tv->ne[0];
+    const long long group = Hq / Hkv, nflat = group * T;
+    const int QN = nflat >= 8 ? 8 : nflat >= 4 ? 4 : nflat >= 2 ? 2 : 1;
+    const long long nqc = (nflat + QN - 1) / QN;
+    if (nqc * Hkv > 65535 || B > 65535) return false;
+    // blocks per cluster: enough clusters x S to cover the SMs once, 2 to 16
+    const long long base = nqc * Hkv * B, sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    int S = 2;
+    while (S < kMaxCluster && base * S < sms) S *= 2;
+    // the largest tile of which two fit the budget (K rows padded so that the
+    // TPS lanes of a row read distinct banks), then as many stages as fit, up
+    // to kStages and to the tiles a block can have (the cache's rows over S)
+    int TR = 64, kpb = 0, vpb = (int)(Dv * sz);
+    for (; TR >= 16; TR /= 2) {
+        const int tps = kThreads / TR;
+        kpb = (int)(D * sz) + (tps < 8 ? 16 * tps : 0);
+        if (2 * (size_t)TR * (kpb + vpb) <= kTileBytes) break;
+    }
+    if (TR < 16 || (size_t)row_groups(Dv) * QN * Dv * 4 > (size_t)TR * (kpb + vpb)) return false;
+    const long long rows_max = ((L + S - 1) / S + 15) / 16 * 16;
+    const long long tiles_max = (rows_max + TR - 1) / TR;
+    const long long nst =
+        std::min<long long>({(long long)kStages, (long long)(kTileBytes / ((size_t)TR * (kpb + vpb))), tiles_max});
+    // auto: only where the stages hold every row a block can have (one round
+    // trip to memory at any position). With more tiles than stages (a 1.1B
+    // llama's F16 D 128 at L 4096: 4 tiles, 3 stages) the split and combine
+    // kernels measured faster at L 4096 (21.5 against 27.9 us), and a 1.1B
+    // decode 2% slower with this kernel (bench/NOTES.md, session 25)
+    if (knob != 2 && tiles_max > nst) return false;
+    const cl_layout lay = cl_smem(QN, D, Dv, TR, (int)std::max(1LL, nst), kpb, vpb, S);
+    if (lay.total > kMaxSmem) return false;
+    cl_args A;
+    A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
+    A.out = tg_cuda_desc_of(dst);
+    A.scale = tg_get_params<float>(dst);
+    A.group = (int)group, A.nqc = (int)nqc, A.TR = TR, A.nst = (int)std::max(1LL, nst), A.kpb = kpb, A.vpb = vpb;
+    A.pos_pre = impl->pdl && tg_cuda_graph_const(impl, A.pos);
+    const dim3 grid((unsigned)S, (unsigned)(nqc * Hkv), (unsigned)B);
+    switch (tk->type) {
+        case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, S, lay.total); break;
+        case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, S, lay.total); break;
+        default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, S, lay.total); break;
+    }
+    impl->sig_last[TG_CUDA_SIG_ATTN] = "cluster";
+    return true;
+}
