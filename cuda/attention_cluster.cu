@@ -427,12 +427,15 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     const long long tiles_max = (rows_max + TR - 1) / TR;
     const long long nst =
         std::min<long long>({(long long)kStages, (long long)(kTileBytes / ((size_t)TR * (kpb + vpb))), tiles_max});
-    // auto: only where the stages hold every row a block can have (one round
-    // trip to memory at any position). With more tiles than stages (a 1.1B
-    // llama's F16 D 128 at L 4096: 4 tiles, 3 stages) the split and combine
-    // kernels measured faster at L 4096 (21.5 against 27.9 us), and a 1.1B
-    // decode 2% slower with this kernel (bench/NOTES.md, session 25)
-    if (knob != 2 && tiles_max > nst) return false;
+    // auto: only where every row a block can have fits one tile (one round
+    // trip to memory at any position: a cache of 512 rows, 11.8 against 13.3
+    // us for split and combine; llama-recall's decode step -3 to -4.5 us).
+    // With more (a 1.1B llama, F16 D 128: 2 tiles at tinygml-run's 1152 rows,
+    // 4 at 4096) the split and combine kernels measured faster at L 4096 (21.8
+    // against 27.7 us) and the 1.1B decode 1.5-2% slower with this kernel at
+    // 1152 rows, where the positions gave one tile per block: not explained
+    // (bench/NOTES.md, session 25)
+    if (knob != 2 && tiles_max > 1) return false;
     const cl_layout lay = cl_smem(QN, D, Dv, TR, (int)std::max(1LL, nst), kpb, vpb, S);
     if (lay.total > kMaxSmem) return false;
     cl_args A;

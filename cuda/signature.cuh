@@ -63,8 +63,8 @@ struct tg_cuda_sig_knobs {
     int mmq_kernel = 0;
     // attention with several ranges of KV rows per query (decode): 0 auto
     // (one kernel of thread-block clusters on sm_90, cuda/attention_cluster.cu,
-    // where its stages hold all of a block's rows; else the split and combine
-    // kernels), 1 the split kernel and its combine kernel
+    // where each block's rows fit one tile at any position; else the split and
+    // combine kernels), 1 the split kernel and its combine kernel
     // (cuda/attention_split.cu), 2 the cluster kernel wherever it can run.
     int attn_split = 0;
 };

@@ -452,8 +452,8 @@ std::vector<attn_case> attn_cases() {
         {"decode_f16_b16", 128, 128, 32, 8, 1, 16, L, F16, {}, 96},
         {"decode_d256_f32_b2", 256, 256, 8, 2, 1, 2, 700, F32, {}, 0},
         {"decode_d64_mha_bf16", 64, 64, 12, 12, 1, 1, 1000, BF16, {}, 0},
-        // auto's choice (sm_90): every row of a block in flight at once -> the cluster kernel;
-        // a 1.1B llama's layer at L 4096 (4 tiles per block, 3 stages) -> split and combine
+        // auto's choice (sm_90): every row a block can have in one tile -> the cluster kernel;
+        // a 1.1B llama's layer at L 4096 (4 tiles per block) -> split and combine
         {"auto_cluster_l512_f16", 128, 128, 32, 8, 1, 1, 512, F16, {300}, 0, 1e-4, "cluster"},
         {"auto_split_l4096_f16", 128, 128, 32, 8, 1, 1, 4096, F16, {600}, 0, 1e-4, "split"},
         {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16, "tc"},
