@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct kernel_rec {
     std::string name;
 };
 std::vector<kernel_rec> g_recs;
+std::mutex g_recs_mu;  // CUPTI may complete buffers on its own thread
 
 #define CUPTI_OK(x)                                                                  \
     do {                                                                             \
@@ -51,9 +53,11 @@ std::vector<kernel_rec> g_recs;
 void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
     *size = (size_t)8 << 20;
     *buffer = (uint8_t *)aligned_alloc(8, *size);
+    if (!*buffer) *size = 0;  // CUPTI then drops records (counted below)
     *max_records = 0;
 }
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t *buffer, size_t, size_t valid) {
+    std::lock_guard<std::mutex> lock(g_recs_mu);
     CUpti_Activity *rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
@@ -72,8 +76,17 @@ std::string short_name(const std::string &mangled) {
     if (s.compare(0, 5, "void ") == 0) s = s.substr(5);
     for (const char *ns : {"(anonymous namespace)::", "tg_chunk::"})
         for (size_t p; (p = s.find(ns)) != std::string::npos;) s.erase(p, strlen(ns));
-    const size_t paren = s.find('(');  // the parameter list
-    if (paren != std::string::npos) s = s.substr(0, paren);
+    // the parameter list: the first '(' outside the template arguments (which
+    // may hold casts, as in mmvq_kernel<(tg_type)2, 1, 4>)
+    int depth = 0;
+    for (size_t i = 0; i < s.size(); i++) {
+        if (s[i] == '<') depth++;
+        else if (s[i] == '>') depth--;
+        else if (s[i] == '(' && depth == 0) {
+            s = s.substr(0, i);
+            break;
+        }
+    }
     if (s.size() > 60) s = s.substr(0, 57) + "...";
     return s;
 }
@@ -141,6 +154,10 @@ int main(int argc, char **argv) {
     }
     CUPTI_OK(cuptiActivityFlushAll(1));
     CUPTI_OK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    size_t dropped = 0;
+    CUPTI_OK(cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped));
+    if (dropped) fprintf(stderr, "tinygml-timeline: CUPTI dropped %zu records; the steps below may be incomplete\n", dropped);
+    std::lock_guard<std::mutex> lock(g_recs_mu);
 
     // kernels of each step (by start time within the step's host window)
     std::sort(g_recs.begin(), g_recs.end(), [](const kernel_rec &a, const kernel_rec &b) { return a.start < b.start; });

@@ -26,8 +26,11 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
 // memory (cuda/attention_cluster.cu; sm_90, the split path's layouts with D,
 // Dv <= 256). Same contract.
 bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, tg_status *st);
-// Its kernels' cluster size and shared memory, allowed on the current device.
-cudaError_t tg_cuda_attention_cluster_init();
+// Its kernels' cluster size and shared memory, allowed on the current device;
+// *max_cluster: the largest cluster of 16, 8, 4 or 2 blocks at the kernel's
+// most shared memory that the device can schedule (0: none). An error, or a
+// binary compiled for an architecture before sm_90, means no clusters.
+cudaError_t tg_cuda_attention_cluster_init(int *max_cluster);
 
 // Prefill on tensor cores (cuda/attention_mma.cu): F16/BF16 caches of one
 // type, D = Dv in {64, 128}, at least 64 queries per kv head. Same contract.

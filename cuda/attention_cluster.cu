@@ -8,8 +8,9 @@
 // the tokens, as in cuda/attention_split.cu) and split their rows: with nmax
 // the most rows any of the queries reaches (min(p + 1, L), read on the device),
 // block r takes rows [r c, (r + 1) c), c = ceil(nmax / S) rounded up to 16.
-// So the split follows the positions, not the cache length: at 600 positions
-// in a cache of 4096 each block has ~40 rows, one tile.
+// So the split follows the positions, not the cache length: at 640 positions
+// and 16 blocks, 13 blocks have 48 rows, one 16 and two none (one tile each
+// at most, whatever the cache's length).
 // Per block:
 //   before the wait for the kernel before (programmatic dependent launch),
 //     when no node of the graph writes the positions: the rows, and a
@@ -52,8 +53,11 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 constexpr int kMaxCluster = 16;                      // non-portable above 8: allowed at backend creation
 constexpr int kStages = 4;                           // K/V tiles in flight (at most)
-// all stages of K and V tiles: two blocks per SM with the rest (<= 24 KB, cl_smem),
-// so that a cluster of 16 finds its SMs beside the kernels before and after it
+// all stages of K and V tiles, and the most a launch asks for with the rest
+// (q rows, scores, the inbox: <= 24 KB, cl_smem). A launch takes only the
+// stages its blocks can use: one tile (auto's choice) at most ~46 KB (F16
+// D 128, QN 8), so that two or more blocks fit an SM; forced on a 1.1B layer
+// at L 4096 (3 stages) ~116 KB, one block per SM.
 constexpr size_t kTileBytes = 104 * 1024;
 constexpr size_t kMaxSmem = kTileBytes + 24 * 1024;
 
@@ -97,6 +101,17 @@ __host__ __device__ inline cl_layout cl_smem(int QN, long long D, long long Dv, 
     return l;
 }
 
+// Cluster barriers and distributed shared memory exist from sm_90: a build
+// for older architectures compiles the kernel to a trap, and the backend never
+// launches it there (tg_cuda_attention_cluster_init reports the binary's
+// version; backend.cu then leaves clusters off).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define TG_CLUSTER_CODE 0
+#else
+#define TG_CLUSTER_CODE 1
+#endif
+
+#if TG_CLUSTER_CODE
 __device__ inline float2 pair_f32(const float *p) { return *(const float2 *)p; }
 __device__ inline float2 pair_f32(const __half *p) { return __half22float2(*(const __half2 *)p); }
 __device__ inline float2 pair_f32(const __nv_bfloat16 *p) { return __bfloat1622float2(*(const __nv_bfloat162 *)p); }
@@ -120,8 +135,12 @@ __device__ inline void copy_rows(unsigned char *dst, int dst_stride, const char 
 
 __device__ inline void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 __device__ inline void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+#endif
 
 template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluster_kernel(cl_args A) {
+#if !TG_CLUSTER_CODE
+    __trap();
+#else
     constexpr int VE = 16 / sizeof(T);
     extern __shared__ __align__(16) unsigned char smem[];
     cg::cluster_group cluster = cg::this_cluster();
@@ -345,6 +364,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
     }
     // no block reads another's shared memory after the cluster barrier: each
     // may leave as soon as its share is written
+#endif
 }
 
 template <typename T, int QN> cudaError_t allow() {
@@ -390,12 +410,33 @@ template <typename T> tg_status launch_qn(tg_backend *be, int QN, const cl_args 
 
 }  // namespace
 
-cudaError_t tg_cuda_attention_cluster_init() {
-    cudaError_t e = allow_t<float>();
+cudaError_t tg_cuda_attention_cluster_init(int *max_cluster) {
+    *max_cluster = 0;
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, cluster_kernel<float, 8>);
+    if (e != cudaSuccess) return e;
+    if (fa.binaryVersion < 90 || fa.ptxVersion < 90) return cudaErrorNotSupported;  // the trap build
+    e = allow_t<float>();
     if (e == cudaSuccess) e = allow_t<__half>();
     if (e == cudaSuccess) e = allow_t<__nv_bfloat16>();
-    return e;
+    if (e != cudaSuccess) return e;
+    // the instantiation with the most registers, at the most shared memory any launch asks for
+    for (int S = kMaxCluster; S >= 2 && !*max_cluster; S /= 2) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3((unsigned)S), cfg.blockDim = dim3(kThreads), cfg.dynamicSmemBytes = kMaxSmem;
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = (unsigned)S, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+        cfg.attrs = &at, cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, cluster_kernel<float, 8>, &cfg) == cudaSuccess && n >= 1)
+            *max_cluster = S;
+        (void)cudaGetLastError();
+    }
+    return cudaSuccess;
 }
+
+bool tg_cuda_attention_clusters(tg_backend *be) { return tg_cuda(be)->clusters; }
 
 bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, tg_status *st) {
     tg_cuda_impl *impl = tg_cuda(be);
@@ -412,7 +453,7 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     // blocks per cluster: enough clusters x S to cover the SMs once, 2 to 16
     const long long base = nqc * Hkv * B, sms = impl->sm_count > 0 ? impl->sm_count : 132;
     int S = 2;
-    while (S < kMaxCluster && base * S < sms) S *= 2;
+    while (S < impl->cluster_max && base * S < sms) S *= 2;
     // the largest tile of which two fit the budget (K rows padded so that the
     // TPS lanes of a row read distinct banks), then as many stages as fit, up
     // to kStages and to the tiles a block can have (the cache's rows over S)

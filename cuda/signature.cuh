@@ -65,7 +65,8 @@ struct tg_cuda_sig_knobs {
     // (one kernel of thread-block clusters on sm_90, cuda/attention_cluster.cu,
     // where each block's rows fit one tile at any position; else the split and
     // combine kernels), 1 the split kernel and its combine kernel
-    // (cuda/attention_split.cu), 2 the cluster kernel wherever it can run.
+    // (cuda/attention_split.cu), 2 the cluster kernel wherever it can run
+    // (tg_cuda_attention_clusters: where the device has clusters).
     int attn_split = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
@@ -88,6 +89,11 @@ enum tg_cuda_sig_op {
     TG_CUDA_SIG_ATTN = 4
 };
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
+
+// Whether backend be runs attention decode's cluster kernel at all (sm_90
+// code, clusters schedulable; cuda/attention_cluster.cu). Without them knob
+// attn_split 2 and auto take the split and combine kernels.
+bool tg_cuda_attention_clusters(tg_backend *be);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,
 // repeats): the op table's cuda_check, launched by the backend before any
