@@ -459,6 +459,13 @@ std::vector<attn_case> attn_cases() {
         {"decode_f16_b16", 128, 128, 32, 8, 1, 16, L, F16, {}, 96},
         {"decode_d256_f32_b2", 256, 256, 8, 2, 1, 2, 700, F32, {}, 0},
         {"decode_d64_mha_bf16", 64, 64, 12, 12, 1, 1, 1000, BF16, {}, 0},
+        // the cluster kernel's stage counts and cluster sizes on an H200 (132 SMs), forced:
+        // F16 D 64, 16 sequences: clusters of 2, 4 tiles of 64 rows, 4 stages
+        {"decode_d64_f16_b16", 64, 64, 32, 8, 1, 16, L, F16, {}, 96},
+        // F32 D 192, 16 sequences: clusters of 8, tiles of 32 rows, 2 stages
+        {"decode_d192_f32_b16", 192, 192, 8, 2, 1, 16, L, F32, {}, 64},
+        // 6 sequences: clusters of 4
+        {"decode_f16_b6", 128, 128, 32, 8, 1, 6, L, F16, {}, 64},
         // auto's choice (sm_90): every row a block can have in one tile -> the cluster kernel
         // (L 128: one tile of 64 rows for any cluster of 2 or more blocks, whatever the SM
         // count); a 1.1B llama's layer at L 4096 (4 tiles per block at least) -> split and combine
