@@ -7,8 +7,11 @@
 # then tinygml-run tok/s of the synthetic
 # llamas (MODELS of 1b, 1b-q4_0, 1b-q8_0, 125m; BATCHES) once per value of
 # an A/B switch (environment variable AB_VAR set to each of AB_VALS, in
-# turn, REPS rounds), and an ncu table of one decode step (NCU_MODELS, for
-# each of NCU_AB_VALS).
+# turn, REPS rounds), an ncu table of one decode step (NCU_MODELS, for
+# each of NCU_AB_VALS), and the step's kernel timeline as it replays
+# (TIMELINE_MODELS: names from MODELS, or recall for the shipped llama-recall;
+# for each of AB_VALS: bench/timeline.cpp, built here when
+# the toolkit has CUPTI).
 # Logs under $OUT (default /tmp/out); a short table last.
 #   BUILD=1 SAN=1 AB_VAR=TG_CUDA_NORM_FOLD AB_VALS="0 1" bench/gpu_decode.sh build-gpu
 set -uo pipefail
@@ -82,4 +85,14 @@ print(f"{sys.argv[1].split('/')[-1]}: {n} kernels, {T/1e3:.1f} us ({h[vi]} in ns
 for k,v in sorted(tot.items(),key=lambda x:-x[1])[:12]: print(f"{v/1e3:8.1f} us {cnt[k]:4d}x {v/cnt[k]/1e3:6.2f}  {k}")
 PY
 done; done
+if [ "${TIMELINE_MODELS:-none}" != none ]; then
+  [ -x $B/bench/tinygml-timeline ] || cmake --build "$B" -j16 --target tinygml-timeline > $OUT/build_timeline.log 2>&1
+  for m in $TIMELINE_MODELS; do for v in ${AB_VALS:-1}; do
+    f=$OUT/timeline_${m}_$v.txt
+    case $m in recall) path=models/llama-recall.gguf; pr=16 ;; *) path=$S/$m.gguf; pr=512 ;; esac
+    env $AB_VAR=$v timeout 90 $B/bench/tinygml-timeline $path --prompt $pr --steps 20 > $f 2>&1
+    echo "$m $AB_VAR=$v"; sed -n '2p' $f; sed -n '/^by kernel/,$p' $f | head -14
+  done; done
+  el timeline
+fi
 el done
