@@ -24,8 +24,9 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
 // Decode with several ranges of KV rows per query (nsplit, as the split path
 // sized them) in one kernel of thread-block clusters that merge in shared
 // memory (cuda/attention_cluster.cu; sm_90, the split path's layouts with D,
-// Dv <= 256). Same contract.
-bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, tg_status *st);
+// Dv <= 256, and its chunks of QN queries, nqc per kv head). Same contract.
+bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, int QN, long long nqc,
+                               tg_status *st);
 // Its kernels' cluster size and shared memory, allowed on the current device;
 // *max_cluster: the largest cluster of 16, 8, 4 or 2 blocks at the kernel's
 // most shared memory that the device can schedule (0: none). An error, or a

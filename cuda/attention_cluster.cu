@@ -436,21 +436,19 @@ cudaError_t tg_cuda_attention_cluster_init(int *max_cluster) {
     return cudaSuccess;
 }
 
-bool tg_cuda_attention_clusters(tg_backend *be) { return tg_cuda(be)->clusters; }
+bool tg_cuda_attention_clusters(tg_backend *be) { return tg_cuda(be)->cluster_max >= 2; }
 
-bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, tg_status *st) {
+bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, int QN, long long nqc,
+                               tg_status *st) {
     tg_cuda_impl *impl = tg_cuda(be);
     const int knob = impl->sig.attn_split;
-    if (!impl->clusters || knob == 1 || nsplit < 2) return false;
+    if (impl->cluster_max < 2 || knob == 1 || nsplit < 2) return false;
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
-    const int sz = (int)tg_type_size(tk->type);  // the caller checked: one type, 16-byte rows, D, Dv <= 256
-    const long long D = tq->ne[0], Hq = tq->ne[1], T = tq->ne[2], B = tq->ne[3], Hkv = tk->ne[1], L = tk->ne[2];
-    const long long Dv = tv->ne[0];
-    const long long group = Hq / Hkv, nflat = group * T;
-    const int QN = nflat >= 8 ? 8 : nflat >= 4 ? 4 : nflat >= 2 ? 2 : 1;
-    const long long nqc = (nflat + QN - 1) / QN;
-    if (nqc * Hkv > 65535 || B > 65535) return false;
-    // blocks per cluster: enough clusters x S to cover the SMs once, 2 to 16
+    // the caller checked: one type, 16-byte rows, D, Dv <= 256, the grid's y and z
+    const int sz = (int)tg_type_size(tk->type);
+    const long long D = tq->ne[0], B = tq->ne[3], Hkv = tk->ne[1], L = tk->ne[2], Dv = tv->ne[0];
+    const long long group = tq->ne[1] / Hkv;
+    // blocks per cluster: enough clusters x S to cover the SMs once, 2 to cluster_max
     const long long base = nqc * Hkv * B, sms = impl->sm_count > 0 ? impl->sm_count : 132;
     int S = 2;
     while (S < impl->cluster_max && base * S < sms) S *= 2;

@@ -356,7 +356,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     }
     if (chunk < 1) chunk = 1;
     // several ranges: one kernel of thread-block clusters where the device has them
-    if (nsplit > 1 && tg_cuda_attention_cluster(be, dst, nsplit, st)) return true;
+    if (nsplit > 1 && tg_cuda_attention_cluster(be, dst, nsplit, QN, nqc, st)) return true;
     split_args A;
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);

@@ -541,8 +541,8 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, tg_cuda_attention_mma_init());
     int cluster_launch = 0;
     (void)cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
-    impl->clusters = cc_major >= 9 && cluster_launch && tg_cuda_attention_cluster_init(&impl->cluster_max) == cudaSuccess &&
-                     impl->cluster_max >= 2;
+    if (cc_major < 9 || !cluster_launch || tg_cuda_attention_cluster_init(&impl->cluster_max) != cudaSuccess)
+        impl->cluster_max = 0;
     (void)cudaGetLastError();
     // bench A/B of whole models: attention decode by 1 the split and combine
     // kernels, 2 the cluster kernel wherever it can run (knob attn_split)

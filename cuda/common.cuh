@@ -100,10 +100,9 @@ struct tg_cuda_impl {
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;
     // thread-block clusters (sm_90): attention decode merges its splits in one
-    // kernel (cuda/attention_cluster.cu); cluster_max: the largest cluster
-    // (2 to 16 blocks) of that kernel, at its most shared memory, that the
-    // device can schedule (0: none, clusters off)
-    bool clusters = false;
+    // kernel (cuda/attention_cluster.cu). The largest cluster (2 to 16 blocks)
+    // of that kernel, at its most shared memory, that the device can schedule;
+    // 0: none (no sm_90 code, no cluster launch), the kernel is not used.
     int cluster_max = 0;
     // mul_mat on tensor cores (cuda/mul_mat_fast.cu): the b whose rounding to
     // tc_type the scratch holds, so that the next product of the same b in the
