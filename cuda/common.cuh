@@ -126,6 +126,21 @@ struct tg_cuda_impl {
 };
 
 inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; }
+// Kernel classes of a decode step, for knob pdl_off (diagnostics: which
+// kernels gain from an early launch; tinygml-timeline shows the effect)
+enum tg_cuda_pdl_class {
+    TG_PDL_NORM = 0,          // rms_norm (fused * w too)
+    TG_PDL_MMV_ADD = 1,       // F16/BF16/F32 GEMV + residual add, K <= 4096 (o)
+    TG_PDL_MMV_SWIGLU = 2,    // gate/up + swiglu
+    TG_PDL_MMV_OTHER = 3,     // q/k/v, lm_head, plain GEMV
+    TG_PDL_ROPE = 4,          // rope, rope_kv_update, their pair
+    TG_PDL_ATTN = 5,          // split, combine, cluster
+    TG_PDL_MMV_PRE = 6,       // (not a launch) the GEMV's weight loads before the wait
+    TG_PDL_MMV_ADD_LONG = 7,  // GEMV + residual add, K > 4096 (down)
+};
+inline bool tg_cuda_pdl_for(const tg_cuda_impl *impl, tg_cuda_pdl_class c) {
+    return impl->pdl && !((impl->sig.pdl_off >> (int)c) & 1);
+}
 
 // Turn a CUDA runtime error into a status; a sticky error (kernel fault) also
 // marks the backend failed so that later calls are refused.
@@ -148,7 +163,9 @@ bool tg_cuda_is_sticky(cudaError_t e);
 // before it in the stream is finishing (once every block of that one has
 // called tg_pdl_trigger or ended), so its blocks start and its first loads
 // are in flight instead of the GPU draining between two kernels of a decode
-// step. Such a kernel calls tg_pdl_wait() before it reads anything an
+// step. Where a kernel calls tg_pdl_trigger decides how early the next one
+// is scheduled: the GEMVs call it after their weight loads (knob
+// mmv_trigger; docs/ops.md), the small kernels at their start. Such a kernel calls tg_pdl_wait() before it reads anything an
 // earlier launch writes and before it writes anything: wait returns once the
 // kernel before has ended and its writes are visible. Before the wait it may
 // only do arithmetic and read tensors that no node of the graph writes (the

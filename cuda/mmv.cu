@@ -36,6 +36,7 @@ struct mmv_args {
     long long blk_end[TG_CUDA_MMV_MAX_JOBS];  // prefix sums of the jobs' blocks
     int rows_per_block;                        // R, or R / 2 for swiglu (gate and up rows)
     int a_const;  // no node of the graph writes the weights: first loads before tg_pdl_wait
+    int late;     // trigger the next kernel's launch after the loads, not at the start (knob mmv_trigger)
 };
 
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
     const tg_cuda_mmv &p = args.p;
-    tg_pdl_trigger();
+    if (!args.late) tg_pdl_trigger();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long blk = blockIdx.x;
     int j = 0;
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
         }
     }
 
+    if (args.late) tg_pdl_trigger();
     // block reduction: warp sums, then the warps' partials in warp order
     __shared__ float sh[kWarps][R * NMAX];
 #pragma unroll
@@ -311,7 +313,12 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     mmv_args args;
     args.p = p;
     args.rows_per_block = p.swiglu ? R / 2 : R;
-    args.a_const = impl->pdl;
+    const tg_cuda_pdl_class cls = p.swiglu ? TG_PDL_MMV_SWIGLU
+                                  : p.job[0].r.data ? (p.job[0].a.ne[0] > 4096 ? TG_PDL_MMV_ADD_LONG : TG_PDL_MMV_ADD)
+                                                    : TG_PDL_MMV_OTHER;
+    const bool pdl = tg_cuda_pdl_for(impl, cls);
+    args.a_const = pdl && tg_cuda_pdl_for(impl, TG_PDL_MMV_PRE);
+    args.late = impl->sig.mmv_trigger != 1;
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {
@@ -321,7 +328,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     for (int j = p.swiglu ? 1 : p.njob; j < TG_CUDA_MMV_MAX_JOBS; j++) args.blk_end[j] = groups;
     if (groups > INT_MAX || batches > 65535)
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] GEMV grid of %lld x %lld blocks is too large", call, groups, batches);
-    const mmv_launch L = {impl->stream, batches, impl->pdl};
+    const mmv_launch L = {impl->stream, batches, pdl};
     switch (ta) {
         case TG_TYPE_F16: launch_t<__half>(L, args, N, R, vec); break;
         case TG_TYPE_BF16: launch_t<__nv_bfloat16>(L, args, N, R, vec); break;

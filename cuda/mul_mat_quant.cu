@@ -273,6 +273,7 @@ struct mmvq_args {
     const float2 *bd;    // and its (d, d * sum q) pairs at bd + c * K / 32
     bool pdl;            // launched by programmatic dependent launch
     int a_const;         // no node of the graph writes the weights: first loads before tg_pdl_wait
+    int late;            // trigger the next kernel's launch after the loads, not at the start (knob mmv_trigger)
 };
 
 // U: the 1.1B llama's rows give each lane 2 units (Q4_K: 1) per row at
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     mmvq_kernel(const __grid_constant__ mmvq_args args) {
     constexpr int SUB = qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
     const tg_cuda_mmv &p = args.p;
-    tg_pdl_trigger();
+    if (!args.late) tg_pdl_trigger();
     const int wpr = args.wpr;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
     const long long g = (long long)blockIdx.x * (kWarps / wpr) + warp / wpr;
@@ -360,6 +361,7 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
             }
         }
     }
+    if (args.late) tg_pdl_trigger();
     // a row's sum: each warp's (shuffles), then the group's wpr warps in order
     __shared__ float red[kWarps][R * NMAX];
 #pragma unroll
@@ -518,6 +520,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.pdl = impl->pdl;
     args.a_const = impl->pdl;
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
+    args.late = impl->sig.mmv_trigger != 1;
     // warps per group from K alone (the order of a row's sum depends on it)
     const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
     args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;

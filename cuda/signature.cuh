@@ -55,6 +55,15 @@ struct tg_cuda_sig_knobs {
     // auto (1, 2 or 4 by N and the grid), else 1, 2 or 4 forced (never below
     // what N needs: N / 2, and 2 for gate/up + swiglu).
     int mmv_rows = 0;
+    // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
+    // launch: 0 auto (each block lets the next kernel launch once its weight
+    // loads are done, before its reduction), 1 at the block's start (as
+    // before 2026-12-04; measured slower: bench/NOTES.md session 26). Env
+    // TG_CUDA_MMV_TRIGGER. Results do not depend on it.
+    int mmv_trigger = 0;
+    // diagnostics (env TG_CUDA_PDL_MASK): kernel classes launched without
+    // programmatic dependent launch, a bit each (tg_cuda_pdl_class); 0 none.
+    int pdl_off = 0;
     // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
     // kernel, b quantized once per launch, U units per row per lane in
     // flight; the fusions take quantized products too), 1 the per-product
