@@ -394,7 +394,7 @@ tg_status launch(tg_backend *be, const cl_args &A, dim3 grid, int S, size_t smem
     at[0].val.clusterDim.x = (unsigned)S, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at, cfg.numAttrs = tg_cuda_pdl_for(impl, TG_PDL_ATTN) ? 2 : 1;
+    cfg.attrs = at, cfg.numAttrs = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) ? 2 : 1;
     (void)cudaLaunchKernelEx(&cfg, cluster_kernel<T, QN>, A);
     TG_CUDA_LAUNCHED(be, "attention");
     return TG_OK;
@@ -482,7 +482,7 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.TR = TR, A.nst = (int)std::max(1LL, nst), A.kpb = kpb, A.vpb = vpb;
-    A.pos_pre = tg_cuda_pdl_for(impl, TG_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
+    A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
     const dim3 grid((unsigned)S, (unsigned)(nqc * Hkv), (unsigned)B);
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, S, lay.total); break;

@@ -311,7 +311,7 @@ bool rows16(const tg_tensor *t) {
 
 template <typename T, int QN> tg_status launch(tg_backend *be, split_args A, dim3 grid, size_t smem) {
     const tg_cuda_impl *impl = tg_cuda(be);
-    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_PDL_ATTN), impl->stream, split_kernel<T, QN>, grid, kThreads, smem, A);
+    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, split_kernel<T, QN>, grid, kThreads, smem, A);
     TG_CUDA_LAUNCHED(be, "attention");
     return TG_OK;
 }
@@ -363,7 +363,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.out = tg_cuda_desc_of(dst);
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
-    A.pos_pre = tg_cuda_pdl_for(impl, TG_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
+    A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
     const long long nq = Hq * T * B;
     if (nsplit > 1) {
         *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
@@ -377,7 +377,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1) return true;
-    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,
+    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,
                    (const float *)A.part, (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");

@@ -550,8 +550,8 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         const int v = atoi(env);
         impl->sig.attn_split = v == 1 || v == 2 ? v : 0;
     }
-    // diagnostics and A/B of the launch chain (knobs pdl_off, mmv_trigger)
-    if (const char *env = getenv("TG_CUDA_PDL_MASK")) impl->sig.pdl_off = atoi(env);
+    // diagnostics and A/B of the launch chain (knobs pdl_mask, mmv_trigger)
+    if (const char *env = getenv("TG_CUDA_PDL_MASK")) impl->sig.pdl_mask = (int)strtol(env, nullptr, 0);
     if (const char *env = getenv("TG_CUDA_MMV_TRIGGER")) impl->sig.mmv_trigger = atoi(env) == 1 ? 1 : 0;
     TG_CUDA_TRY(nullptr, call, cudaHostAlloc((void **)&impl->h_err, sizeof(tg_cuda_err), cudaHostAllocMapped));
     TG_CUDA_TRY(nullptr, call, cudaHostGetDevicePointer((void **)&impl->h_err_dev, impl->h_err, 0));

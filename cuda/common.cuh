@@ -126,20 +126,10 @@ struct tg_cuda_impl {
 };
 
 inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; }
-// Kernel classes of a decode step, for knob pdl_off (diagnostics: which
-// kernels gain from an early launch; tinygml-timeline shows the effect)
-enum tg_cuda_pdl_class {
-    TG_PDL_NORM = 0,          // rms_norm (fused * w too)
-    TG_PDL_MMV_ADD = 1,       // F16/BF16/F32 GEMV + residual add, K <= 4096 (o)
-    TG_PDL_MMV_SWIGLU = 2,    // gate/up + swiglu
-    TG_PDL_MMV_OTHER = 3,     // q/k/v, lm_head, plain GEMV
-    TG_PDL_ROPE = 4,          // rope, rope_kv_update, their pair
-    TG_PDL_ATTN = 5,          // split, combine, cluster
-    TG_PDL_MMV_PRE = 6,       // (not a launch) the GEMV's weight loads before the wait
-    TG_PDL_MMV_ADD_LONG = 7,  // GEMV + residual add, K > 4096 (down)
-};
+// Whether kernels of class c launch by programmatic dependent launch: the
+// backend's pdl, less the classes knob pdl_mask takes out (diagnostics)
 inline bool tg_cuda_pdl_for(const tg_cuda_impl *impl, tg_cuda_pdl_class c) {
-    return impl->pdl && !((impl->sig.pdl_off >> (int)c) & 1);
+    return impl->pdl && !((impl->sig.pdl_mask >> (int)c) & 1);
 }
 
 // Turn a CUDA runtime error into a status; a sticky error (kernel fault) also
@@ -165,8 +155,9 @@ bool tg_cuda_is_sticky(cudaError_t e);
 // are in flight instead of the GPU draining between two kernels of a decode
 // step. Where a kernel calls tg_pdl_trigger decides how early the next one
 // is scheduled: the GEMVs call it after their weight loads (knob
-// mmv_trigger; docs/ops.md), the small kernels at their start. Such a kernel calls tg_pdl_wait() before it reads anything an
-// earlier launch writes and before it writes anything: wait returns once the
+// mmv_trigger; docs/ops.md), the other kernels at or near their start.
+// A kernel launched so calls tg_pdl_wait() before it reads anything an earlier
+// launch writes and before it writes anything: wait returns once the
 // kernel before has ended and its writes are visible. Before the wait it may
 // only do arithmetic and read tensors that no node of the graph writes (the
 // GEMV's weights: tg_cuda_impl::graph_written). Both are no-ops below sm_90

@@ -269,6 +269,12 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
     return merge_columns(*out) && out->ne[1] == job.d.ne[1];
 }
 
+tg_cuda_pdl_class tg_cuda_mmv_pdl_class(const tg_cuda_mmv &p) {
+    if (p.swiglu) return TG_CUDA_PDL_MMV_SWIGLU;
+    if (!p.job[0].r.data) return TG_CUDA_PDL_MMV_OTHER;
+    return p.job[0].a.ne[0] > 4096 ? TG_CUDA_PDL_MMV_ADD_LONG : TG_CUDA_PDL_MMV_ADD;
+}
+
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p) {
     if (p.njob < 1 || p.njob > TG_CUDA_MMV_MAX_JOBS || (p.swiglu && p.njob != 2)) return false;
     const tg_cuda_mmv_job &j0 = p.job[0];
@@ -313,11 +319,8 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     mmv_args args;
     args.p = p;
     args.rows_per_block = p.swiglu ? R / 2 : R;
-    const tg_cuda_pdl_class cls = p.swiglu ? TG_PDL_MMV_SWIGLU
-                                  : p.job[0].r.data ? (p.job[0].a.ne[0] > 4096 ? TG_PDL_MMV_ADD_LONG : TG_PDL_MMV_ADD)
-                                                    : TG_PDL_MMV_OTHER;
-    const bool pdl = tg_cuda_pdl_for(impl, cls);
-    args.a_const = pdl && tg_cuda_pdl_for(impl, TG_PDL_MMV_PRE);
+    const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
+    args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
     args.late = impl->sig.mmv_trigger != 1;
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;

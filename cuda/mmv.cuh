@@ -88,6 +88,8 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
 // Launch p. The jobs must share b, a's type, N and the batch dims (checked:
 // false when they do not, nothing launched).
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
+// The launch class of a GEMV launch (knob pdl_mask), F16/BF16/F32 or quantized
+tg_cuda_pdl_class tg_cuda_mmv_pdl_class(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
 // cuda/mul_mat_quant.cu: the same jobs and epilogues with quantized weights
 // (b quantized to 8 bits once per launch, int8 dot products); what

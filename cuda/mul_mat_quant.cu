@@ -514,11 +514,12 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     // b quantized to 8-bit blocks once per launch (bench/NOTES.md: quantizing it in the norm that
     // writes it, or in every GEMV block, measured slower)
     const long long nblk = ncols * kb;
-    tg_cuda_launch(impl->pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
+    const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
+    tg_cuda_launch(pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
                    (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
     TG_CUDA_LAUNCHED(be, call);
-    args.pdl = impl->pdl;
-    args.a_const = impl->pdl;
+    args.pdl = pdl;
+    args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     args.late = impl->sig.mmv_trigger != 1;
     // warps per group from K alone (the order of a row's sum depends on it)

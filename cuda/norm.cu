@@ -152,7 +152,7 @@ static void launch_norm(const tg_cuda_impl *impl, const tg_cuda_desc &x, const t
     constexpr int RPB = row_cfg<WPR>::rows_per_block;
     const long long blocks = (nrows + RPB - 1) / RPB;
     const unsigned grid = (unsigned)(blocks < 65535LL * 16 ? blocks : 65535LL * 16);
-    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_PDL_NORM), impl->stream, norm_kernel<OP, WPR, MUL>, grid,
+    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_NORM), impl->stream, norm_kernel<OP, WPR, MUL>, grid,
                    row_cfg<WPR>::threads, 0, x, y, nrows, param, w, z);
 }
 

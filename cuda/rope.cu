@@ -381,7 +381,7 @@ tg_status plan_rows(tg_backend *be, const char *call, bool kv, rope_args &a, con
         if (i < n_vec) vec = vec && vec4_ok(ts[i]);
     }
     a.T = (int)T, a.B = (int)B;
-    a.pdl = tg_cuda_pdl_for(cu, TG_PDL_ROPE);
+    a.pdl = tg_cuda_pdl_for(cu, TG_CUDA_PDL_ROPE);
     a.n_rot = rp.n_rot, a.half = rp.n_rot / 2, a.neox = rp.mode == TG_ROPE_NEOX;
     a.base = (double)rp.base;
     const int VEC = vec ? 4 : 1;

@@ -8,6 +8,19 @@
 
 struct tg_tensor;
 
+// Kernel classes of a decode step, bits of knob pdl_mask
+enum tg_cuda_pdl_class {
+    TG_CUDA_PDL_NORM = 0,          // cuda/norm.cu: rms_norm (and * w), l2_norm, softmax
+    TG_CUDA_PDL_MMV_ADD = 1,       // GEMV + residual add, K <= 4096 (a llama's o at these sizes)
+    TG_CUDA_PDL_MMV_SWIGLU = 2,    // gate/up + swiglu
+    TG_CUDA_PDL_MMV_OTHER = 3,     // other GEMVs: q/k/v, lm_head, plain
+    TG_CUDA_PDL_ROPE = 4,          // rope, rope_kv_update, their pair
+    TG_CUDA_PDL_ATTN = 5,          // attention's split, combine and cluster kernels
+    TG_CUDA_PDL_MMV_PRE = 6,       // not a launch: the GEMVs' weight loads before their wait
+    TG_CUDA_PDL_MMV_ADD_LONG = 7,  // GEMV + residual add, K > 4096 (a llama's down)
+};
+// (GEMV classes include the quantized GEMV and its quantize kernel.)
+
 struct tg_cuda_sig_knobs {
     // rope_kv_update position validation: 0 auto (fused into the write kernel
     // when B*T <= 1024 and T <= 32, else a separate kernel first), 1 fused
@@ -56,14 +69,17 @@ struct tg_cuda_sig_knobs {
     // what N needs: N / 2, and 2 for gate/up + swiglu).
     int mmv_rows = 0;
     // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
-    // launch: 0 auto (each block lets the next kernel launch once its weight
-    // loads are done, before its reduction), 1 at the block's start (as
+    // launch: 0 (default) each block lets the next kernel launch once its
+    // weight loads are done, before its reduction; 1 at the block's start (as
     // before 2026-12-04; measured slower: bench/NOTES.md session 26). Env
     // TG_CUDA_MMV_TRIGGER. Results do not depend on it.
     int mmv_trigger = 0;
-    // diagnostics (env TG_CUDA_PDL_MASK): kernel classes launched without
-    // programmatic dependent launch, a bit each (tg_cuda_pdl_class); 0 none.
-    int pdl_off = 0;
+    // diagnostics (env TG_CUDA_PDL_MASK): bit c set (tg_cuda_pdl_class) takes
+    // class c out of programmatic dependent launch (the edge into its kernels
+    // only: they still let the next kernel launch early); bit
+    // TG_CUDA_PDL_MMV_PRE keeps the GEMVs' weight loads after their wait. 0
+    // none. Results do not depend on it.
+    int pdl_mask = 0;
     // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
     // kernel, b quantized once per launch, U units per row per lane in
     // flight; the fusions take quantized products too), 1 the per-product

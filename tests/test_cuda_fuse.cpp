@@ -45,6 +45,8 @@ struct layer_case {
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
     int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
+    int mmv_trigger = 0;     // GEMV knob mmv_trigger: 1 lets the next kernel launch at the block's start
+    int pdl_mask = 0;        // knob pdl_mask: kernel classes launched without PDL
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -190,6 +192,8 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
 
     layer_result fused, plain, ref;
     tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;
+    tg_cuda_knobs(gpu)->mmv_trigger = c.mmv_trigger;
+    tg_cuda_knobs(gpu)->pdl_mask = c.pdl_mask;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
     if (HasFatalFailure()) return;
@@ -199,6 +203,21 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     run_layer(cpu, c, d, 1, &ref);
     if (HasFatalFailure()) return;
     EXPECT_TRUE(fused.tails_ok && plain.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
+    // launch knobs change when kernels start, never what they compute: the
+    // fused replay equals the default launches' bit for bit
+    if (c.mmv_trigger || c.pdl_mask) {
+        tg_cuda_knobs(gpu)->mmv_trigger = 0;
+        tg_cuda_knobs(gpu)->pdl_mask = 0;
+        tg_cuda_set_fuse(gpu, true);
+        layer_result dflt;
+        run_layer(gpu, c, d, 3, &dflt);
+        if (HasFatalFailure()) return;
+        EXPECT_TRUE(dflt.tails_ok) << "a sink's tail was overwritten";
+        ASSERT_EQ(dflt.outs.size(), fused.outs.size());
+        for (size_t o = 0; o < fused.outs.size(); o++)
+            EXPECT_EQ(memcmp(dflt.outs[o].data(), fused.outs[o].data(), fused.outs[o].size() * 4), 0)
+                << "output " << o << ": launch knobs changed the result";
+    }
 
     // which fusions the fused graph took (the last enqueue: the capture)
     const bool gemv = c.N <= 8;
@@ -262,6 +281,12 @@ std::vector<layer_case> layer_cases() {
         {"odd_bf16_n3_r4", BF16, 1001, 333, 1001, 75, 3, false, 4},
         {"odd_f16_n1_uses_r1", F16, 1003, 517, 1003, 37, 1, true, 1},
         {"odd_f32_n2_r4", F32, 7, 5, 7, 3, 2, false, 4},
+        // launch knobs: the GEMV's trigger at the block's start; every class without PDL
+        // (and the GEMVs' weight loads after their wait)
+        {"llm_1p1b_f16_n1_trigger_start", F16, E, F, QD, KD, 1, false, 0, 1, 0},
+        {"llm_1p1b_q4_0_n1_trigger_start", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1, 0},
+        {"llm_1p1b_f16_uses_no_pdl", F16, E, F, QD, KD, 1, true, 0, 0, 0xFF},
+        {"llm_1p1b_q8_0_n1_no_pdl", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 0, 0, 0xFF},
     };
 }
 
