@@ -13,7 +13,12 @@
 # for each of AB_VALS: bench/timeline.cpp, built here when
 # the toolkit has CUPTI).
 # Logs under $OUT (default /tmp/out); a short table last.
+# AB_VAR=ENV: each of AB_VALS is a comma-separated list of assignments
+# (VAR=v,VAR2=w; "-" for none), for A/B of several switches at once.
+# TIMELINE_BRIEF=1 prints only each timeline's step line (its span).
 #   BUILD=1 SAN=1 AB_VAR=TG_CUDA_NORM_FOLD AB_VALS="0 1" bench/gpu_decode.sh build-gpu
+#   AB_VAR=ENV AB_VALS="- TG_CUDA_MMV_TRIGGER=1 TG_CUDA_PDL_MASK=1,TG_CUDA_MMV_TRIGGER=1" \
+#     TIMELINE_MODELS="1b recall" TIMELINE_BRIEF=1 bench/gpu_decode.sh build-gpu
 set -uo pipefail
 B=${1:-build}; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
@@ -60,17 +65,20 @@ el bench
 wait $SP; cat $OUT/synth.log; el synth
 P=""; i=0; while [ ${#P} -lt 511 ]; do i=$((i+1)); P+="the quick brown fox $i "; done; P=${P:0:511}
 AB_VAR=${AB_VAR:-TG_CUDA_NOTHING}
+# the environment assignments of A/B value v (AB_VAR=ENV: v itself, "," -> " ", "-" none)
+ab_env() { if [ "$AB_VAR" = ENV ]; then [ "$1" = - ] && echo TG_CUDA_NOTHING=1 || echo "${1//,/ }"; else echo "$AB_VAR=$1"; fi; }
+ab_name() { if [ "$AB_VAR" = ENV ]; then echo "$1"; else echo "$AB_VAR=$1"; fi; }
 for rep in $(seq ${REPS:-2}); do for m in $MODELS; do for b in ${BATCHES:-1}; do for v in ${AB_VALS:-1}; do
-  r=$(env $AB_VAR=$v timeout 60 $B/tinygml-run -m $S/$m.gguf -p "$P" -n 128 -b $b --temp 0 --ignore-eos --warmup --device cuda -q 2>&1 | grep -E "prompt|generation" | tr '\n' ' ')
-  echo "$m b$b $AB_VAR=$v: $r"
+  r=$(env $(ab_env "$v") timeout 60 $B/tinygml-run -m $S/$m.gguf -p "$P" -n 128 -b $b --temp 0 --ignore-eos --warmup --device cuda -q 2>&1 | grep -E "prompt|generation" | tr '\n' ' ')
+  echo "$m b$b $(ab_name "$v"): $r"
 done; done; done; done | tee $OUT/runs.log
 el runs
 for m in ${NCU_MODELS:-none}; do for v in ${NCU_AB_VALS:-1}; do
   [ "$m" = none ] && continue
-  f=$OUT/ncu_${m}_$v.csv
-  env $AB_VAR=$v TG_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 3000 --launch-count ${NCU_COUNT:-260} --csv \
+  f=$OUT/ncu_${m}_$(printf '%s' "$v" | tr -c 'A-Za-z0-9_-' '_').csv
+  env $(ab_env "$v") TG_CUDA_GRAPHS=0 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip 3000 --launch-count ${NCU_COUNT:-260} --csv \
     $B/tinygml-run -m $S/$m.gguf -p "$P" -n 40 --ignore-eos --device cuda -q > $f 2>$f.err
-  echo "$m $AB_VAR=$v"; python3 - $f <<'PY'
+  echo "$m $(ab_name "$v")"; python3 - $f <<'PY'
 import csv,sys,collections
 rows=[r for r in csv.reader(open(sys.argv[1])) if len(r)>5]
 if not rows: print("no ncu rows"); sys.exit()
@@ -88,10 +96,11 @@ done; done
 if [ "${TIMELINE_MODELS:-none}" != none ]; then
   [ -x $B/bench/tinygml-timeline ] || cmake --build "$B" -j16 --target tinygml-timeline > $OUT/build_timeline.log 2>&1
   for m in $TIMELINE_MODELS; do for v in ${AB_VALS:-1}; do
-    f=$OUT/timeline_${m}_$v.txt
+    f=$OUT/timeline_${m}_$(printf '%s' "$v" | tr -c 'A-Za-z0-9_-' '_').txt
     case $m in recall) path=models/llama-recall.gguf; pr=16 ;; *) path=$S/$m.gguf; pr=512 ;; esac
-    env $AB_VAR=$v timeout 90 $B/bench/tinygml-timeline $path --prompt $pr --steps 20 > $f 2>&1
-    echo "$m $AB_VAR=$v"; sed -n '2p' $f; sed -n '/^by kernel/,$p' $f | head -14
+    env $(ab_env "$v") timeout 90 $B/bench/tinygml-timeline $path --prompt $pr --steps 20 > $f 2>&1
+    if [ "${TIMELINE_BRIEF:-0}" = 1 ]; then echo "$m $(ab_name "$v"): $(grep '^step' $f)"; continue; fi
+    echo "$m $(ab_name "$v")"; sed -n '2p' $f; sed -n '/^by kernel/,$p' $f | head -14
   done; done
   el timeline
 fi
