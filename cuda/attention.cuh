@@ -15,6 +15,51 @@ __device__ inline void tg_cp_async_commit() { asm volatile("cp.async.commit_grou
 // until at most N of this thread's committed groups are still in flight
 template <int N> __device__ inline void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// One KV tile's online-softmax step in a decode block of NW warps, for QN
+// queries (the split and cluster kernels): sc[qq] holds this thread's dot
+// product for tile row r; rows past the tile (r >= tn) or past the query's
+// rows (j0 + r >= nrow[qq]) become -inf, the others are scaled. Then the
+// tile's max over the block, corr = exp(m_old - m_new) (0 while nothing was
+// summed), p = exp(s - m_new) (0 for -inf), which the row's owner thread
+// stores at ps[qq * ps_stride + r] and counts once in the tile's sum, and
+// l = l * corr + that sum. red: 2 * QN * NW floats of shared memory; warp
+// and lane: the caller's; two block barriers, so every thread calls it.
+template <int QN, int NW>
+__device__ __forceinline__ void tg_attn_tile_softmax(float (&sc)[QN], int r, bool owner, int tn, long long j0,
+                                                     const int *nrow, float scale, float *ps, int ps_stride,
+                                                     float *red, int warp, int lane, float (&m_run)[QN],
+                                                     float (&l_run)[QN], float (&corr)[QN]) {
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) {
+        sc[qq] = r < tn && j0 + r < nrow[qq] ? sc[qq] * scale : -INFINITY;
+        const float mx = tg_warp_max(sc[qq]);
+        if (lane == 0) red[qq * NW + warp] = mx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) {
+        float mx = red[qq * NW];
+#pragma unroll
+        for (int w = 1; w < NW; w++) mx = fmaxf(mx, red[qq * NW + w]);
+        const float m_new = fmaxf(m_run[qq], mx);
+        // nothing was summed while m_run is -inf
+        corr[qq] = m_run[qq] == -INFINITY ? 0.0f : expf(m_run[qq] - m_new);
+        const float p = sc[qq] == -INFINITY ? 0.0f : expf(sc[qq] - m_new);
+        if (owner) ps[qq * ps_stride + r] = p;
+        const float ls = tg_warp_sum(owner ? p : 0.0f);  // each row once
+        if (lane == 0) red[(QN + qq) * NW + warp] = ls;
+        m_run[qq] = m_new;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int qq = 0; qq < QN; qq++) {
+        float ls = red[(QN + qq) * NW];
+#pragma unroll
+        for (int w = 1; w < NW; w++) ls += red[(QN + qq) * NW + w];
+        l_run[qq] = l_run[qq] * corr[qq] + ls;
+    }
+}
+
 // K/V rows shared by a GQA group, KV rows split over the grid when there are
 // few queries (cuda/attention_split.cu). Ranges of at least min_split_rows
 // rows. Returns false when the case does not qualify (nothing launched);

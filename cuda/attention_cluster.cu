@@ -264,36 +264,9 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
         for (int off = 1; off < TPS; off <<= 1)
 #pragma unroll
             for (int qq = 0; qq < QN; qq++) sc[qq] += __shfl_xor_sync(0xffffffffu, sc[qq], off);
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            sc[qq] = sr < tn && j0 + sr < nrow[qq] ? sc[qq] * A.scale : -INFINITY;
-            const float mx = tg_warp_max(sc[qq]);
-            if (lane == 0) red[qq * kWarps + warp] = mx;
-        }
-        __syncthreads();
         float corr[QN];
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            float mx = red[qq * kWarps];
-#pragma unroll
-            for (int w = 1; w < kWarps; w++) mx = fmaxf(mx, red[qq * kWarps + w]);
-            const float m_new = fmaxf(m_run[qq], mx);
-            // nothing was summed while m_run is -inf
-            corr[qq] = m_run[qq] == -INFINITY ? 0.0f : expf(m_run[qq] - m_new);
-            const float p = sc[qq] == -INFINITY ? 0.0f : expf(sc[qq] - m_new);
-            if (sp == 0) ps[qq * TR + sr] = p;
-            const float ls = tg_warp_sum(sp == 0 ? p : 0.0f);  // each row once
-            if (lane == 0) red[(QN + qq) * kWarps + warp] = ls;
-            m_run[qq] = m_new;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            float ls = red[(QN + qq) * kWarps];
-#pragma unroll
-            for (int w = 1; w < kWarps; w++) ls += red[(QN + qq) * kWarps + w];
-            l_run[qq] = l_run[qq] * corr[qq] + ls;
-        }
+        tg_attn_tile_softmax<QN, kWarps>(sc, sr, sp == 0, tn, j0, nrow, A.scale, ps, TR, red, warp, lane, m_run, l_run,
+                                         corr);
         if (v_active) {
 #pragma unroll
             for (int qq = 0; qq < QN; qq++) acc[qq][0] *= corr[qq], acc[qq][1] *= corr[qq];

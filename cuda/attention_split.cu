@@ -137,36 +137,9 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
                 }
             }
         }
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            sc[qq] = tid < tn && j0 + tid < nrow[qq] ? sc[qq] * A.scale : -INFINITY;
-            const float mx = tg_warp_max(sc[qq]);
-            if (lane == 0) red[qq * kWarps + warp] = mx;
-        }
-        __syncthreads();
         float corr[QN];
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            float mx = red[qq * kWarps];
-#pragma unroll
-            for (int w = 1; w < kWarps; w++) mx = fmaxf(mx, red[qq * kWarps + w]);
-            const float m_new = fmaxf(m_run[qq], mx);
-            // nothing was summed while m_run is -inf
-            corr[qq] = m_run[qq] == -INFINITY ? 0.0f : expf(m_run[qq] - m_new);
-            const float p = sc[qq] == -INFINITY ? 0.0f : expf(sc[qq] - m_new);
-            ps[qq * kRows + tid] = p;
-            const float ls = tg_warp_sum(p);
-            if (lane == 0) red[(QN + qq) * kWarps + warp] = ls;
-            m_run[qq] = m_new;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int qq = 0; qq < QN; qq++) {
-            float ls = red[(QN + qq) * kWarps];
-#pragma unroll
-            for (int w = 1; w < kWarps; w++) ls += red[(QN + qq) * kWarps + w];
-            l_run[qq] = l_run[qq] * corr[qq] + ls;
-        }
+        tg_attn_tile_softmax<QN, kWarps>(sc, tid, true, tn, j0, nrow, A.scale, ps, kRows, red, warp, lane, m_run,
+                                         l_run, corr);
         if (v_active) {
 #pragma unroll
             for (int qq = 0; qq < QN; qq++)
