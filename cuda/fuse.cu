@@ -60,7 +60,8 @@ struct matcher {
         return it != reads.end() && it->second == 1;
     }
 
-    // rms_norm(x) * w, the norm read by nothing else
+    // rms_norm(x) * w, the norm read by nothing else: folded into the GEMV
+    // after it where fold() allows, else one norm kernel
     bool norm_mul(int i, tg_status *st) {
         const tg_tensor *nrm = nodes[i];
         const int j = next(i);
@@ -73,21 +74,79 @@ struct matcher {
         const tg_tensor *x = nrm->src[0];
         if (!may_write(nrm, x) || !may_write(mul, x) || !may_write(mul, nrm) || overlap(nrm, w) || overlap(mul, w))
             return false;
-        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
         done[j] = 1;
         counts[0]++;
+        if (fold(i, j, x, w, st)) return true;
+        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
+        return true;
+    }
+
+    // A GEMV launch the fusions below plan: its products (and epilogues),
+    // the nodes it takes after the first, the tensors it writes and reads.
+    struct gemv_plan {
+        tg_cuda_mmv p;
+        int more[TG_CUDA_MMV_MAX_JOBS] = {}, nmore = 0;
+        const tg_tensor *out[TG_CUDA_MMV_MAX_JOBS + 1] = {}, *in[TG_CUDA_MMV_MAX_JOBS + 1] = {};
+        int nout = 0, nin = 0;
+        int kind = -1;  // counts[] index; -1: a plain product (only with a folded norm)
+        const char *call = "mul_mat";
+    };
+    tg_status launch(const gemv_plan &g) {
+        for (int q = 0; q < g.nmore; q++) done[g.more[q]] = 1;
+        if (g.kind >= 0) counts[g.kind]++;
+        return tg_cuda_mmv_launch(be, g.p, g.call);
+    }
+
+    // rms_norm(x) * w (nodes i, j) folded into the GEMV launch that reads its
+    // result next (mmv.cuh tg_cuda_mmv_norm): every block reads x and w while
+    // the launch writes its outputs, and its blocks write the norm's y and z,
+    // which nothing the launch reads may overlap. y or z overlapping an
+    // output of the launch had its storage given to that output by the
+    // planner (nothing reads it after the launch): it is not written then.
+    bool fold(int i, int j, const tg_tensor *x, const tg_tensor *w, tg_status *st) {
+        if (tg_cuda(be)->sig.norm_fold == 1) return false;
+        const tg_tensor *nrm = nodes[i], *mul = nodes[j];
+        const int k = next(j);
+        if (k < 0 || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != mul) return false;
+        if (x->type != TG_TYPE_F32 || w->type != TG_TYPE_F32 || !tg_is_contiguous(x) || !tg_is_contiguous(w) ||
+            !tg_is_contiguous(nrm) || !tg_is_contiguous(mul) || tg_nelements(w) != x->ne[0])
+            return false;
+        gemv_plan g;
+        if (!plan_swiglu(k, &g) && !plan_shared_b(k, &g) && !plan_mm_add(k, &g) && !plan_one(k, &g)) return false;
+        // x's rows are b's columns: one batch of them (the GEMV merged batches into columns)
+        if (tg_nrows(x) != g.p.job[0].d.ne[1]) return false;
+        if (overlap(nrm, x) || overlap(mul, x) || (overlap(nrm, mul) && !same_layout(nrm, mul))) return false;
+        bool y_dead = false, z_dead = false;
+        for (int q = 0; q < g.nout; q++) {
+            if (overlap(g.out[q], x) || overlap(g.out[q], w)) return false;
+            y_dead = y_dead || overlap(g.out[q], nrm);
+            z_dead = z_dead || overlap(g.out[q], mul);
+        }
+        for (int q = 0; q < g.nin; q++)
+            if (overlap(g.in[q], nrm) || overlap(g.in[q], mul)) return false;
+        g.p.norm.x = (const float *)x->data, g.p.norm.w = (const float *)w->data;
+        g.p.norm.y = y_dead ? nullptr : (float *)nrm->data;
+        g.p.norm.z = z_dead ? nullptr : (float *)mul->data;
+        // y written in place as z (same layout) is overwritten by z: only z then
+        if (g.p.norm.y && g.p.norm.z && nrm->data == mul->data) g.p.norm.y = nullptr;
+        g.p.norm.eps = tg_get_params<float>(nrm);
+        if (!tg_cuda_mmv_can_fold(g.p)) return false;
+        *st = launch(g);
+        done[k] = 1;
+        counts[5]++;
         return true;
     }
 
     // gate = mm(wg, x), up = mm(wu, x), swiglu(gate, up) (gate and up in either order)
-    bool swiglu(int i, tg_status *st) {
+    bool plan_swiglu(int i, gemv_plan *g) {
+        *g = gemv_plan();
         const int j = next(i), k = j < 0 ? -1 : next(j);
         if (k < 0 || nodes[j]->op != TG_OP_MUL_MAT || nodes[k]->op != TG_OP_SWIGLU) return false;
         const tg_tensor *sw = nodes[k], *m0 = nodes[i], *m1 = nodes[j];
         if (sw->src[0] == m1 && sw->src[1] == m0) std::swap(m0, m1);
         if (sw->src[0] != m0 || sw->src[1] != m1 || m0->src[1] != m1->src[1]) return false;
         if (!sole(m0) || !sole(m1) || !tg_same_shape(m0, m1) || sw->type != TG_TYPE_F32) return false;
-        tg_cuda_mmv p;
+        tg_cuda_mmv &p = g->p;
         p.njob = 2, p.swiglu = true;
         tg_cuda_desc b1;
         if (!tg_cuda_mmv_job_of(be, m0, &p.job[0], &p.b) || !tg_cuda_mmv_job_of(be, m1, &p.job[1], &b1)) return false;
@@ -96,15 +155,17 @@ struct matcher {
         if (overlap(sw, b) || overlap(m0, b) || overlap(m1, b) || overlap(m0, m1) || !may_write(sw, m0) ||
             !may_write(sw, m1))
             return false;
-        *st = tg_cuda_mmv_launch(be, p, "swiglu");
-        done[j] = done[k] = 1;
-        counts[2]++;
+        g->more[0] = j, g->more[1] = k, g->nmore = 2;
+        g->out[0] = m0, g->out[1] = m1, g->out[2] = sw, g->nout = 3;
+        g->in[0] = m0->src[0], g->in[1] = m1->src[0], g->nin = 2;
+        g->kind = 2, g->call = "swiglu";
         return true;
     }
 
     // up to 3 products of one b back to back (q, k, v): one launch
-    bool shared_b(int i, tg_status *st) {
-        tg_cuda_mmv p;
+    bool plan_shared_b(int i, gemv_plan *g) {
+        *g = gemv_plan();
+        tg_cuda_mmv &p = g->p;
         if (!tg_cuda_mmv_job_of(be, nodes[i], &p.job[0], &p.b)) return false;
         p.njob = 1;
         const tg_tensor *b = nodes[i]->src[1];
@@ -126,14 +187,17 @@ struct matcher {
             idx[p.njob - 1] = j;
         }
         if (p.njob < 2) return false;
-        *st = tg_cuda_mmv_launch(be, p, "mul_mat");
-        for (int q = 1; q < p.njob; q++) done[idx[q]] = 1;
-        counts[3]++;
+        for (int q = 0; q < p.njob; q++) {
+            if (q > 0) g->more[g->nmore++] = idx[q];
+            g->out[g->nout++] = nodes[idx[q]], g->in[g->nin++] = nodes[idx[q]]->src[0];
+        }
+        g->kind = 3;
         return true;
     }
 
     // mm then add(mm, r) or add(r, mm), the product read by nothing else
-    bool mm_add(int i, tg_status *st) {
+    bool plan_mm_add(int i, gemv_plan *g) {
+        *g = gemv_plan();
         const tg_tensor *mm = nodes[i];
         const int j = next(i);
         if (j < 0 || nodes[j]->op != TG_OP_ADD || !sole(mm)) return false;
@@ -141,7 +205,7 @@ struct matcher {
         const tg_tensor *r = add->src[0] == mm ? add->src[1] : add->src[1] == mm ? add->src[0] : nullptr;
         if (!r || r == mm || !tg_same_shape(r, mm) || add->type != TG_TYPE_F32) return false;
         if (r->type != TG_TYPE_F32 && r->type != TG_TYPE_F16 && r->type != TG_TYPE_BF16) return false;
-        tg_cuda_mmv p;
+        tg_cuda_mmv &p = g->p;
         p.njob = 1;
         if (!tg_cuda_mmv_job_of(be, mm, &p.job[0], &p.b)) return false;
         if (!tg_cuda_mmv_like(p.job[0], mm, r, &p.job[0].r) || !tg_cuda_mmv_like(p.job[0], mm, add, &p.job[0].s))
@@ -149,9 +213,22 @@ struct matcher {
         const tg_tensor *b = mm->src[1];
         if (overlap(add, b) || overlap(mm, b) || overlap(mm, r) || !may_write(add, r) || !may_write(add, mm))
             return false;
-        *st = tg_cuda_mmv_launch(be, p, "add");
-        done[j] = 1;
-        counts[1]++;
+        g->more[0] = j, g->nmore = 1;
+        g->out[0] = mm, g->out[1] = add, g->nout = 2;
+        g->in[0] = mm->src[0], g->in[1] = r, g->nin = 2;
+        g->kind = 1, g->call = "add";
+        return true;
+    }
+
+    // one GEMV product on its own (taken only with a norm folded into it)
+    bool plan_one(int i, gemv_plan *g) {
+        *g = gemv_plan();
+        const tg_tensor *mm = nodes[i];
+        tg_cuda_mmv &p = g->p;
+        p.njob = 1;
+        if (!tg_cuda_mmv_job_of(be, mm, &p.job[0], &p.b) || overlap(mm, mm->src[1])) return false;
+        g->out[0] = mm, g->nout = 1;
+        g->in[0] = mm->src[0], g->nin = 1;
         return true;
     }
 
@@ -180,7 +257,12 @@ struct matcher {
             case TG_OP_ROPE:
             case TG_OP_ROPE_KV_UPDATE: return rope_pair(i, st);
             case TG_OP_RMS_NORM: return norm_mul(i, st);
-            case TG_OP_MUL_MAT: return swiglu(i, st) || shared_b(i, st) || mm_add(i, st);
+            case TG_OP_MUL_MAT: {
+                gemv_plan g;
+                if (!plan_swiglu(i, &g) && !plan_shared_b(i, &g) && !plan_mm_add(i, &g)) return false;
+                *st = launch(g);
+                return true;
+            }
             default: return false;
         }
     }

@@ -5,9 +5,14 @@
 //   mul_mat gate, mul_mat up, swiglu(gate, up)    -> one GEMV reading both weights
 //   up to 3 mul_mat sharing b (q, k, v)           -> one GEMV launch
 //   rope(q), rope_kv_update at the same positions -> one rope launch
+//   rms_norm, mul, then one of the GEMV launches above (or a lone GEMV)
+//                                                 -> the norm folded into the GEMV
 // Each fused kernel computes the same bits as the unfused kernels and still
 // writes the intermediate results (cheap at decode sizes), so an
 // intermediate read later (a graph output, a planner-off test) is intact.
+// The exception is the folded norm (knob norm_fold, mmv.cuh
+// tg_cuda_mmv_norm): the GEMV scales its sums by the norm's 1 / rms after
+// the products, within F32 rounding of the unfused result.
 // A fusion is taken only where the intermediate has no reader but its
 // partner, only views lie between the fused nodes, and no tensor written
 // early overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when

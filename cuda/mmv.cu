@@ -19,6 +19,14 @@
 // bench/NOTES.md.) On sm_90 the kernel is launched by programmatic dependent
 // launch: with weights no node of the graph writes, its first loads are in
 // flight before it waits for the kernel before it (common.cuh tg_pdl_wait).
+//
+// With an rms_norm * w folded in (tg_cuda_mmv_norm, NORM) b is x * w, built
+// as x and w are loaded, and each thread also sums the squares of its x
+// values (chunk by chunk in index order, as its products); the block's
+// reduction carries those sums beside the products' and the results are
+// scaled by 1 / rms at the end. The norm costs the block no step before its
+// first product (an earlier fold that summed x's squares first, in the norm
+// kernel's order, was measured slower: bench/NOTES.md, 2026-12-03).
 #include <climits>
 
 #include "mmv.cuh"
@@ -41,8 +49,9 @@ struct mmv_args {
 
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
 // VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
-template <typename TA, int NMAX, int R, bool VEC>
-__global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
+// NORM (VEC only): b = rms_norm(x) * w folded in (p.norm).
+template <typename TA, int NMAX, int R, bool VEC, bool NORM>
+__global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
     const tg_cuda_mmv &p = args.p;
@@ -64,14 +73,18 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
     const TA *arow[R];
 #pragma unroll
     for (int r = 0; r < R; r++) arow[r] = (const TA *)tg_cuda_mmv_row(p, j, m0, r, R, i2, i3);
-    const float *bcol[NMAX];
+    static_assert(VEC || !NORM, "the folded norm runs on the 16-byte path");
+    const float *bcol[NMAX];  // b's columns; x's with NORM
 #pragma unroll
-    for (int n = 0; n < NMAX; n++) bcol[n] = (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
-    float acc[R][NMAX];
+    for (int n = 0; n < NMAX; n++)
+        bcol[n] = NORM ? p.norm.x + (n < N ? n : 0) * K : (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
+    float acc[R][NMAX], ssq[NMAX];  // ssq: NORM, the squares of x's column n
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int n = 0; n < NMAX; n++) {
+        ssq[n] = 0.0f;
 #pragma unroll
-        for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+        for (int r = 0; r < R; r++) acc[r][n] = 0.0f;
+    }
 
     if (VEC) {
         const long long nchunk = K / VE;
@@ -97,6 +110,14 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
                 float w[R][VE];
 #pragma unroll
                 for (int r = 0; r < R; r++) tg_cuda_cvt16(raw[u][r], w[r], TA());
+                float g[NORM ? VE : 1];  // NORM: the norm's weights of the chunk
+                if constexpr (NORM) {
+#pragma unroll
+                    for (int e = 0; e < VE; e += 4) {
+                        const float4 v = __ldg((const float4 *)(p.norm.w + c * VE + e));
+                        g[e] = v.x, g[e + 1] = v.y, g[e + 2] = v.z, g[e + 3] = v.w;
+                    }
+                }
 #pragma unroll
                 for (int n = 0; n < NMAX; n++) {
                     if (n >= N) break;
@@ -105,6 +126,13 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
                     for (int e = 0; e < VE; e += 4) {
                         const float4 v = __ldg((const float4 *)(bcol[n] + c * VE + e));
                         x[e] = v.x, x[e + 1] = v.y, x[e + 2] = v.z, x[e + 3] = v.w;
+                    }
+                    if constexpr (NORM) {
+#pragma unroll
+                        for (int e = 0; e < VE; e++) {
+                            ssq[n] = fmaf(x[e], x[e], ssq[n]);
+                            x[e] *= g[e];
+                        }
                     }
 #pragma unroll
                     for (int r = 0; r < R; r++)
@@ -131,7 +159,9 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
 
     if (args.late) tg_pdl_trigger();
     // block reduction: warp sums, then the warps' partials in warp order
-    __shared__ float sh[kWarps][R * NMAX];
+    // (NORM: x's squares after the products, at R * NMAX + n)
+    constexpr int NS = R * NMAX + (NORM ? NMAX : 0);
+    __shared__ float sh[kWarps][NS];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
@@ -139,6 +169,13 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
             const float v = tg_warp_sum(acc[r][n]);
             if (lane == 0) sh[warp][r * NMAX + n] = v;
         }
+    if constexpr (NORM) {
+#pragma unroll
+        for (int n = 0; n < NMAX; n++) {
+            const float v = tg_warp_sum(ssq[n]);
+            if (lane == 0) sh[warp][R * NMAX + n] = v;
+        }
+    }
     __syncthreads();
     auto total = [&](int i) {
         float t = sh[0][i];
@@ -146,12 +183,27 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
         for (int w = 1; w < kWarps; w++) t += sh[w][i];
         return t;
     };
+    // NORM: column n's 1 / rms (1 otherwise), the same in every block
+    auto scale = [&](int n) { return NORM ? tg_cuda_rms_scale(total(R * NMAX + n), K, p.norm.eps) : 1.0f; };
+    if constexpr (NORM) {
+        // the norm's own results, for a reader after this launch: element e of
+        // the N * K by thread e % 128 of block e / 128 (grid-stride)
+        if (p.norm.y || p.norm.z) {
+            const long long nthreads = (long long)gridDim.x * kThreads;
+            for (long long e = (long long)blockIdx.x * kThreads + threadIdx.x; e < (long long)N * K; e += nthreads) {
+                const int n = (int)(e / K);
+                const float v = p.norm.x[e] * scale(n);
+                if (p.norm.y) p.norm.y[e] = v;
+                if (p.norm.z) p.norm.z[e] = v * p.norm.w[e - (long long)n * K];
+            }
+        }
+    }
     if (p.swiglu) {
         for (int i = threadIdx.x; i < (R / 2) * NMAX; i += kThreads) {
             const int r = i / NMAX, n = i % NMAX;
             const long long m = m0 + r;
             if (n >= N || m >= p.job[0].a.ne[1]) continue;
-            const float g = total(r * NMAX + n), u = total((r + R / 2) * NMAX + n);
+            const float s = scale(n), g = total(r * NMAX + n) * s, u = total((r + R / 2) * NMAX + n) * s;
             tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, g, u);
         }
         return;
@@ -161,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 ? 6 : 8) : 1) mm
         const int r = i / NMAX, n = i % NMAX;
         const long long m = m0 + r;
         if (n >= N || m >= jb.a.ne[1]) continue;
-        const float v = total(i);
+        const float v = total(i) * scale(n);
         tg_cuda_mmv_store(jb, m, n, i2, i3, v);
     }
 }
@@ -200,8 +252,9 @@ struct mmv_launch {
 template <typename TA, int NMAX, int R>
 void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
     const dim3 grid((unsigned)args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1], (unsigned)L.batches);
-    if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true>, grid, kThreads, 0, args);
-    else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false>, grid, kThreads, 0, args);
+    if (args.p.norm.x) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, true>, grid, kThreads, 0, args);
+    else if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, false>, grid, kThreads, 0, args);
+    else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false, false>, grid, kThreads, 0, args);
 }
 
 // R in {1, 2, 4}, at least NMAX / 2 (and 2 for swiglu)
@@ -275,6 +328,28 @@ tg_cuda_pdl_class tg_cuda_mmv_pdl_class(const tg_cuda_mmv &p) {
     return p.job[0].a.ne[0] > 4096 ? TG_CUDA_PDL_MMV_ADD_LONG : TG_CUDA_PDL_MMV_ADD;
 }
 
+namespace {
+
+// The 16-byte path: K a multiple of a load's elements, every row (and b,
+// or x and w when a norm is folded in) 16-byte aligned.
+bool vec_path(const tg_cuda_mmv &p) {
+    const size_t ts = tg_type_size(p.job[0].a.type);
+    bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0;
+    if (p.norm.x) vec = vec && (uintptr_t)p.norm.x % 16 == 0 && (uintptr_t)p.norm.w % 16 == 0;
+    else vec = vec && aligned16(p.b);
+    for (int j = 0; j < p.njob; j++) vec = vec && aligned16(p.job[j].a);
+    return vec;
+}
+
+}  // namespace
+
+bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p) {
+    const tg_cuda_mmv_job &j0 = p.job[0];
+    // quantized weights: b quantized from x * w (any alignment), scaled in the quantized GEMV's epilogue
+    return p.norm.x && p.norm.w && (tg_type_is_quantized(j0.a.type) || vec_path(p)) && j0.d.ne[1] <= 8 &&
+           j0.d.ne[2] * j0.d.ne[3] == 1;
+}
+
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p) {
     if (p.njob < 1 || p.njob > TG_CUDA_MMV_MAX_JOBS || (p.swiglu && p.njob != 2)) return false;
     const tg_cuda_mmv_job &j0 = p.job[0];
@@ -294,15 +369,13 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     tg_cuda_impl *impl = tg_cuda(be);
     const int N = (int)p.job[0].d.ne[1];
     const tg_type ta = p.job[0].a.type;
+    if (p.norm.x && !tg_cuda_mmv_can_fold(p))  // the caller checks: not reached
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] rms_norm cannot be folded into this GEMV", call);
     if (tg_type_is_quantized(ta)) return tg_cuda_mmvq_launch(be, p, call);
     impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "gemv";
-    const size_t ts = tg_type_size(ta);
-    bool vec = p.job[0].a.ne[0] % (long long)(16 / ts) == 0 && aligned16(p.b);
+    const bool vec = vec_path(p);
     long long rows = 0;
-    for (int j = 0; j < p.njob; j++) {
-        vec = vec && aligned16(p.job[j].a);
-        rows += p.job[j].a.ne[1];
-    }
+    for (int j = 0; j < p.njob; j++) rows += p.job[j].a.ne[1];
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
     // R: at least N / 2 (b's loads per weight byte); doubled while the grid

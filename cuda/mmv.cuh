@@ -2,7 +2,7 @@
 // epilogues the backend's fusions need (cuda/fuse.cu): one launch computes
 // up to three products that share b (q, k, v), each optionally followed by
 // an add of a same-shape tensor (the residual), or the pair gate/up followed
-// by swiglu.
+// by swiglu; and, folded in, the rms_norm * w that produces b.
 #pragma once
 #include "common.cuh"
 
@@ -15,13 +15,38 @@ struct tg_cuda_mmv_job {
 
 constexpr int TG_CUDA_MMV_MAX_JOBS = 3;
 
+// b = rms_norm(x) * w folded into the GEMV (cuda/fuse.cu, knob norm_fold):
+// b is not read. Each block multiplies x by w as it loads them, sums x's
+// squares beside its products (every block covers all of K) and scales its
+// sums by the column's 1 / rms at the end (quantized weights: the quantize
+// kernel quantizes x * w and writes x's sums of squares per block of 32,
+// which the GEMV adds up at its end): sum_k a[k] (x[k] w[k]) * s where
+// the unfused kernels compute sum_k a[k] ((x[k] s) w[k]); the same value
+// within F32 rounding, not the same bits. x: the N columns of b, contiguous
+// rows of K floats (one batch); w: K floats. y = rms_norm(x) and z = y * w
+// (= b) are written by the blocks (a few elements each) with the launch's
+// scale, each skipped when nullptr.
+struct tg_cuda_mmv_norm {
+    const float *x = nullptr;  // nullptr: no norm folded in
+    const float *w = nullptr;
+    float *y = nullptr, *z = nullptr;
+    float eps = 0.0f;
+};
+
 struct tg_cuda_mmv {
     tg_cuda_mmv_job job[TG_CUDA_MMV_MAX_JOBS];
     int njob = 0;
     tg_cuda_desc b;      // shared by every job, F32
     bool swiglu = false; // njob == 2: h = swiglu(job 0's d, job 1's d)
     tg_cuda_desc h;
+    tg_cuda_mmv_norm norm;
 };
+
+// The rms_norm scale of a row of n values whose squares sum to ss (the norm
+// kernel's formula, cuda/norm.cu).
+__device__ inline float tg_cuda_rms_scale(float ss, long long n, float eps) {
+    return 1.0f / sqrtf(ss / (float)n + eps);
+}
 
 // Device helpers shared by the F16/F32 GEMV (mmv.cu) and the quantized one
 // (mul_mat_quant.cu), so both kernels address rows and write epilogues alike.
@@ -88,6 +113,11 @@ bool tg_cuda_mmv_like(const tg_cuda_mmv_job &job, const tg_tensor *mm, const tg_
 // Launch p. The jobs must share b, a's type, N and the batch dims (checked:
 // false when they do not, nothing launched).
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
+// p.norm can be folded into p's launch: quantized weights (b quantized from
+// x * w, the scale in the quantized GEMV's epilogue), or F16/BF16/F32
+// weights on the 16-byte path (K a multiple of a load's elements, every row
+// and x, w 16-byte aligned); one batch of at most 8 columns.
+bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p);
 // The launch class of a GEMV launch (knob pdl_mask), F16/BF16/F32 or quantized
 tg_cuda_pdl_class tg_cuda_mmv_pdl_class(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
@@ -97,5 +127,6 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);
 // Its scratch: the bytes for b quantized (ncols columns of K), of which the
 // first *q_bytes hold the int8 values (column c at c * K), then the (d, d * sum)
-// pairs (column c at c * K / 32).
+// pairs (column c at c * K / 32), then (256-byte aligned) a folded norm's sums
+// of squares (one float per block of 32).
 size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes);

@@ -54,13 +54,24 @@ size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 // at qs + c * K and its K / 32 pairs (d, d * sum of the block's q) at
 // ds + c * K / 32. One warp per block of 32, a lane per element. A block with
 // a NaN or inf gets d = NaN, so the products it enters are NaN.
-__global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long long nblk, long long kb) {
+// With a folded norm (nm.x, the GEMV's tg_cuda_mmv_norm; b is then not read)
+// the values quantized are x * w, and each block's sum of x's squares (the
+// warp's shuffle tree) goes to ss[blk]: the GEMV adds a column's K / 32 sums
+// for its scale (mmvq_kernel).
+__global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long long nblk, long long kb,
+                                  tg_cuda_mmv_norm nm = {}, float *ss = nullptr) {
     tg_pdl_trigger();
     tg_pdl_wait();
     const int lane = threadIdx.x % 32;
     const long long nw = (long long)gridDim.x * blockDim.x / 32;
     for (long long blk = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; blk < nblk; blk += nw) {
         const long long col = blk / kb, j = blk % kb;
+        if (nm.x) {  // one batch of contiguous columns of K = 32 kb
+            const float x = nm.x[blk * 32 + lane], sq = tg_warp_sum(x * x);
+            if (lane == 0) ss[blk] = sq;
+            tg_cuda_q8_block(x * nm.w[j * 32 + lane], qs + blk * 32 + lane, ds + blk);
+            continue;
+        }
         const long long n = col % b.ne[1], i2 = (col / b.ne[1]) % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
         const float x = tg_cuda_load(tg_cuda_ptr(b, j * 32 + lane, n, i2, i3), b.type);
         tg_cuda_q8_block(x, qs + blk * 32 + lane, ds + blk);
@@ -271,6 +282,7 @@ struct mmvq_args {
     int wpr;             // warps per group: 1, 2 or 4
     const int8_t *bq;    // b quantized: column c's K int8 at bq + c * K
     const float2 *bd;    // and its (d, d * sum q) pairs at bd + c * K / 32
+    const float *bss;    // folded norm (p.norm.x): x's sums of squares per block of 32, at bss + c * K / 32
     bool pdl;            // launched by programmatic dependent launch
     int a_const;         // no node of the graph writes the weights: first loads before tg_pdl_wait
     int late;            // trigger the next kernel's launch after the loads, not at the start (knob mmv_trigger)
@@ -373,7 +385,31 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
         }
     if (wpr > 1) __syncthreads();  // wpr is the same for the whole block
     else __syncwarp();
-    if (!active || part != 0 || lane >= R * NMAX) return;
+    if (!active || part != 0) return;
+    // folded norm: column n's 1 / rms from its K / 32 sums of squares (lane
+    // order, then the shuffle tree: the same in every warp), the norm's y and
+    // z by the groups' first warps, grid-stride
+    float sc[NMAX];
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) {
+        sc[n] = 1.0f;
+        if (!args.bss || n >= N) continue;
+        float t = 0.0f;
+        for (long long b = lane; b < kb; b += 32) t += args.bss[(c0 + n) * kb + b];
+        sc[n] = tg_cuda_rms_scale(tg_warp_sum(t), K, p.norm.eps);
+    }
+    if (args.bss && (p.norm.y || p.norm.z))
+        for (long long e = g * 32 + lane; e < (long long)N * K; e += args.ngroups * 32) {
+            const int n = (int)(e / K);
+            float s = sc[0];
+#pragma unroll
+            for (int q = 1; q < NMAX; q++)
+                if (q == n) s = sc[q];
+            const float v = p.norm.x[e] * s;
+            if (p.norm.y) p.norm.y[e] = v;
+            if (p.norm.z) p.norm.z[e] = v * p.norm.w[e - (long long)n * K];
+        }
+    if (lane >= R * NMAX) return;
     auto total = [&](int i) {
         float t = red[warp][i];
         for (int q = 1; q < wpr; q++) t += red[warp + q][i];
@@ -382,17 +418,21 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     // lane i writes output i = r * NMAX + n
     const int r = lane / NMAX, n = lane % NMAX;
     if (n >= N) return;
+    float s = sc[0];  // (sc[n] without a local-memory index)
+#pragma unroll
+    for (int q = 1; q < NMAX; q++)
+        if (q == n) s = sc[q];
     if (p.swiglu) {
         const long long m = m0 + r;
         if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;
-        const float gv = total(lane), uv = total(lane + (R / 2) * NMAX);
+        const float gv = total(lane) * s, uv = total(lane + (R / 2) * NMAX) * s;
         tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
         return;
     }
     const tg_cuda_mmv_job &jb = p.job[j];
     const long long m = m0 + r;
     if (m >= jb.a.ne[1]) return;
-    const float v = total(lane);
+    const float v = total(lane) * s;
     tg_cuda_mmv_store(jb, m, n, i2, i3, v);
 }
 
@@ -494,7 +534,7 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
 
 size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes) {
     *q_bytes = align256((size_t)(ncols * K));
-    return *q_bytes + (size_t)(ncols * (K / 32)) * sizeof(float2);
+    return *q_bytes + align256((size_t)(ncols * (K / 32)) * sizeof(float2)) + (size_t)(ncols * (K / 32)) * sizeof(float);
 }
 
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
@@ -511,12 +551,14 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.p = p;
     args.bq = (const int8_t *)scratch;
     args.bd = (const float2 *)(scratch + q_bytes);
+    float *bss = (float *)(scratch + q_bytes + align256((size_t)(ncols * kb) * sizeof(float2)));
+    args.bss = p.norm.x ? bss : nullptr;
     // b quantized to 8-bit blocks once per launch (bench/NOTES.md: quantizing it in the norm that
     // writes it, or in every GEMV block, measured slower)
     const long long nblk = ncols * kb;
     const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
     tg_cuda_launch(pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
-                   (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb);
+                   (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb, p.norm, bss);
     TG_CUDA_LAUNCHED(be, call);
     args.pdl = pdl;
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);

@@ -5,6 +5,7 @@
 
 #include "common.cuh"
 #include "fuse.cuh"
+#include "mmv.cuh"
 #include "ops.h"
 
 enum { NORM_RMS, NORM_L2, NORM_SOFTMAX };
@@ -130,7 +131,7 @@ __global__ void norm_kernel(tg_cuda_desc x, tg_cuda_desc y, long long nrows, flo
                     if (i0 + (long long)u * TPR < n0) ss += xv[u] * xv[u];
             }
             ss = row_reduce<WPR, false>(ss, sh);
-            const float inv = 1.0f / sqrtf((OP == NORM_RMS ? ss / (float)n0 : ss) + param);
+            const float inv = OP == NORM_RMS ? tg_cuda_rms_scale(ss, n0, param) : 1.0f / sqrtf(ss + param);
             for (long long i0 = tid; i0 < n0; i0 += (long long)kRound * TPR) {
                 if (!one_round) load_round(i0);
 #pragma unroll

@@ -80,6 +80,14 @@ struct tg_cuda_sig_knobs {
     // TG_CUDA_PDL_MMV_PRE keeps the GEMVs' weight loads after their wait. 0
     // none. Results do not depend on it.
     int pdl_mask = 0;
+    // rms_norm * w folded into the GEMV that reads it (cuda/fuse.cu,
+    // docs/ops.md): 0 (default) folded where allowed (the GEMV multiplies x by
+    // w as it loads it, or quantizes x * w, sums x's squares beside its
+    // products and scales its sums by the norm's 1/rms at the end; the
+    // products are then not the unfused bits, within F32 rounding of them), 1
+    // never (the norm kernel runs, every fused result is the unfused bits).
+    // Env TG_CUDA_NORM_FOLD=0 sets 1 when the backend is created.
+    int norm_fold = 0;
     // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
     // kernel, b quantized once per launch, U units per row per lane in
     // flight; the fusions take quantized products too), 1 the per-product
@@ -145,9 +153,10 @@ double tg_cuda_wait_us(tg_backend *be);
 long long tg_cuda_mm_b_reuses(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
-// mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update.
-// All 0 with fusion off.
-constexpr int TG_CUDA_FUSION_KINDS = 5;
+// mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update,
+// and (kind 5) rms_norm*w folded into the GEMV after it (also counted as
+// kind 0, and as its GEMV's kind 1-3 where it has one). All 0 with fusion off.
+constexpr int TG_CUDA_FUSION_KINDS = 6;
 void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]);
 // Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it
 // was created). Change it only while no compute runs; captures taken with the

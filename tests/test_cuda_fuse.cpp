@@ -5,16 +5,21 @@
 // residual) runs on CUDA with fusion on, with fusion off, and on the CPU
 // backend, on the same random data, at the 1.1B model's sizes and at odd
 // ones (K not a multiple of 8, odd M, N 1..8, and N 9 where only the norm
-// fuses), with F32/F16/BF16 and quantized (Q8_0, Q4_0, Q4_K) weights. The fused kernels compute the unfused kernels' arithmetic in the
-// same order, so fused and unfused results must be bit-identical; both
-// must match the CPU within 1e-4 relative L2 (F32 accumulation in another
-// order). The compute buffer is poisoned with NaN before each compute, every
+// fuses), with F32/F16/BF16 and quantized (Q8_0, Q4_0, Q4_K) weights. The
+// fused kernels compute the unfused kernels' arithmetic in the same order, so
+// with the norm not folded into its GEMV (knob norm_fold) fused and unfused
+// results must be bit-identical; with the fold (the default, F16/BF16/F32
+// weights on the 16-byte path, quantized weights) within 1e-5 relative L2
+// of them (1e-3 quantized; the norm's scale applied after the products),
+// and the fold must have been taken where it can be. All must match the CPU within 1e-4 relative L2 (F32
+// accumulation in another order). The compute buffer is poisoned with NaN before each compute, every
 // output lands in a sink whose random tail must come back intact, and the
 // fused graph is computed three times (plain, captured, replayed). A variant
 // whose graph also outputs the intermediates (so those fusions must not
 // happen) must be just as correct. Llama models (a toy F16 one and the
 // shipped llama-recall) decode the same tokens with identical logits with
 // fusion on and off. TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -190,19 +195,23 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     tg_backend *cpu = tg_backend_cpu(2);
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> cpu_guard(cpu, tg_backend_free);
 
-    layer_result fused, plain, ref;
+    layer_result fused, nofold, plain, ref;
     tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;
     tg_cuda_knobs(gpu)->mmv_trigger = c.mmv_trigger;
     tg_cuda_knobs(gpu)->pdl_mask = c.pdl_mask;
     tg_cuda_set_fuse(gpu, true);
     run_layer(gpu, c, d, 3, &fused);  // plain run, capture, replay
     if (HasFatalFailure()) return;
+    tg_cuda_knobs(gpu)->norm_fold = 1;
+    run_layer(gpu, c, d, 3, &nofold);
+    if (HasFatalFailure()) return;
+    tg_cuda_knobs(gpu)->norm_fold = 0;
     tg_cuda_set_fuse(gpu, false);
     run_layer(gpu, c, d, 1, &plain);
     if (HasFatalFailure()) return;
     run_layer(cpu, c, d, 1, &ref);
     if (HasFatalFailure()) return;
-    EXPECT_TRUE(fused.tails_ok && plain.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
+    EXPECT_TRUE(fused.tails_ok && nofold.tails_ok && plain.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
     // launch knobs change when kernels start, never what they compute: the
     // fused replay equals the default launches' bit for bit
     if (c.mmv_trigger || c.pdl_mask) {
@@ -224,27 +233,43 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     const int expect[4] = {c.use_intermediates ? 1 : 2, gemv ? (c.use_intermediates ? 1 : 2) : 0,
                            gemv && !c.use_intermediates ? 1 : 0, gemv ? (c.use_intermediates ? 2 : 1) : 0};
     for (int k = 0; k < 4; k++) EXPECT_EQ(fused.fusions[k], expect[k]) << "fusion kind " << k;
+    for (int k = 0; k < 4; k++) EXPECT_EQ(nofold.fusions[k], expect[k]) << "fusion kind " << k << " without the fold";
     EXPECT_EQ(fused.fusions[4], 0) << "a rope pair in a graph without rope";
+    // the norm folded into the GEMV after it: quantized weights, or float ones on the 16-byte path
+    const bool quant = tg_type_is_quantized(c.wt);
+    const bool fold = gemv && (quant || c.E % (c.wt == TG_TYPE_F32 ? 4 : 8) == 0);
+    EXPECT_EQ(fused.fusions[5], fold ? expect[0] : 0) << "norms folded into their GEMV";
+    EXPECT_EQ(nofold.fusions[5], 0) << "a norm folded with knob norm_fold 1";
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) EXPECT_EQ(plain.fusions[k], 0) << "fusion kind " << k << " with fusion off";
 
     const size_t nout = ref.outs.size();
     ASSERT_EQ(plain.outs.size(), nout);
     ASSERT_EQ(fused.outs.size(), 3 * nout);
+    ASSERT_EQ(nofold.outs.size(), 3 * nout);
     for (size_t o = 0; o < nout; o++) {
+        const size_t n = plain.outs[o].size();
         for (int run = 0; run < 3; run++) {
-            const std::vector<float> &f = fused.outs[run * nout + o];
-            ASSERT_EQ(f.size(), plain.outs[o].size());
-            EXPECT_EQ(memcmp(f.data(), plain.outs[o].data(), f.size() * 4), 0)
-                << "output " << o << " run " << run << ": fused differs from unfused";
+            const std::vector<float> &f = nofold.outs[run * nout + o], &g = fused.outs[run * nout + o];
+            ASSERT_EQ(f.size(), n);
+            ASSERT_EQ(g.size(), n);
+            EXPECT_EQ(memcmp(f.data(), plain.outs[o].data(), n * 4), 0)
+                << "output " << o << " run " << run << ": fused (no fold) differs from unfused";
+            // the fold: the same bits in every run (plain, capture, replay); the unfused bits without it
+            EXPECT_EQ(memcmp(g.data(), (fold ? fused.outs[o] : plain.outs[o]).data(), n * 4), 0)
+                << "output " << o << " run " << run << (fold ? ": folded runs differ" : ": fused differs from unfused");
         }
-        const double e = rel_l2(plain.outs[o], ref.outs[o]);
-        printf("[ fuse     ] %-22s output %zu: relative L2 error vs CPU %.3g\n", c.name, o, e);
+        for (float v : fused.outs[o]) ASSERT_TRUE(std::isfinite(v)) << "output " << o;
+        const double e = rel_l2(plain.outs[o], ref.outs[o]), ef = rel_l2(fused.outs[o], plain.outs[o]);
+        printf("[ fuse     ] %-22s output %zu: relative L2 error vs CPU %.3g, folded vs unfused %.3g\n", c.name, o,
+               e, ef);
+        // (quantized: b's 8-bit rounding of x * w may differ from that of (x * s) * w in a rare element)
+        if (fold) EXPECT_LE(ef, quant ? 1e-3 : 1e-5) << "output " << o << ": the folded norm";
         // N > 8: 16-bit weights multiply on tensor cores with b rounded to their type;
         // quantized weights: the GPU rounds b to 8 bits per block of 32 (the CPU
         // quantizes activations its own way), through four products in a row
-        const bool quant = tg_type_is_quantized(c.wt);
         const double tol = quant ? 3e-2 : c.N > 8 && c.wt != TG_TYPE_F32 ? 4e-3 : 1e-4;
         EXPECT_LE(e, tol) << "output " << o;
+        EXPECT_LE(rel_l2(fused.outs[o], ref.outs[o]), tol) << "output " << o << " (fused)";
     }
 }
 
@@ -312,9 +337,10 @@ TEST(CudaFuse, EnvironmentSwitchTurnsFusionOff) {
 
 // Greedy decoding of m on its backend gpu: a prompt of 5, then steps tokens
 // (each step a CUDA-graph replay after the first); the tokens, every step's
-// logits, and the fusions of the last step.
+// logits, and the fusions of the last step. With force, its tokens are fed
+// instead of the greedy ones (and returned).
 void greedy_decode(tg_backend *gpu, tgm::model *m, int steps, std::vector<int32_t> *toks, std::vector<float> *logits,
-                   int f[TG_CUDA_FUSION_KINDS]) {
+                   int f[TG_CUDA_FUSION_KINDS], const std::vector<int32_t> *force = nullptr) {
     const int V = m->hp.n_vocab, P = 5;
     tgm::session *s = tgm::session_new(m, 1, P + steps + 1);
     ASSERT_NE(s, nullptr) << tg_last_error();
@@ -324,6 +350,7 @@ void greedy_decode(tg_backend *gpu, tgm::model *m, int steps, std::vector<int32_
     tgm::sampler greedy;
     for (int i = 0; i < steps; i++) {
         int32_t t = greedy.sample(l.data(), V);
+        if (force) t = (*force)[(size_t)i];
         toks->push_back(t);
         logits->insert(logits->end(), l.begin(), l.end());
         ASSERT_EQ(tgm::session_eval(s, 0, 1, &t, 1, false, &l), TG_OK) << tg_last_error();
@@ -339,31 +366,58 @@ void expect_same(const std::vector<int32_t> (&toks)[2], const std::vector<float>
     for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x));
 }
 
-// Greedy decoding of a llama with fusion on and off: same tokens, same logits bit for bit.
+// Greedy decoding of a llama unfused, fused without the norm fold (knob
+// norm_fold 1: same tokens, same logits bit for bit), and fused with it, fed
+// the unfused tokens: every step's logits within 1e-4 relative L2 of the
+// unfused ones, and the same argmax wherever the unfused top two differ by
+// more than 1e-3 of the top's magnitude.
 void decode_both(const std::string &path, int steps) {
     tg_backend *gpu = tg_backend_cuda(0);
     ASSERT_NE(gpu, nullptr) << tg_last_error();
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> guard(gpu, tg_backend_free);
     tgm::model *m = tgm::model_load(path.c_str(), gpu);
     ASSERT_NE(m, nullptr) << tg_last_error();
-    std::vector<int32_t> toks[2];
-    std::vector<float> logits[2];
-    for (int pass = 0; pass < 2; pass++) {
-        tg_cuda_set_fuse(gpu, pass == 0);
+    std::vector<int32_t> toks[3];
+    std::vector<float> logits[3];
+    for (int pass = 0; pass < 3; pass++) {  // unfused, fused without the fold, fused
+        tg_cuda_set_fuse(gpu, pass > 0);
+        tg_cuda_knobs(gpu)->norm_fold = pass == 1 ? 1 : 0;
         int f[TG_CUDA_FUSION_KINDS];
-        greedy_decode(gpu, m, steps, &toks[pass], &logits[pass], f);
+        greedy_decode(gpu, m, steps, &toks[pass], &logits[pass], f, pass == 2 ? &toks[0] : nullptr);
         if (::testing::Test::HasFatalFailure()) break;
         int all = 0;
         for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) all += f[k];
         if (pass == 0) {
+            EXPECT_EQ(all, 0);
+        } else {
             EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no GEMV or norm fusion in a llama decode step";
             EXPECT_EQ(f[4], m->hp.n_layer) << "rope(q) + rope_kv_update not one launch in every layer";
-        } else {
-            EXPECT_EQ(all, 0);
+            if (pass == 1) EXPECT_EQ(f[5], 0) << "a norm folded with knob norm_fold 1";
+            else EXPECT_GT(f[5], 0) << "no norm folded into its GEMV";
         }
     }
+    tg_cuda_knobs(gpu)->norm_fold = 0;
+    const size_t V = (size_t)m->hp.n_vocab;
     tgm::model_free(m);
-    expect_same(toks, logits);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_same({toks[0], toks[1]}, {logits[0], logits[1]});
+    ASSERT_EQ(logits[2].size(), logits[0].size());
+    ASSERT_EQ(logits[0].size(), (size_t)steps * V);
+    int clear = 0;
+    for (int i = 0; i < steps; i++) {
+        const std::vector<float> a(logits[2].begin() + i * V, logits[2].begin() + (i + 1) * V);
+        const std::vector<double> r(logits[0].begin() + i * V, logits[0].begin() + (i + 1) * V);
+        for (float x : a) ASSERT_TRUE(std::isfinite(x)) << "step " << i;
+        EXPECT_LE(tgt::rel_error(a, r), 1e-4) << "step " << i << ": folded norm";
+        const size_t top = (size_t)(std::max_element(r.begin(), r.end()) - r.begin());
+        double second = -INFINITY;
+        for (size_t v = 0; v < V; v++)
+            if (v != top) second = std::max(second, r[v]);
+        if (r[top] - second <= 1e-3 * std::fabs(r[top])) continue;
+        clear++;
+        EXPECT_EQ((size_t)(std::max_element(a.begin(), a.end()) - a.begin()), top) << "step " << i;
+    }
+    EXPECT_GT(clear, 0) << "no step with a clear top token";
 }
 
 // A toy F16 llama (8/2 heads) written to a temp file, TG_TEST_SMALL shrinking
