@@ -98,35 +98,36 @@ struct matcher {
     }
 
     // rms_norm(x) * w (nodes i, j) folded into the GEMV launch that reads its
-    // result next (mmv.cuh tg_cuda_mmv_norm): every block reads x and w while
-    // the launch writes its outputs, and its blocks write the norm's y and z,
-    // which nothing the launch reads may overlap. y or z overlapping an
-    // output of the launch had its storage given to that output by the
-    // planner (nothing reads it after the launch): it is not written then.
+    // result next (mmv.cuh tg_cuda_mmv_norm): every block reads x and w (one
+    // row of K: the kernels do not broadcast it) while the launch writes its
+    // outputs, and its blocks write the norm's y and z (z may have readers
+    // after the launch), which nothing the launch reads may overlap. y
+    // overlapping an output of the launch had its storage given to that
+    // output by the planner (y's only reader is the mul): it is not written
+    // then. An output overlapping z declines the fold.
     bool fold(int i, int j, const tg_tensor *x, const tg_tensor *w, tg_status *st) {
         if (tg_cuda(be)->sig.norm_fold == 1) return false;
         const tg_tensor *nrm = nodes[i], *mul = nodes[j];
         const int k = next(j);
         if (k < 0 || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != mul) return false;
         if (x->type != TG_TYPE_F32 || w->type != TG_TYPE_F32 || !tg_is_contiguous(x) || !tg_is_contiguous(w) ||
-            !tg_is_contiguous(nrm) || !tg_is_contiguous(mul) || tg_nelements(w) != x->ne[0])
+            !tg_is_contiguous(nrm) || !tg_is_contiguous(mul) || w->ne[0] != x->ne[0] || tg_nrows(w) != 1)
             return false;
         gemv_plan g;
         if (!plan_swiglu(k, &g) && !plan_shared_b(k, &g) && !plan_mm_add(k, &g) && !plan_one(k, &g)) return false;
         // x's rows are b's columns: one batch of them (the GEMV merged batches into columns)
         if (tg_nrows(x) != g.p.job[0].d.ne[1]) return false;
         if (overlap(nrm, x) || overlap(mul, x) || (overlap(nrm, mul) && !same_layout(nrm, mul))) return false;
-        bool y_dead = false, z_dead = false;
+        bool y_dead = false;
         for (int q = 0; q < g.nout; q++) {
-            if (overlap(g.out[q], x) || overlap(g.out[q], w)) return false;
+            if (overlap(g.out[q], x) || overlap(g.out[q], w) || overlap(g.out[q], mul)) return false;
             y_dead = y_dead || overlap(g.out[q], nrm);
-            z_dead = z_dead || overlap(g.out[q], mul);
         }
         for (int q = 0; q < g.nin; q++)
             if (overlap(g.in[q], nrm) || overlap(g.in[q], mul)) return false;
         g.p.norm.x = (const float *)x->data, g.p.norm.w = (const float *)w->data;
         g.p.norm.y = y_dead ? nullptr : (float *)nrm->data;
-        g.p.norm.z = z_dead ? nullptr : (float *)mul->data;
+        g.p.norm.z = (float *)mul->data;
         // y written in place as z (same layout) is overwritten by z: only z then
         if (g.p.norm.y && g.p.norm.z && nrm->data == mul->data) g.p.norm.y = nullptr;
         g.p.norm.eps = tg_get_params<float>(nrm);

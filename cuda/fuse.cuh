@@ -12,9 +12,11 @@
 // intermediate read later (a graph output, a planner-off test) is intact.
 // The exception is the folded norm (knob norm_fold, mmv.cuh
 // tg_cuda_mmv_norm): the GEMV scales its sums by the norm's 1 / rms after
-// the products, within F32 rounding of the unfused result.
+// the products, within F32 rounding of the unfused result; it writes the
+// mul's result z (which may have later readers) and the norm's y unless y
+// shares storage with z or with an output of the launch (nothing else reads y).
 // A fusion is taken only where the intermediate has no reader but its
-// partner, only views lie between the fused nodes, and no tensor written
+// partner (the folded norm: the norm's result; the mul's may have others), only views lie between the fused nodes, and no tensor written
 // early overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when
 // the backend is created) turns fusion off.
 #pragma once

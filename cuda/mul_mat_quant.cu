@@ -386,9 +386,10 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     if (wpr > 1) __syncthreads();  // wpr is the same for the whole block
     else __syncwarp();
     if (!active || part != 0) return;
-    // folded norm: column n's 1 / rms from its K / 32 sums of squares (lane
-    // order, then the shuffle tree: the same in every warp), the norm's y and
-    // z by the groups' first warps, grid-stride
+    // folded norm (one batch: tg_cuda_mmv_can_fold, so c0 is 0 and y and z
+    // are indexed as x): column n's 1 / rms from its K / 32 sums of squares
+    // (lane order, then the shuffle tree: the same in every warp), the norm's
+    // y and z by the groups' first warps, grid-stride
     float sc[NMAX];
 #pragma unroll
     for (int n = 0; n < NMAX; n++) {
@@ -398,14 +399,17 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
         for (long long b = lane; b < kb; b += 32) t += args.bss[(c0 + n) * kb + b];
         sc[n] = tg_cuda_rms_scale(tg_warp_sum(t), K, p.norm.eps);
     }
+    auto scale_of = [&](int n) {  // sc[n] without a local-memory index
+        float v = sc[0];
+#pragma unroll
+        for (int q = 1; q < NMAX; q++)
+            if (q == n) v = sc[q];
+        return v;
+    };
     if (args.bss && (p.norm.y || p.norm.z))
         for (long long e = g * 32 + lane; e < (long long)N * K; e += args.ngroups * 32) {
             const int n = (int)(e / K);
-            float s = sc[0];
-#pragma unroll
-            for (int q = 1; q < NMAX; q++)
-                if (q == n) s = sc[q];
-            const float v = p.norm.x[e] * s;
+            const float v = p.norm.x[e] * scale_of(n);
             if (p.norm.y) p.norm.y[e] = v;
             if (p.norm.z) p.norm.z[e] = v * p.norm.w[e - (long long)n * K];
         }
@@ -418,10 +422,7 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     // lane i writes output i = r * NMAX + n
     const int r = lane / NMAX, n = lane % NMAX;
     if (n >= N) return;
-    float s = sc[0];  // (sc[n] without a local-memory index)
-#pragma unroll
-    for (int q = 1; q < NMAX; q++)
-        if (q == n) s = sc[q];
+    const float s = scale_of(n);
     if (p.swiglu) {
         const long long m = m0 + r;
         if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;

@@ -16,9 +16,13 @@
 // output lands in a sink whose random tail must come back intact, and the
 // fused graph is computed three times (plain, captured, replayed). A variant
 // whose graph also outputs the intermediates (so those fusions must not
-// happen) must be just as correct. Llama models (a toy F16 one and the
-// shipped llama-recall) decode the same tokens with identical logits with
-// fusion on and off. TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
+// happen) must be just as correct; one that outputs the mul's results that
+// the GEMVs read (the norm still folds and must write them) too. Llama
+// models (a toy F16 one and the shipped llama-recall) decode the same tokens
+// with identical logits unfused and fused without the norm fold, and within
+// 1e-4 of those logits with it. The norm fold's other GEMV launches (a lone
+// product, a product plus residual) run on their own graphs.
+// TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -52,6 +56,7 @@ struct layer_case {
     int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
     int mmv_trigger = 0;     // GEMV knob mmv_trigger: 1 lets the next kernel launch at the block's start
     int pdl_mask = 0;        // knob pdl_mask: kernel classes launched without PDL
+    bool norm_outs = false;  // outputs also read the mul results the GEMVs read (the folded norm writes them)
 };
 void PrintTo(const layer_case &c, std::ostream *os) { *os << c.name; }
 
@@ -138,6 +143,7 @@ void run_layer(tg_backend *be, const layer_case &c, const layer_data &d, int run
     tg_tensor *x2 = tg_add(ctx, tg_mul_mat(ctx, wd, h), x1);  // the product as src[0]
     std::vector<tg_tensor *> outs = {x2, k, v};
     if (c.use_intermediates) outs.push_back(n1), outs.push_back(o), outs.push_back(gate);
+    if (c.norm_outs) outs.push_back(xn), outs.push_back(xm);
     tg_graph *g = tg_graph_new(ctx);
     std::vector<tg_tensor *> sinks;
     for (tg_tensor *t : outs) {
@@ -312,6 +318,15 @@ std::vector<layer_case> layer_cases() {
         {"llm_1p1b_q4_0_n1_trigger_start", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1, 0},
         {"llm_1p1b_f16_uses_no_pdl", F16, E, F, QD, KD, 1, true, 0, 0, 0xFF},
         {"llm_1p1b_q8_0_n1_no_pdl", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 0, 0, 0xFF},
+        // down's rows of 4096 and more at any TG_TEST_SMALL (the sanitizer runs), 4 rows
+        // forced; F32 K 4104: the last round of loads partial
+        {"long_k_f16_n1_r4", F16, 256, 4096, 256, 64, 1, false, 4},
+        {"long_k_f32_n1_r4", F32, 128, 4104, 128, 32, 1, false, 4},
+        // the mul results the folded GEMVs read are outputs too: the fold writes them
+        {"llm_1p1b_f16_n1_norm_outs", F16, E, F, QD, KD, 1, false, 0, 0, 0, true},
+        {"f32_n3_norm_outs", F32, 256, 512, 256, 64, 3, false, 0, 0, 0, true},
+        {"llm_1p1b_q4_0_n1_norm_outs", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 0, 0, true},
+        {"odd_q8_0_n3_norm_outs", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 0, 0, true},
     };
 }
 
@@ -469,6 +484,124 @@ std::vector<float> norm_then_gemv(tg_backend *be, const std::vector<float> &a, c
     }
     EXPECT_EQ(tg_tensor_get(y, out.data(), 0, out.size() * 4), TG_OK);
     return out;
+}
+
+// The norm folded into the GEMV launches the layer test does not take: a
+// lone product (its output read by a later node) and a product plus a
+// residual, with float and quantized weights, 1 to 3 columns. Fused with
+// the fold against the fold off (1e-5; quantized 1e-3) and the CPU (1e-4;
+// quantized 3e-2), sinks' tails intact, and both folds taken.
+struct fold_graph_out {
+    std::vector<float> lone, resid;
+    bool tails_ok = true;
+    int fusions[TG_CUDA_FUSION_KINDS] = {};
+};
+// split_w: the norm weights as {K / 2, 2}, which mul broadcasts over x's
+// {K, N} by modulo (ggml's rule; N even): K elements, but not one row of K,
+// so no fold may take them.
+fold_graph_out fold_graph(tg_backend *be, tg_type wt, int64_t K, int64_t M, int64_t N, const std::vector<float> (&v)[7],
+                          bool split_w = false) {
+    fold_graph_out r;
+    tg_context *ctx = tg_init({64 * tg_tensor_overhead() + tg_graph_overhead() + 4096, nullptr, true});
+    std::unique_ptr<tg_context, void (*)(tg_context *)> cg(ctx, tg_free);
+    const int64_t shapes[7][2] = {{K, N}, {K, 1}, {K, M}, {K, N}, {K, 1}, {K, M}, {M, N}};
+    const tg_type types[7] = {TG_TYPE_F32, TG_TYPE_F32, wt, TG_TYPE_F32, TG_TYPE_F32, wt, TG_TYPE_F32};
+    tg_tensor *t[7];
+    for (int i = 0; i < 7; i++)  // the norm weights (1 and 4) one row of K, or split_w
+        t[i] = i != 1 && i != 4 ? tg_new_tensor_2d(ctx, types[i], shapes[i][0], shapes[i][1])
+               : split_w        ? tg_new_tensor_2d(ctx, types[i], K / 2, 2)
+                                : tg_new_tensor_1d(ctx, types[i], K);
+    tg_tensor *w1 = t[1], *w2 = t[4];
+    tg_tensor *lone = tg_mul_mat(ctx, t[2], tg_mul(ctx, tg_rms_norm(ctx, t[0], 1e-5f), w1));
+    tg_tensor *resid = tg_add(ctx, tg_mul_mat(ctx, t[5], tg_mul(ctx, tg_rms_norm(ctx, t[3], 1e-6f), w2)), t[6]);
+    tg_tensor *outs[2] = {tg_scale(ctx, lone, 2.0f), resid};  // lone's product read by a later node
+    tg_tensor *sinks[2];
+    tg_graph *g = tg_graph_new(ctx);
+    for (int o = 0; o < 2; o++) {
+        sinks[o] = tg_new_tensor_1d(ctx, TG_TYPE_F32, M * N + kTail);
+        EXPECT_EQ(tg_graph_expand(g, tg_cpy(ctx, outs[o], tg_view_1d(ctx, sinks[o], M * N, 0))), TG_OK) << tg_last_error();
+    }
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    EXPECT_NE(buf, nullptr) << tg_last_error();
+    if (!buf) return r;
+    std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> bg(buf, tg_buffer_free);
+    for (int i = 0; i < 7; i++) EXPECT_EQ(upload(t[i], v[i]), TG_OK) << tg_last_error();
+    std::vector<uint32_t> tail(kTail);
+    std::mt19937 trng(9);
+    for (auto &x : tail) x = (uint32_t)trng();
+    for (int o = 0; o < 2; o++) {
+        std::vector<uint32_t> b((size_t)(M * N), 0x7fc00000u);
+        b.insert(b.end(), tail.begin(), tail.end());
+        EXPECT_EQ(tg_tensor_set(sinks[o], b.data(), 0, b.size() * 4), TG_OK);
+    }
+    tg_graph_stats st{};
+    EXPECT_EQ(tg_graph_plan(g, &st), TG_OK) << tg_last_error();
+    tgt::poison_compute_buffer(be, st.planned_bytes);
+    EXPECT_EQ(tg_graph_compute(be, g), TG_OK) << tg_last_error();
+    if (be->mem == TG_MEM_DEVICE) tg_cuda_fusions_last(be, r.fusions);
+    for (int o = 0; o < 2; o++) {
+        std::vector<uint32_t> back((size_t)(M * N + kTail));
+        EXPECT_EQ(tg_tensor_get(sinks[o], back.data(), 0, back.size() * 4), TG_OK);
+        r.tails_ok = r.tails_ok && memcmp(back.data() + M * N, tail.data(), kTail * 4) == 0;
+        std::vector<float> &f = o == 0 ? r.lone : r.resid;
+        f.resize((size_t)(M * N));
+        memcpy(f.data(), back.data(), f.size() * 4);
+    }
+    return r;
+}
+
+TEST(CudaFuse, NormFoldsIntoLoneAndResidualGemv) {
+    if (!tg_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    tg_backend *gpu = tg_backend_cuda(0), *cpu = tg_backend_cpu(2);
+    std::unique_ptr<tg_backend, void (*)(tg_backend *)> g1(gpu, tg_backend_free), g2(cpu, tg_backend_free);
+    ASSERT_TRUE(gpu && cpu) << tg_last_error();
+    const int64_t K = 512, M = small() ? 96 : 1000;
+    for (tg_type wt : {TG_TYPE_F16, TG_TYPE_F32, TG_TYPE_BF16, TG_TYPE_Q4_0, TG_TYPE_Q8_0})
+        for (int64_t N : {1, 2, 3}) {
+            SCOPED_TRACE(std::string(tg_type_name(wt)) + " N " + std::to_string(N));
+            std::mt19937 rng(31 + (unsigned)N);
+            std::vector<float> v[7];
+            const int64_t sizes[7] = {K * N, K, K * M, K * N, K, K * M, M * N};
+            for (int i = 0; i < 7; i++) {
+                const bool weight = i == 2 || i == 5, norm_w = i == 1 || i == 4;
+                v[i] = tgt::random_floats(rng, (size_t)sizes[i], weight ? -0.05f : -1.0f, weight ? 0.05f : 1.0f);
+                if (norm_w)
+                    for (float &x : v[i]) x = 1.0f + 0.2f * x;
+                if (weight && wt == TG_TYPE_F16)
+                    for (float &x : v[i]) x = tg_fp16_to_fp32(tg_fp32_to_fp16(x));
+                if (weight && wt == TG_TYPE_BF16)
+                    for (float &x : v[i]) x = tg_bf16_to_fp32(tg_fp32_to_bf16(x));
+            }
+            tg_cuda_knobs(gpu)->norm_fold = 0;
+            const fold_graph_out fused = fold_graph(gpu, wt, K, M, N, v);
+            tg_cuda_knobs(gpu)->norm_fold = 1;
+            const fold_graph_out nofold = fold_graph(gpu, wt, K, M, N, v);
+            tg_cuda_knobs(gpu)->norm_fold = 0;
+            const fold_graph_out ref = fold_graph(cpu, wt, K, M, N, v);
+            if (HasFatalFailure()) return;
+            EXPECT_TRUE(fused.tails_ok && nofold.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
+            EXPECT_EQ(fused.fusions[5], 2) << "norms folded (lone and residual GEMV)";
+            EXPECT_EQ(fused.fusions[1], 1) << "the product + residual as one GEMV";
+            EXPECT_EQ(nofold.fusions[5], 0);
+            const bool quant = tg_type_is_quantized(wt);
+            for (int o = 0; o < 2; o++) {
+                const std::vector<float> &f = o ? fused.resid : fused.lone, &u = o ? nofold.resid : nofold.lone,
+                                         &c = o ? ref.resid : ref.lone;
+                for (float x : f) ASSERT_TRUE(std::isfinite(x)) << "output " << o;
+                EXPECT_LE(rel_l2(f, u), quant ? 1e-3 : 1e-5) << "output " << o << ": folded vs not";
+                EXPECT_LE(rel_l2(f, c), quant ? 3e-2 : 1e-4) << "output " << o << ": folded vs CPU";
+                EXPECT_LE(rel_l2(u, c), quant ? 3e-2 : 1e-4) << "output " << o << ": not folded vs CPU";
+            }
+            if (N % 2 != 0) continue;
+            // norm weights broadcast by modulo: the norm kernel, as on the CPU
+            const fold_graph_out bf = fold_graph(gpu, wt, K, M, N, v, true), bc = fold_graph(cpu, wt, K, M, N, v, true);
+            if (HasFatalFailure()) return;
+            EXPECT_TRUE(bf.tails_ok && bc.tails_ok) << "a sink's tail was overwritten";
+            EXPECT_EQ(bf.fusions[5], 0) << "a norm weight of {K/2, 2} folded";
+            EXPECT_EQ(bf.fusions[0], 2) << "rms_norm*w not fused";
+            EXPECT_LE(rel_l2(bf.lone, bc.lone), quant ? 3e-2 : 1e-4) << "broadcast norm weight";
+            EXPECT_LE(rel_l2(bf.resid, bc.resid), quant ? 3e-2 : 1e-4) << "broadcast norm weight";
+        }
 }
 
 TEST(CudaFuse, GemvSeesWeightsTheGraphWroteJustBefore) {
