@@ -16,6 +16,8 @@
 # AB_VAR=ENV: each of AB_VALS is a comma-separated list of assignments
 # (VAR=v,VAR2=w; "-" for none), for A/B of several switches at once.
 # TIMELINE_BRIEF=1 prints only each timeline's step line (its span).
+# PEER_GZ=FILE: llama.cpp's llama-bench (bench/llama_cuda_pack.sh, carried
+# to the machine) on the same MODELS files, PEER_REPS rounds (5).
 #   BUILD=1 SAN=1 AB_VAR=TG_CUDA_NORM_FOLD AB_VALS="0 1" bench/gpu_decode.sh build-gpu
 #   AB_VAR=ENV AB_VALS="- TG_CUDA_MMV_TRIGGER=1 TG_CUDA_PDL_MASK=1,TG_CUDA_MMV_TRIGGER=1" \
 #     TIMELINE_MODELS="1b recall" TIMELINE_BRIEF=1 bench/gpu_decode.sh build-gpu
@@ -84,6 +86,15 @@ for rep in $(seq ${REPS:-2}); do for m in $MODELS; do for b in ${BATCHES:-1}; do
   echo "$m b$b $(ab_name "$v"): $r"
 done; done; done; done | tee $OUT/runs.log
 el runs
+# llama.cpp on the same files (PEER_GZ: llama-bench gzipped by bench/llama_cuda_pack.sh, carried)
+if [ -n "${PEER_GZ:-}" ] && [ -f "$PEER_GZ" ]; then
+  gzip -dc "$PEER_GZ" > /tmp/tg_llama_bench && chmod +x /tmp/tg_llama_bench
+  for m in $MODELS; do
+    timeout 120 /tmp/tg_llama_bench -m $S/$m.gguf -ngl 99 -fa 1 -p 512 -n 128 -r ${PEER_REPS:-5} > $OUT/llama_$m.log 2>&1
+    echo "llama.cpp $m: $(grep -E 'pp512|tg128' $OUT/llama_$m.log | awk -F'|' '{printf "%s %s  ", $(NF-2), $(NF-1)}')"
+  done
+  el peer
+fi
 for m in ${NCU_MODELS:-none}; do for v in ${NCU_AB_VALS:-1}; do
   [ "$m" = none ] && continue
   f=$OUT/ncu_${m}_$(printf '%s' "$v" | tr -c 'A-Za-z0-9_-' '_').csv
