@@ -16,8 +16,9 @@
 // mul's result z (which may have later readers) and the norm's y unless y
 // shares storage with z or with an output of the launch (nothing else reads y).
 // A fusion is taken only where the intermediate has no reader but its
-// partner (the folded norm: the norm's result; the mul's may have others), only views lie between the fused nodes, and no tensor written
-// early overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when
+// partner (the folded norm: the norm's result; the mul's may have others),
+// only views lie between the fused nodes, and no tensor written early
+// overlaps one still to be read. Environment TG_CUDA_FUSE=0 (read when
 // the backend is created) turns fusion off.
 #pragma once
 #include <vector>
