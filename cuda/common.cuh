@@ -252,6 +252,8 @@ __device__ inline char *tg_cuda_ptr(const tg_cuda_desc &d, long long i0, long lo
 // steady state). Growing synchronizes the stream first, since queued work may
 // still read the old scratch. The pointer is valid until the next call.
 tg_status tg_cuda_scratch(tg_backend *be, size_t size, void **ptr, const char *call);
+// x rounded up to a multiple of 256 (offsets of the parts of a scratch)
+inline size_t tg_cuda_align256(size_t x) { return (x + 255) / 256 * 256; }
 
 #define TG_CUBLAS_TRY(be, call, expr)                                          \
     do {                                                                       \

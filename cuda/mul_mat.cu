@@ -41,7 +41,6 @@ bool mm_direct(const tg_tensor *t, mm_operand *op) {
     return true;
 }
 
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 tg_status gemm(tg_backend *be, long long M, long long N, long long K, const float *A, long long lda, long long sA,
                const float *B, long long ldb, long long sB, float *C, long long ldc, long long sC, long long batch) {
@@ -68,6 +67,16 @@ tg_status tg_cuda_mul_mat(tg_backend *be, const tg_tensor *dst) {
     return tg_cuda_mul_mat_generic(be, dst);
 }
 
+tg_status tg_cuda_gemm_check(const tg_tensor *dst) {
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    if (a->ne[1] > INT_MAX || b->ne[1] > INT_MAX || a->ne[0] > INT_MAX || b->ne[2] > INT_MAX)
+        return tg_err(TG_ERR_UNSUPPORTED, "[mul_mat] dims of a %s, b %s exceed cuBLAS's int range",
+                      tg_shape_str(a).c_str(), tg_shape_str(b).c_str());
+    if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
+        return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
+    return TG_OK;
+}
+
 tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
     const char *call = "mul_mat";
     tg_cuda_impl *impl = tg_cuda(be);
@@ -77,18 +86,14 @@ tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
     const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
     const long long r2 = B2 / A2, r3 = B3 / A3;
 
-    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || B2 > INT_MAX)
-        return tg_err(TG_ERR_UNSUPPORTED, "[mul_mat] dims of a %s, b %s exceed cuBLAS's int range",
-                      tg_shape_str(a).c_str(), tg_shape_str(b).c_str());
-    if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
-        return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
+    if (tg_status s = tg_cuda_gemm_check(dst); s != TG_OK) return s;
     float *C = (float *)dst->data;
     const long long ldc = M, cS2 = M * N, cS3 = M * N * B2;
 
     // operands: direct, or converted to dense F32 in the scratch
     mm_operand A{}, B{};
     const bool a_direct = mm_direct(a, &A), b_direct = mm_direct(b, &B);
-    const size_t b_bytes = b_direct ? 0 : align256((size_t)(K * N * B2 * B3) * 4);
+    const size_t b_bytes = b_direct ? 0 : tg_cuda_align256((size_t)(K * N * B2 * B3) * 4);
     const size_t a_full = (size_t)(K * M * A2 * A3) * 4;
     const bool a_chunked = !a_direct && a_full > impl->mm_budget;
     long long chunk_rows = M;  // rows of a converted at once when chunked
@@ -100,7 +105,7 @@ tg_status tg_cuda_mul_mat_generic(tg_backend *be, const tg_tensor *dst) {
     const size_t a_bytes = a_direct ? 0 : (a_chunked ? (size_t)(K * chunk_rows) * 4 : a_full);
     char *scratch = nullptr;
     if (a_bytes + b_bytes > 0) {
-        tg_status s = tg_cuda_scratch(be, b_bytes + align256(a_bytes), (void **)&scratch, call);
+        tg_status s = tg_cuda_scratch(be, b_bytes + tg_cuda_align256(a_bytes), (void **)&scratch, call);
         if (s != TG_OK) return s;
     }
     if (!b_direct) {

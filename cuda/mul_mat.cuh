@@ -21,6 +21,9 @@ bool tg_cuda_mm_tc(tg_backend *be, const tg_tensor *dst, tg_status *st);
 // else the weights dequantized to F16 into the scratch and tg_cuda_gemm16.
 // Returns false when a is not quantized.
 bool tg_cuda_mm_quant(tg_backend *be, const tg_tensor *dst, tg_status *st);
+// Its prefill path (cuda/mul_mat_quant_prefill.cu): quantized a, any N, a
+// contiguous F32 result.
+tg_status tg_cuda_mmq_prefill(tg_backend *be, const tg_tensor *dst);
 
 // One 16-bit GEMM (t: CUDA_R_16F or CUDA_R_16BF), F32 accumulation into F32
 // C, column-major as cuBLAS sees ggml's layout: C (M x N) = A^T B, strided
@@ -33,6 +36,11 @@ tg_status tg_cuda_gemm16(tg_backend *be, cudaDataType_t t, long long M, long lon
 // ggml's broadcasting over dims 2 and 3. dst must be contiguous.
 tg_status tg_cuda_gemm16_batches(tg_backend *be, cudaDataType_t t, const tg_tensor *dst, const void *A, long long lda,
                                  long long sa2, long long sa3, const void *B);
+
+// What the GEMM paths (generic, quantized prefill) check before cuBLAS: M,
+// N, K and b's dim 2 within int, and a contiguous F32 result. TG_OK, or the
+// error (message set).
+tg_status tg_cuda_gemm_check(const tg_tensor *dst);
 
 // Every layout: operands converted to dense F32 when needed, FP32 SGEMM
 // (TF32 only when the backend asks for it).

@@ -29,11 +29,9 @@
 // (mmq_vec_kernel) takes the other b layouts, the F32-b variant, and knob
 // mmq_kernel = 1.
 //
-// Prefill (N > 8): a is dequantized to F16 (exactly as tg_dequantize, then
-// rounded to nearest) into the scratch, whole when it fits the backend's
-// mm_budget, else in row chunks of at most mm_budget bytes; b is rounded to
-// F16 once; cublasGemmEx multiplies on tensor cores with F32 accumulation
-// (tg_cuda_gemm16, as the F16-weight path).
+// Prefill (N > 8): a dequantized to F16 and tensor-core GEMMs,
+// cuda/mul_mat_quant_prefill.cu. The units a lane decodes (tg_cuda_qunit,
+// tg_cuda_load_unit) are in cuda/quant.cuh, shared with it.
 #include <algorithm>
 #include <climits>
 
@@ -46,8 +44,6 @@
 namespace {
 
 constexpr int kWarps = 4;  // warps per block of the GEMV kernel
-
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 // ---------------------------------------------------------------------------
 // b quantized to 8 bits: column c = n + N * (i2 + B2 * i3) keeps its K int8
@@ -78,68 +74,6 @@ __global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long l
     }
 }
 
-// ---------------------------------------------------------------------------
-// One unit of weights as int8 quads: q[8 * s + i] holds elements 4i..4i+3 of
-// sub-block s (32 elements); the unit's value is sum over s of
-// d[s] * (q . x) - m[s] * sum(x) for the 32 matching elements x.
-template <tg_type T> struct qunit {
-    static constexpr int subs = T == TG_TYPE_Q4_K ? 2 : 1;
-    int q[8 * subs];
-    float d[subs], m[subs];
-};
-
-template <tg_type T> __device__ inline void load_unit(const char *row, int u, qunit<T> &w);
-
-template <> __device__ inline void load_unit<TG_TYPE_Q8_0>(const char *row, int u, qunit<TG_TYPE_Q8_0> &w) {
-    const char *blk = row + (long long)u * sizeof(tg_block_q8_0);
-    tg_cuda_words_a2<8>(blk + 2, (uint32_t *)w.q);
-    w.d[0] = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
-    w.m[0] = 0.0f;
-}
-
-template <> __device__ inline void load_unit<TG_TYPE_Q4_0>(const char *row, int u, qunit<TG_TYPE_Q4_0> &w) {
-    const char *blk = row + (long long)u * sizeof(tg_block_q4_0);
-    uint32_t v[4];
-    tg_cuda_words_a2<4>(blk + 2, v);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);             // elements 4i..4i+3: low nibbles
-        w.q[4 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);  // elements 16+4i..: high nibbles
-    }
-    const float d = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
-    w.d[0] = d;
-    w.m[0] = 8.0f * d;  // x = d * (q - 8)
-}
-
-template <> __device__ inline void load_unit<TG_TYPE_Q4_K>(const char *row, int u, qunit<TG_TYPE_Q4_K> &w) {
-    const tg_block_q4_k *blk = (const tg_block_q4_k *)row + u / 4;
-    const int g = u % 4;  // qs group g: sub-blocks 2g (low nibbles) and 2g + 1 (high)
-    const uint4 *qs = (const uint4 *)(blk->qs + 32 * g);
-    const uint4 lo = __ldg(qs), hi = __ldg(qs + 1);
-    const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);
-        w.q[8 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
-    }
-    const uint32_t dd = __ldg((const unsigned int *)blk);
-    const float d = tg_cuda_half_bits((uint16_t)(dd & 0xffff)), dmin = tg_cuda_half_bits((uint16_t)(dd >> 16));
-#pragma unroll
-    for (int s = 0; s < 2; s++) {
-        uint8_t sc, m;
-        tg_get_scale_min_k4(2 * g + s, blk->scales, &sc, &m);
-        w.d[s] = d * (float)sc;
-        w.m[s] = dmin * (float)m;
-    }
-}
-
-// Byte k of w as a float: w's byte placed under the exponent of 2^23 (so the
-// float is 2^23 + byte, exactly), minus bias. One PRMT and one FADD: no
-// integer-to-float conversion, which runs at a quarter of the FMA rate.
-__device__ inline float byte_float(uint32_t w, int k, float bias) {
-    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - bias;
-}
-
 // The sum of 32 values as 8 independent chains of 4.
 __device__ inline float sum8x4(const float *x) {
     float p[8];
@@ -156,7 +90,7 @@ __device__ inline float sum8x4(const float *x) {
 template <tg_type T, int NMAX, int R, bool F32B>
 __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg_cuda_desc b, const int8_t *bq,
                                                               const float2 *bd, tg_cuda_desc d, int N, int wpr) {
-    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
+    constexpr int SUB = tg_cuda_qunit<T>::subs, UE = 32 * SUB;
     // F32B: a weight is d * (float(byte) - bias) - m (m only for Q4_K; Q8_0's
     // bytes are flipped to unsigned first, Q4_0's - 8 is in the bias)
     constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
@@ -180,10 +114,10 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
     if (m0 < M) {
 #pragma unroll 2
         for (int u = lane + 32 * part; u < nu; u += 32 * wpr) {
-            qunit<T> w[R];
+            tg_cuda_qunit<T> w[R];
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                load_unit<T>(arow[r], u, w[r]);
+                tg_cuda_load_unit<T>(arow[r], u, w[r]);
                 if (F32B && T == TG_TYPE_Q8_0)
 #pragma unroll
                     for (int i = 0; i < 8; i++) w[r].q[i] ^= 0x80808080;  // signed bytes to byte + 128
@@ -210,10 +144,10 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
                             float p[8];
 #pragma unroll
                             for (int i = 0; i < 8; i++) {
-                                p[i] = byte_float((uint32_t)w[r].q[8 * s + i], 0, bias) * x[4 * i];
+                                p[i] = tg_cuda_byte_float((uint32_t)w[r].q[8 * s + i], 0, bias) * x[4 * i];
 #pragma unroll
                                 for (int k = 1; k < 4; k++)
-                                    p[i] = fmaf(byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], p[i]);
+                                    p[i] = fmaf(tg_cuda_byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], p[i]);
                             }
                             const float dot = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
                             acc[r][n] += w[r].d[s] * dot - (has_min ? w[r].m[s] * sx : 0.0f);
@@ -299,7 +233,7 @@ template <tg_type T, int R> constexpr int mmvq_units() {
 template <tg_type T, int NMAX, int R>
 __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? (R == 4 ? 5 : R == 2 ? 7 : 8) : 1)
     mmvq_kernel(const __grid_constant__ mmvq_args args) {
-    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
+    constexpr int SUB = tg_cuda_qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
     const tg_cuda_mmv &p = args.p;
     if (!args.late) tg_pdl_trigger();
     const int wpr = args.wpr;
@@ -326,13 +260,13 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
 #pragma unroll
         for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
     const int step = 32 * wpr, ufirst = lane + 32 * part;
-    qunit<T> w[U][R];
+    tg_cuda_qunit<T> w[U][R];
     auto load = [&](int u0) {
 #pragma unroll
         for (int k = 0; k < U; k++)
             if (u0 + k * step < nu)
 #pragma unroll
-                for (int r = 0; r < R; r++) load_unit<T>(arow[r], u0 + k * step, w[k][r]);
+                for (int r = 0; r < R; r++) tg_cuda_load_unit<T>(arow[r], u0 + k * step, w[k][r]);
     };
     // constant weights: the first round's loads overlap the kernel before
     // (not for Q4_K, whose units are the largest: its register count grew
@@ -516,7 +450,7 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
         return TG_OK;
     }
     const long long K = a->ne[0], kb = K / 32, ncols = b->ne[1] * b->ne[2] * b->ne[3];
-    const size_t q_bytes = align256((size_t)(ncols * K));
+    const size_t q_bytes = tg_cuda_align256((size_t)(ncols * K));
     char *scratch = nullptr;
     tg_status s = tg_cuda_scratch(be, q_bytes + (size_t)(ncols * kb) * sizeof(float2), (void **)&scratch, call);
     if (s != TG_OK) return s;
@@ -534,8 +468,8 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
 }  // namespace
 
 size_t tg_cuda_mmvq_scratch(long long K, long long ncols, size_t *q_bytes) {
-    *q_bytes = align256((size_t)(ncols * K));
-    return *q_bytes + align256((size_t)(ncols * (K / 32)) * sizeof(float2)) + (size_t)(ncols * (K / 32)) * sizeof(float);
+    *q_bytes = tg_cuda_align256((size_t)(ncols * K));
+    return *q_bytes + tg_cuda_align256((size_t)(ncols * (K / 32)) * sizeof(float2)) + (size_t)(ncols * (K / 32)) * sizeof(float);
 }
 
 tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call) {
@@ -552,7 +486,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.p = p;
     args.bq = (const int8_t *)scratch;
     args.bd = (const float2 *)(scratch + q_bytes);
-    float *bss = (float *)(scratch + q_bytes + align256((size_t)(ncols * kb) * sizeof(float2)));
+    float *bss = (float *)(scratch + q_bytes + tg_cuda_align256((size_t)(ncols * kb) * sizeof(float2)));
     args.bss = p.norm.x ? bss : nullptr;
     // b quantized to 8-bit blocks once per launch (bench/NOTES.md: quantizing it in the norm that
     // writes it, or in every GEMV block, measured slower)
@@ -598,125 +532,12 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     return TG_OK;
 }
 
-namespace {
-
-// ---------------------------------------------------------------------------
-// Prefill: a's rows (desc src: {K, rows, n2, n3}) dequantized to dense F16,
-// exactly as tg_dequantize (F32 products, no fusing) and then rounded. A
-// thread per unit (as the GEMV reads them), x over a row's units, y over rows.
-template <tg_type T> __global__ void dequant_f16_kernel(tg_cuda_desc src, __half *out, long long nrows) {
-    constexpr int SUB = qunit<T>::subs, UE = 32 * SUB;
-    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
-    const long long K = src.ne[0];
-    const int u = blockIdx.x * blockDim.x + threadIdx.x;
-    if (u >= K / UE) return;
-    for (long long r = blockIdx.y; r < nrows; r += gridDim.y) {
-        const long long i1 = r % src.ne[1], i2 = (r / src.ne[1]) % src.ne[2], i3 = r / (src.ne[1] * src.ne[2]);
-        qunit<T> w;
-        load_unit<T>(tg_cuda_ptr(src, 0, i1, i2, i3), u, w);
-        if (T == TG_TYPE_Q8_0)
-#pragma unroll
-            for (int i = 0; i < 8; i++) w.q[i] ^= 0x80808080;  // signed bytes to byte + 128 (see bias)
-        uint4 *dst = (uint4 *)(out + r * K + (long long)u * UE);
-#pragma unroll
-        for (int s = 0; s < SUB; s++)
-#pragma unroll
-            for (int i = 0; i < 8; i += 2) {  // elements 32 s + 4 i .. + 8: one 16-byte store
-                __half2 h[4];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    float v[2];
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int k = 2 * j + e;  // element 4 i + k of the sub-block
-                        const float q = byte_float((uint32_t)w.q[8 * s + i + k / 4], k % 4, bias);
-                        v[e] = T == TG_TYPE_Q4_K ? __fsub_rn(__fmul_rn(w.d[s], q), w.m[s]) : __fmul_rn(w.d[s], q);
-                    }
-                    h[j] = __floats2half2_rn(v[0], v[1]);
-                }
-                dst[(32 * s + 4 * i) / 8] = *(const uint4 *)h;
-            }
-    }
-}
-
-tg_status dequant_f16(tg_backend *be, const tg_cuda_desc &src, __half *out) {
-    const long long nrows = src.ne[1] * src.ne[2] * src.ne[3];
-    const long long units = src.ne[0] / (src.type == TG_TYPE_Q4_K ? 64 : 32);
-    const int threads = units >= 128 ? 128 : (int)((units + 31) / 32 * 32);
-    const dim3 grid((unsigned)((units + threads - 1) / threads), (unsigned)std::min(nrows, 65535LL));
-    cudaStream_t st = tg_cuda(be)->stream;
-    switch (src.type) {
-        case TG_TYPE_Q8_0: dequant_f16_kernel<TG_TYPE_Q8_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
-        case TG_TYPE_Q4_0: dequant_f16_kernel<TG_TYPE_Q4_0><<<grid, threads, 0, st>>>(src, out, nrows); break;
-        default: dequant_f16_kernel<TG_TYPE_Q4_K><<<grid, threads, 0, st>>>(src, out, nrows); break;
-    }
-    TG_CUDA_LAUNCHED(be, "mul_mat");
-    return TG_OK;
-}
-
-tg_status mmq_prefill(tg_backend *be, const tg_tensor *dst) {
-    const char *call = "mul_mat";
-    tg_cuda_impl *impl = tg_cuda(be);
-    impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "quant/gemm";
-    const tg_tensor *a = dst->src[0], *b = dst->src[1];
-    const long long K = a->ne[0], M = a->ne[1], A2 = a->ne[2], A3 = a->ne[3];
-    const long long N = b->ne[1], B2 = b->ne[2], B3 = b->ne[3];
-    const long long r2 = B2 / A2, r3 = B3 / A3;
-    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || B2 > INT_MAX)
-        return tg_err(TG_ERR_UNSUPPORTED, "[mul_mat] dims of a %s, b %s exceed cuBLAS's int range",
-                      tg_shape_str(a).c_str(), tg_shape_str(b).c_str());
-    if (dst->nb[0] != 4 || !tg_is_contiguous(dst))
-        return tg_err(TG_ERR_ARG, "[mul_mat] result %s is not contiguous", tg_shape_str(dst).c_str());
-    // F16 weights: all of a when it fits the budget, else chunks of rows of one batch
-    const size_t a_full = (size_t)(K * M * A2 * A3) * 2;
-    const bool chunked = a_full > impl->mm_budget;
-    long long chunk_rows = M;
-    if (chunked) chunk_rows = std::max(1LL, std::min(M, (long long)(impl->mm_budget / 2) / K));
-    const size_t a_bytes = chunked ? (size_t)(K * chunk_rows) * 2 : a_full;
-    const size_t b_bytes = align256((size_t)(K * N * B2 * B3) * 2);
-    char *scratch = nullptr;
-    tg_status s = tg_cuda_scratch(be, b_bytes + a_bytes, (void **)&scratch, call);
-    if (s != TG_OK) return s;
-    const long long bne[4] = {K, N, B2, B3};
-    s = tg_cuda_copy(be, tg_cuda_desc_of(b), tg_cuda_desc_dense(scratch, TG_TYPE_F16, bne), false, call);
-    if (s != TG_OK) return s;
-    const char *B = scratch;
-    __half *as = (__half *)(scratch + b_bytes);
-    float *C = (float *)dst->data;
-    const long long sb2 = K * N, sb3 = K * N * B2, sc2 = M * N, sc3 = M * N * B2;
-    if (!chunked) {
-        if ((s = dequant_f16(be, tg_cuda_desc_of(a), as)) != TG_OK) return s;
-        return tg_cuda_gemm16_batches(be, CUDA_R_16F, dst, as, K, K * M, K * M * A2, B);
-    }
-    for (long long a3 = 0; a3 < A3; a3++)
-        for (long long a2 = 0; a2 < A2; a2++)
-            for (long long m0 = 0; m0 < M; m0 += chunk_rows) {
-                const long long mt = std::min(chunk_rows, M - m0);
-                tg_cuda_desc src = tg_cuda_desc_of(a);
-                src.data += m0 * (long long)a->nb[1] + a2 * (long long)a->nb[2] + a3 * (long long)a->nb[3];
-                src.ne[1] = mt;
-                src.ne[2] = src.ne[3] = 1;
-                if ((s = dequant_f16(be, src, as)) != TG_OK) return s;
-                for (long long i3 = a3 * r3; i3 < (a3 + 1) * r3; i3++) {
-                    // the r2 b batches of this a batch: N * r2 consecutive dense columns
-                    const bool merge = N * r2 <= INT_MAX;
-                    s = tg_cuda_gemm16(be, CUDA_R_16F, mt, merge ? N * r2 : N, K, as, K, 0,
-                                       B + (a2 * r2 * sb2 + i3 * sb3) * 2, K, merge ? 0 : sb2,
-                                       C + m0 + a2 * r2 * sc2 + i3 * sc3, M, merge ? 0 : sc2, merge ? 1 : r2);
-                    if (s != TG_OK) return s;
-                }
-            }
-    return TG_OK;
-}
-
-}  // namespace
-
 bool tg_cuda_mm_quant(tg_backend *be, const tg_tensor *dst, tg_status *st) {
     const tg_tensor *a = dst->src[0];
     if (!tg_type_is_quantized(a->type)) return false;
     const bool vec = dst->ne[1] <= 8 && !tg_cuda_mm_batches_to_gemm(dst) && dst->ne[2] * dst->ne[3] <= 65535 &&
                      a->ne[0] <= INT_MAX &&
                      a->ne[1] <= INT_MAX;  // grid.x up to M blocks (4 warps on one row)
-    *st = vec ? mmq_vec(be, dst) : mmq_prefill(be, dst);
+    *st = vec ? mmq_vec(be, dst) : tg_cuda_mmq_prefill(be, dst);
     return true;
 }

@@ -1,6 +1,6 @@
 // quant.cuh - reading the quantized blocks of src/quant.h on the device
-// (get_rows, the prefill dequantization and the decode GEMV of
-// cuda/mul_mat_quant.cu).
+// (get_rows, the decode GEMV of cuda/mul_mat_quant.cu and the prefill
+// dequantization of cuda/mul_mat_quant_prefill.cu).
 //
 // Alignment (check_layout in cuda/backend.cu refuses anything else): Q8_0 and
 // Q4_0 blocks (34 and 18 bytes) are 2-byte aligned, Q4_K blocks (144 bytes)
@@ -54,8 +54,8 @@ template <int NW> __device__ inline void tg_cuda_words_a2(const char *p, uint32_
 // lanes of a warp hold one block's 32 consecutive values x (all lanes must
 // call); lane l stores its int8 at q (q points at the lane's own element), lane 0 the pair
 // (d, d * sum of q) at ds. A block with a NaN or inf gets d = NaN, so the
-// products it enters are NaN. The producer of a GEMV's b (the fused
-// rms_norm*w) and the GEMV's own quantize kernel both call this: same bits.
+// products it enters are NaN. Every quantized GEMV's b goes through this
+// (cuda/mul_mat_quant.cu quantize_b_kernel).
 __device__ inline void tg_cuda_q8_block(float x, int8_t *q, float2 *ds) {
     const bool finite = __all_sync(0xffffffffu, isfinite(x));
     float amax = fabsf(x);
@@ -69,4 +69,69 @@ __device__ inline void tg_cuda_q8_block(float x, int8_t *q, float2 *ds) {
         const float d = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
         *ds = make_float2(d, d * (float)sum);
     }
+}
+
+// One unit of weights as int8 quads (what a GEMV lane decodes at a time: a
+// Q8_0 or Q4_0 block, a pair of Q4_K sub-blocks): q[8 * s + i] holds elements 4i..4i+3 of
+// sub-block s (32 elements); the unit's value is sum over s of
+// d[s] * (q . x) - m[s] * sum(x) for the 32 matching elements x.
+template <tg_type T> struct tg_cuda_qunit {
+    static constexpr int subs = T == TG_TYPE_Q4_K ? 2 : 1;
+    int q[8 * subs];
+    float d[subs], m[subs];
+};
+
+template <tg_type T> __device__ inline void tg_cuda_load_unit(const char *row, int u, tg_cuda_qunit<T> &w);
+
+template <>
+__device__ inline void tg_cuda_load_unit<TG_TYPE_Q8_0>(const char *row, int u, tg_cuda_qunit<TG_TYPE_Q8_0> &w) {
+    const char *blk = row + (long long)u * sizeof(tg_block_q8_0);
+    tg_cuda_words_a2<8>(blk + 2, (uint32_t *)w.q);
+    w.d[0] = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
+    w.m[0] = 0.0f;
+}
+
+template <>
+__device__ inline void tg_cuda_load_unit<TG_TYPE_Q4_0>(const char *row, int u, tg_cuda_qunit<TG_TYPE_Q4_0> &w) {
+    const char *blk = row + (long long)u * sizeof(tg_block_q4_0);
+    uint32_t v[4];
+    tg_cuda_words_a2<4>(blk + 2, v);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);             // elements 4i..4i+3: low nibbles
+        w.q[4 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);  // elements 16+4i..: high nibbles
+    }
+    const float d = tg_cuda_half_bits(__ldg((const unsigned short *)blk));
+    w.d[0] = d;
+    w.m[0] = 8.0f * d;  // x = d * (q - 8)
+}
+
+template <>
+__device__ inline void tg_cuda_load_unit<TG_TYPE_Q4_K>(const char *row, int u, tg_cuda_qunit<TG_TYPE_Q4_K> &w) {
+    const tg_block_q4_k *blk = (const tg_block_q4_k *)row + u / 4;
+    const int g = u % 4;  // qs group g: sub-blocks 2g (low nibbles) and 2g + 1 (high)
+    const uint4 *qs = (const uint4 *)(blk->qs + 32 * g);
+    const uint4 lo = __ldg(qs), hi = __ldg(qs + 1);
+    const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        w.q[i] = (int)(v[i] & 0x0F0F0F0Fu);
+        w.q[8 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
+    }
+    const uint32_t dd = __ldg((const unsigned int *)blk);
+    const float d = tg_cuda_half_bits((uint16_t)(dd & 0xffff)), dmin = tg_cuda_half_bits((uint16_t)(dd >> 16));
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        uint8_t sc, m;
+        tg_get_scale_min_k4(2 * g + s, blk->scales, &sc, &m);
+        w.d[s] = d * (float)sc;
+        w.m[s] = dmin * (float)m;
+    }
+}
+
+// Byte k of w as a float: w's byte placed under the exponent of 2^23 (so the
+// float is 2^23 + byte, exactly), minus bias. One PRMT and one FADD: no
+// integer-to-float conversion, which runs at a quarter of the FMA rate.
+__device__ inline float tg_cuda_byte_float(uint32_t w, int k, float bias) {
+    return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 + k)) - bias;
 }
