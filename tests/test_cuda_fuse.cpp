@@ -1,5 +1,6 @@
 // test_cuda_fuse.cpp - the CUDA backend's node fusions (cuda/fuse.cuh):
-// rms_norm*w, mul_mat+add, gate/up+swiglu, mul_mats sharing b.
+// rms_norm*w (and its fold into the GEMV after it), mul_mat+add,
+// gate/up+swiglu, mul_mats sharing b.
 //
 // One llama layer (norm, q/k/v, o + residual, norm, gate/up/swiglu, down +
 // residual) runs on CUDA with fusion on, with fusion off, and on the CPU
@@ -11,9 +12,9 @@
 // results must be bit-identical; with the fold (the default, F16/BF16/F32
 // weights on the 16-byte path, quantized weights) within 1e-5 relative L2
 // of them (1e-3 quantized; the norm's scale applied after the products),
-// and the fold must have been taken where it can be. All must match the CPU within 1e-4 relative L2 (F32
-// accumulation in another order). The compute buffer is poisoned with NaN before each compute, every
-// output lands in a sink whose random tail must come back intact, and the
+// and the fold must have been taken where it can be. All must match the
+// CPU within 1e-4 relative L2 (F32 accumulation in another order). The
+// compute buffer is poisoned with NaN before each compute, every output lands in a sink whose random tail must come back intact, and the
 // fused graph is computed three times (plain, captured, replayed). A variant
 // whose graph also outputs the intermediates (so those fusions must not
 // happen) must be just as correct; one that outputs the mul's results that
