@@ -135,7 +135,7 @@ tg_status tg_cuda_attention(tg_backend *be, const tg_tensor *dst) {
         tg_cuda(be)->sig_last[TG_CUDA_SIG_ATTN] = "tc";
         return st;
     }
-    if (tg_cuda_attention_split(be, dst, 64, &st)) return st;  // names its variant
+    if (tg_cuda_attention_split(be, dst, TG_CUDA_ATTN_MIN_SPLIT_ROWS, &st)) return st;  // names its variant
     tg_cuda(be)->sig_last[TG_CUDA_SIG_ATTN] = "generic";
     return tg_cuda_attention_generic(be, dst);
 }

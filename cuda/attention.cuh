@@ -64,14 +64,25 @@ __device__ __forceinline__ void tg_attn_tile_softmax(float (&sc)[QN], int r, boo
 // few queries (cuda/attention_split.cu). Ranges of at least min_split_rows
 // rows. Returns false when the case does not qualify (nothing launched);
 // otherwise *st holds the result.
-bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st);
+// dry: decide only, launch nothing; true then means the cluster kernel
+// would run (tg_cuda_attention_takes_cluster). tg_cuda_attention asks for
+// ranges of at least TG_CUDA_ATTN_MIN_SPLIT_ROWS rows.
+constexpr int TG_CUDA_ATTN_MIN_SPLIT_ROWS = 64;
+bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st,
+                             bool dry = false);
 
 // Decode with several ranges of KV rows per query (nsplit, as the split path
 // sized them) in one kernel of thread-block clusters that merge in shared
 // memory (cuda/attention_cluster.cu; sm_90, the split path's layouts with D,
 // Dv <= 256, and its chunks of QN queries, nqc per kv head). Same contract.
+// dry: whether it would launch (nothing launched, *st untouched).
 bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, int QN, long long nqc,
-                               tg_status *st);
+                               tg_status *st, bool dry = false);
+// Whether attention node dst (decode: few queries per kv head) runs on the
+// cluster kernel when enqueued now (cuda/fuse.cu asks before folding the rope
+// into the q/k/v GEMV: the cluster kernel gains from starting under the rope
+// kernel, bench/NOTES.md session 28).
+bool tg_cuda_attention_takes_cluster(tg_backend *be, const tg_tensor *dst);
 // Its kernels' cluster size and shared memory, allowed on the current device;
 // *max_cluster: the largest cluster of 16, 8, 4 or 2 blocks at the kernel's
 // most shared memory that the device can schedule (0: none). An error, or a

@@ -412,7 +412,7 @@ cudaError_t tg_cuda_attention_cluster_init(int *max_cluster) {
 bool tg_cuda_attention_clusters(tg_backend *be) { return tg_cuda(be)->cluster_max >= 2; }
 
 bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long nsplit, int QN, long long nqc,
-                               tg_status *st) {
+                               tg_status *st, bool dry) {
     tg_cuda_impl *impl = tg_cuda(be);
     const int knob = impl->sig.attn_split;
     if (impl->cluster_max < 2 || knob == 1 || nsplit < 2) return false;
@@ -439,17 +439,22 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     const long long tiles_max = (rows_max + TR - 1) / TR;
     const long long nst =
         std::min<long long>({(long long)kStages, (long long)(kTileBytes / ((size_t)TR * (kpb + vpb))), tiles_max});
-    // auto: only where every row a block can have fits one tile (one round
-    // trip to memory at any position: a cache of 512 rows, 11.8 against 13.3
-    // us for split and combine; llama-recall's decode step -3 to -4.5 us).
-    // With more (a 1.1B llama, F16 D 128: 2 tiles at tinygml-run's 1152 rows,
-    // 4 at 4096) the split and combine kernels measured faster at L 4096 (21.8
-    // against 27.7 us) and the 1.1B decode 1.5-2% slower with this kernel at
-    // 1152 rows, where the positions gave one tile per block: not explained
-    // (bench/NOTES.md, session 25)
-    if (knob != 2 && tiles_max > 1) return false;
+    // auto: where every row a block can have fits one tile (one round trip
+    // to memory at any position: a cache of 512 rows, 11.8 against 13.3 us
+    // for split and combine; llama-recall's decode step -3 to -4.5 us,
+    // session 25), or two tiles of a small cache (at most 2 MiB of K and V
+    // rows per layer): the 125M llama (D 64, 4 kv heads, F16) at
+    // tinygml-run's 1152 rows, 1.2 MB, step span 314 against 333 us. The
+    // 1.1B llama (D 128, 8 kv heads) at 1152 rows, 4.7 MB and also two tiles
+    // of 64, was 3-4 us per step slower with this kernel (session 27), and
+    // at 4096 rows (8 tiles) 27.7 against 21.8 us (session 25). Two points
+    // fit this rule; the cause of the 1.1B's loss is not known
+    // (bench/NOTES.md).
+    const double kv_bytes = (double)L * Hkv * B * (D + Dv) * sz;
+    if (knob != 2 && (tiles_max > 2 || (tiles_max == 2 && kv_bytes > 2.0 * 1024 * 1024))) return false;
     const cl_layout lay = cl_smem(QN, D, Dv, TR, (int)std::max(1LL, nst), kpb, vpb, S);
     if (lay.total > kMaxSmem) return false;
+    if (dry) return true;
     cl_args A;
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);

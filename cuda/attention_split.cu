@@ -300,7 +300,7 @@ template <typename T> tg_status launch_qn(tg_backend *be, int QN, split_args A, 
 
 }  // namespace
 
-bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st) {
+bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st, bool dry) {
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
     if (tk->type != tv->type || !rows16(tk) || !rows16(tv)) return false;
     const int ve = 16 / (int)tg_type_size(tk->type);
@@ -330,7 +330,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     }
     if (chunk < 1) chunk = 1;
     // several ranges: one kernel of thread-block clusters where the device has them
-    if (nsplit > 1 && tg_cuda_attention_cluster(be, dst, nsplit, QN, nqc, st)) return true;
+    if (nsplit > 1 && tg_cuda_attention_cluster(be, dst, nsplit, QN, nqc, st, dry)) return true;
+    if (dry) return false;
     split_args A;
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);
@@ -355,4 +356,9 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
     return true;
+}
+
+bool tg_cuda_attention_takes_cluster(tg_backend *be, const tg_tensor *dst) {
+    tg_status st = TG_OK;
+    return dst->op == TG_OP_ATTENTION && tg_cuda_attention_split(be, dst, TG_CUDA_ATTN_MIN_SPLIT_ROWS, &st, true);
 }

@@ -310,6 +310,24 @@ __device__ __forceinline__ float tg_cuda_swiglu(float x, float y) {
     return (x == -INFINITY ? 0.0f : x / (1.0f + expf(-x))) * y;
 }
 
+// Rope's pair i at position p: theta = p * base^(-2i/n_rot) in double, as
+// the CPU computes it; the F32 cos/sin then equal the CPU's except at a
+// rounding tie of the double value. And one rotated value of a pair (x_e,
+// x_o) -> (x_e c - x_o s, x_e s + x_o c): x the value, o its partner, first
+// whether x is x_e; explicitly rounded products (no FMA contraction), as the
+// CPU reference. Shared by cuda/rope.cu and the rope folded into the q/k/v
+// GEMV (cuda/mmv.cuh), so both give the same bits.
+__device__ inline void tg_cuda_rope_angle(long long p, int i, int n_rot, double base, float *c, float *s) {
+    const double theta = (double)p * pow(base, -2.0 * i / n_rot);
+    double sd, cd;
+    sincos(theta, &sd, &cd);
+    *c = (float)cd;
+    *s = (float)sd;
+}
+__device__ __forceinline__ float tg_cuda_rope_rotate(float x, float o, float c, float s, bool first) {
+    return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(o, s)) : __fadd_rn(__fmul_rn(o, s), __fmul_rn(x, c));
+}
+
 __device__ inline float tg_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

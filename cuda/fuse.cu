@@ -3,6 +3,7 @@
 // device time at these sizes, more than most of the kernels' own work.
 #include <unordered_map>
 
+#include "attention.cuh"
 #include "fuse.cuh"
 #include "mmv.cuh"
 #include "ops.h"
@@ -83,17 +84,23 @@ struct matcher {
 
     // A GEMV launch the fusions below plan: its products (and epilogues),
     // the nodes it takes after the first, the tensors it writes and reads.
+    const tg_tensor *b_unread = nullptr;  // set by fold() while it plans: b is not read by the launch
     struct gemv_plan {
         tg_cuda_mmv p;
-        int more[TG_CUDA_MMV_MAX_JOBS] = {}, nmore = 0;
-        const tg_tensor *out[TG_CUDA_MMV_MAX_JOBS + 1] = {}, *in[TG_CUDA_MMV_MAX_JOBS + 1] = {};
+        int more[TG_CUDA_MMV_MAX_JOBS + 2] = {}, nmore = 0;
+        const tg_tensor *out[TG_CUDA_MMV_MAX_JOBS + 3] = {}, *in[TG_CUDA_MMV_MAX_JOBS + 1] = {};
         int nout = 0, nin = 0;
         int kind = -1;  // counts[] index; -1: a plain product (only with a folded norm)
+        bool rope = false;  // rope(q) + rope_kv_update folded in (kind 6)
         const char *call = "mul_mat";
     };
     tg_status launch(const gemv_plan &g) {
         for (int q = 0; q < g.nmore; q++) done[g.more[q]] = 1;
         if (g.kind >= 0) counts[g.kind]++;
+        if (g.rope) {
+            counts[6]++;
+            tg_cuda(be)->sig_last[TG_CUDA_SIG_ROPE] = tg_cuda(be)->sig_last[TG_CUDA_SIG_KV] = "gemv-epilogue";
+        }
         return tg_cuda_mmv_launch(be, g.p, g.call);
     }
 
@@ -101,10 +108,13 @@ struct matcher {
     // result next (mmv.cuh tg_cuda_mmv_norm): every block reads x and w (one
     // row of K: the kernels do not broadcast it) while the launch writes its
     // outputs, and its blocks write the norm's y and z (z may have readers
-    // after the launch), which nothing the launch reads may overlap. y
+    // after the launch), which nothing the launch reads may overlap. y or z
     // overlapping an output of the launch had its storage given to that
-    // output by the planner (y's only reader is the mul): it is not written
-    // then. An output overlapping z declines the fold.
+    // output by the planner: the planner gives away storage only once no
+    // later node reads it and it is not a graph output, so it is dead after
+    // the launch's products (which no longer read it: they read x and w) and
+    // is not written (the rope folded in writes q over z where the sizes
+    // match, as in a llama's q/k/v).
     bool fold(int i, int j, const tg_tensor *x, const tg_tensor *w, tg_status *st) {
         if (tg_cuda(be)->sig.norm_fold == 1) return false;
         const tg_tensor *nrm = nodes[i], *mul = nodes[j];
@@ -114,20 +124,24 @@ struct matcher {
             !tg_is_contiguous(nrm) || !tg_is_contiguous(mul) || w->ne[0] != x->ne[0] || tg_nrows(w) != 1)
             return false;
         gemv_plan g;
-        if (!plan_swiglu(k, &g) && !plan_shared_b(k, &g) && !plan_mm_add(k, &g) && !plan_one(k, &g)) return false;
+        b_unread = mul;  // (plan_rope: the folded launch reads x and w, not b)
+        const bool planned = plan_swiglu(k, &g) || plan_shared_b(k, &g) || plan_mm_add(k, &g) || plan_one(k, &g);
+        b_unread = nullptr;
+        if (!planned) return false;
         // x's rows are b's columns: one batch of them (the GEMV merged batches into columns)
         if (tg_nrows(x) != g.p.job[0].d.ne[1]) return false;
         if (overlap(nrm, x) || overlap(mul, x) || (overlap(nrm, mul) && !same_layout(nrm, mul))) return false;
-        bool y_dead = false;
+        bool y_dead = false, z_dead = false;
         for (int q = 0; q < g.nout; q++) {
-            if (overlap(g.out[q], x) || overlap(g.out[q], w) || overlap(g.out[q], mul)) return false;
+            if (overlap(g.out[q], x) || overlap(g.out[q], w)) return false;
             y_dead = y_dead || overlap(g.out[q], nrm);
+            z_dead = z_dead || overlap(g.out[q], mul);
         }
         for (int q = 0; q < g.nin; q++)
             if (overlap(g.in[q], nrm) || overlap(g.in[q], mul)) return false;
         g.p.norm.x = (const float *)x->data, g.p.norm.w = (const float *)w->data;
         g.p.norm.y = y_dead ? nullptr : (float *)nrm->data;
-        g.p.norm.z = (float *)mul->data;
+        g.p.norm.z = z_dead ? nullptr : (float *)mul->data;
         // y written in place as z (same layout) is overwritten by z: only z then
         if (g.p.norm.y && g.p.norm.z && nrm->data == mul->data) g.p.norm.y = nullptr;
         g.p.norm.eps = tg_get_params<float>(nrm);
@@ -193,7 +207,88 @@ struct matcher {
             g->out[g->nout++] = nodes[idx[q]], g->in[g->nin++] = nodes[idx[q]]->src[0];
         }
         g->kind = 3;
+        if (p.njob == 3) plan_rope(g, idx[2], b);
         return true;
+    }
+
+    // h is product mm (its GEMV job) seen as heads {D, H, T, B}: the same
+    // bytes, each column of D H floats split into H heads, column t + T b of
+    // the product at (t, b), one batch
+    static bool as_heads(const tg_tensor *h, const tg_tensor *mm, const tg_cuda_mmv_job &job) {
+        const long long D = h->ne[0], H = h->ne[1], T = h->ne[2], B = h->ne[3];
+        const tg_cuda_desc &d = job.d;
+        if (h->type != TG_TYPE_F32 || h->data != mm->data || d.nb[0] != 4 || d.ne[2] * d.ne[3] != 1) return false;
+        if (D * H != d.ne[0] || T * B != d.ne[1] || h->nb[0] != 4 || (H > 1 && (long long)h->nb[1] != D * 4)) return false;
+        return (T == 1 || (long long)h->nb[2] == d.nb[1]) && (B == 1 || (long long)h->nb[3] == d.nb[1] * T);
+    }
+    static bool elem_aligned(const tg_tensor *t) {
+        const size_t es = tg_type_size(t->type);
+        bool ok = (uintptr_t)t->data % es == 0;
+        for (int d = 0; d < TG_MAX_DIMS; d++) ok = ok && (t->ne[d] == 1 || t->nb[d] % es == 0);
+        return ok;
+    }
+
+    // rope(q) and rope_kv_update(k_new, v_new) right after a q/k/v launch
+    // (either order), their inputs its three products seen as heads: folded
+    // into its epilogue (mmv.cuh tg_cuda_mmv_rope; the rope pair kernel's
+    // conditions, interleaved pairs of an even D, and the update's own
+    // position check or the graph's pre-check). The rope's result and the
+    // caches, written by the launch, may overlap nothing it reads (weights,
+    // b, positions) and none of its other outputs, but the rope's result may
+    // be q's product element for element (the thread that stores a product
+    // stores its rotation after it). With a norm folded in, b (the norm's
+    // result) is not read; fold() then decides whether it is written.
+    void plan_rope(gemv_plan *g, int last, const tg_tensor *b) {
+        tg_cuda_impl *impl = tg_cuda(be);
+        tg_cuda_mmv &p = g->p;
+        if (impl->sig.rope_fold == 1 || impl->sig.kv_validate >= 2) return;
+        const int i = next(last), k = i < 0 ? -1 : next(i);
+        if (k < 0) return;
+        const tg_tensor *rq = nodes[i], *kv = nodes[k];
+        if (rq->op == TG_OP_ROPE_KV_UPDATE) std::swap(rq, kv);
+        if (rq->op != TG_OP_ROPE || kv->op != TG_OP_ROPE_KV_UPDATE || kv->src[5] || rq->type != TG_TYPE_F32) return;
+        const tg_rope_params a = tg_get_params<tg_rope_params>(rq), ak = tg_get_params<tg_rope_params>(kv);
+        if (a.mode != TG_ROPE_INTERLEAVED || ak.mode != a.mode || ak.n_rot != a.n_rot || ak.base != a.base) return;
+        const tg_tensor *pos = rq->src[1], *hq = rq->src[0], *hk = kv->src[2], *kc = kv->src[0], *vc = kv->src[1];
+        if (pos != kv->src[4] || hq->ne[0] != hk->ne[0] || hq->ne[0] % 2 != 0 || hq->ne[2] != hk->ne[2] ||
+            hq->ne[3] != hk->ne[3])
+            return;
+        // auto: not where the attention reading the caches takes the cluster
+        // kernel, which gains more from starting under the rope pair kernel
+        // (its prefetch before the wait) than the fold saves (the 125M llama:
+        // step span 313 against 325 us with the fold; bench/NOTES.md session 28)
+        if (impl->sig.rope_fold == 0)
+            for (int j = k + 1; j < (int)nodes.size(); j++)
+                if (nodes[j]->op == TG_OP_ATTENTION && nodes[j]->src[1] == kv) {
+                    if (tg_cuda_attention_takes_cluster(be, nodes[j])) return;
+                    break;
+                }
+        const tg_tensor *mq = g->out[0], *mk = g->out[1], *mv = g->out[2];
+        if (!as_heads(hq, mq, p.job[0]) || !as_heads(hk, mk, p.job[1]) || !as_heads(kv->src[3], mv, p.job[2])) return;
+        if (!elem_aligned(rq) || !elem_aligned(kc) || !elem_aligned(vc) || !elem_aligned(pos)) return;
+        const tg_tensor *reads[5] = {b == b_unread ? nullptr : b, pos, g->in[0], g->in[1], g->in[2]};
+        for (const tg_tensor *r : reads)
+            if (r && (overlap(rq, r) || overlap(kc, r) || overlap(vc, r))) return;
+        for (const tg_tensor *o : {mq, mk, mv}) {
+            if (overlap(kc, o) || overlap(vc, o) || overlap(pos, o)) return;
+            if (overlap(rq, o) && !(o == mq && same_layout(rq, hq))) return;
+        }
+        if (overlap(rq, kc) || overlap(rq, vc) || overlap(kc, vc)) return;
+        tg_cuda_mmv_rope &r = p.rope;
+        r.D = (int)hq->ne[0], r.n_rot = a.n_rot, r.T = (int)hq->ne[2], r.B = (int)hq->ne[3];
+        r.L = kc->ne[2], r.base = (double)a.base;
+        r.check = !tg_cuda_kv_prechecked(be, kv);
+        r.qr = tg_cuda_desc_of(rq), r.kc = tg_cuda_desc_of(kc), r.vc = tg_cuda_desc_of(vc), r.pos = tg_cuda_desc_of(pos);
+        r.pos_pre = tg_cuda_graph_const(impl, r.pos);
+        r.err = impl->d_err;
+        if (!tg_cuda_mmv_can_rope(p)) {
+            r = tg_cuda_mmv_rope();
+            return;
+        }
+        g->more[g->nmore++] = i, g->more[g->nmore++] = k;
+        g->out[g->nout++] = rq, g->out[g->nout++] = kc, g->out[g->nout++] = vc;
+        g->in[g->nin++] = pos;
+        g->rope = true;
     }
 
     // mm then add(mm, r) or add(r, mm), the product read by nothing else

@@ -50,8 +50,10 @@ struct mmv_args {
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
 // VEC: 16-byte loads (rows 16-byte aligned, K a multiple of the chunk).
 // NORM (VEC only): b = rms_norm(x) * w folded in (p.norm).
-template <typename TA, int NMAX, int R, bool VEC, bool NORM>
-__global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
+// ROPE (VEC, R >= 2): rope and rope_kv_update folded in (p.rope, the q/k/v
+// launch only: its angle math costs registers the other GEMVs do not pay).
+template <typename TA, int NMAX, int R, bool VEC, bool NORM, bool ROPE = false>
+__global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM || ROPE ? 6 : 8) : 1) mmv_kernel(const __grid_constant__ mmv_args args) {
     constexpr int VE = 16 / sizeof(TA);
     constexpr int U = 8 / R > 0 ? 8 / R : 1;  // chunks per row loaded before use
     const tg_cuda_mmv &p = args.p;
@@ -78,6 +80,19 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
 #pragma unroll
     for (int n = 0; n < NMAX; n++)
         bcol[n] = NORM ? p.norm.x + (n < N ? n : 0) * K : (const float *)tg_cuda_ptr(p.b, 0, n < N ? n : 0, i2, i3);
+    // folded rope (p.rope.D): the slots' angles and positions, and the block's
+    // go/no-go inputs: bad, a fault in this thread's share of the position
+    // check; prior (thread 0), the error record of earlier kernels
+    static_assert(!ROPE || (VEC && R >= 2), "the folded rope: 16-byte path, row pairs");
+    __shared__ float rope_cs[ROPE ? R * NMAX : 1][3];
+    constexpr bool rope = ROPE;
+    bool bad = false;
+    int prior = TG_CUDA_ERR_NONE;
+    auto rope_prep = [&]() {
+        if (!rope) return;
+        bad = tg_cuda_mmv_rope_bad(p.rope, threadIdx.x);
+        if (threadIdx.x < R * NMAX) tg_cuda_mmv_rope_slot(p.rope, j, m0, threadIdx.x, NMAX, N, p.job[j].a.ne[1], rope_cs);
+    };
     float acc[R][NMAX], ssq[NMAX];  // ssq: NORM, the squares of x's column n
 #pragma unroll
     for (int n = 0; n < NMAX; n++) {
@@ -86,6 +101,9 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
         for (int r = 0; r < R; r++) acc[r][n] = 0.0f;
     }
 
+    // the rope's angles: where the positions allow, while the first weight
+    // loads are in flight (before the wait), else after the products
+    if (!VEC && rope && p.rope.pos_pre) rope_prep();
     if (VEC) {
         const long long nchunk = K / VE;
         uint4 raw[U][R];
@@ -100,7 +118,9 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
         };
         // constant weights: the first round's loads overlap the kernel before
         if (args.a_const) load(threadIdx.x);
+        if (rope && p.rope.pos_pre) rope_prep();
         tg_pdl_wait();
+        if (rope && threadIdx.x == 0) prior = tg_cuda_mmv_rope_prior(p.rope);
         for (long long c0 = threadIdx.x; c0 < nchunk; c0 += (long long)kThreads * U) {
             if (c0 != threadIdx.x || !args.a_const) load(c0);
 #pragma unroll
@@ -143,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
         }
     } else {
         tg_pdl_wait();
+        if (rope && threadIdx.x == 0) prior = tg_cuda_mmv_rope_prior(p.rope);
         for (long long k = threadIdx.x; k < K; k += kThreads) {
             float w[R];
 #pragma unroll
@@ -158,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
     }
 
     if (args.late) tg_pdl_trigger();
+    if (rope && !p.rope.pos_pre) rope_prep();  // positions a node of the graph writes: read after the wait
     // block reduction: warp sums, then the warps' partials in warp order
     // (NORM: x's squares after the products, at R * NMAX + n)
     constexpr int NS = R * NMAX + (NORM ? NMAX : 0);
@@ -176,7 +198,9 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
             if (lane == 0) sh[warp][R * NMAX + n] = v;
         }
     }
-    __syncthreads();
+    // (with a folded rope the barrier is also the go/no-go of its cache writes:
+    // every block checked the same positions, so either all write or none does)
+    const bool go = rope ? !__syncthreads_or(bad || prior != TG_CUDA_ERR_NONE) : (__syncthreads(), true);
     auto total = [&](int i) {
         float t = sh[0][i];
 #pragma unroll
@@ -209,12 +233,16 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM ? 6 : 8)
         return;
     }
     const tg_cuda_mmv_job &jb = p.job[j];
+    if (rope && !go) tg_cuda_mmv_rope_report(p.rope, prior);
     for (int i = threadIdx.x; i < R * NMAX; i += kThreads) {
         const int r = i / NMAX, n = i % NMAX;
         const long long m = m0 + r;
         if (n >= N || m >= jb.a.ne[1]) continue;
         const float v = total(i) * scale(n);
-        tg_cuda_mmv_store(jb, m, n, i2, i3, v);
+        if (rope)  // the pair partner: row m ^ 1 is row r ^ 1 of the block (R even, m0 a multiple of R)
+            tg_cuda_mmv_store_rope(p, j, m, n, v, total((r ^ 1) * NMAX + n) * scale(n), rope_cs[i], go);
+        else
+            tg_cuda_mmv_store(jb, m, n, i2, i3, v);
     }
 }
 
@@ -252,6 +280,12 @@ struct mmv_launch {
 template <typename TA, int NMAX, int R>
 void launch_r(const mmv_launch &L, mmv_args &args, bool vec) {
     const dim3 grid((unsigned)args.blk_end[TG_CUDA_MMV_MAX_JOBS - 1], (unsigned)L.batches);
+    if constexpr (R >= 2) {
+        if (args.p.rope.D && args.p.norm.x)
+            return tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, true, true>, grid, kThreads, 0, args);
+        if (args.p.rope.D)
+            return tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, false, true>, grid, kThreads, 0, args);
+    }
     if (args.p.norm.x) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, true>, grid, kThreads, 0, args);
     else if (vec) tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, true, false>, grid, kThreads, 0, args);
     else tg_cuda_launch(L.pdl, L.st, mmv_kernel<TA, NMAX, R, false, false>, grid, kThreads, 0, args);
@@ -350,6 +384,12 @@ bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p) {
            j0.d.ne[2] * j0.d.ne[3] == 1;
 }
 
+bool tg_cuda_mmv_can_rope(const tg_cuda_mmv &p) {
+    const tg_cuda_mmv_job &j0 = p.job[0];
+    return p.njob == 3 && !p.swiglu && (tg_type_is_quantized(j0.a.type) || vec_path(p)) && j0.d.ne[1] <= 8 &&
+           j0.d.ne[2] * j0.d.ne[3] == 1;
+}
+
 bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p) {
     if (p.njob < 1 || p.njob > TG_CUDA_MMV_MAX_JOBS || (p.swiglu && p.njob != 2)) return false;
     const tg_cuda_mmv_job &j0 = p.job[0];
@@ -371,6 +411,8 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     const tg_type ta = p.job[0].a.type;
     if (p.norm.x && !tg_cuda_mmv_can_fold(p))  // the caller checks: not reached
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] rms_norm cannot be folded into this GEMV", call);
+    if (p.rope.D && !tg_cuda_mmv_can_rope(p))  // the caller checks: not reached
+        return tg_err(TG_ERR_UNSUPPORTED, "[%s] rope cannot be folded into this GEMV", call);
     if (tg_type_is_quantized(ta)) return tg_cuda_mmvq_launch(be, p, call);
     impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "gemv";
     const bool vec = vec_path(p);
@@ -383,7 +425,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     // shape, also at 2048 rows: bench/NOTES.md); knob mmv_rows: forced (not
     // below that least)
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
-    if (p.swiglu && R < 2) R = 2;
+    if ((p.swiglu || p.rope.D) && R < 2) R = 2;  // gate/up rows, rope pairs
     if (impl->sig.mmv_rows > 0) {
         const int k = impl->sig.mmv_rows <= 1 ? 1 : impl->sig.mmv_rows <= 2 ? 2 : 4;  // a kernel's R: 1, 2 or 4
         R = k > R ? k : R;
@@ -394,7 +436,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     args.rows_per_block = p.swiglu ? R / 2 : R;
     const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
-    args.late = impl->sig.mmv_trigger != 1;
+    args.late = impl->sig.mmv_trigger != 1 && !(p.rope.D && impl->sig.mmv_trigger == 2);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {

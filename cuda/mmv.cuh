@@ -33,6 +33,30 @@ struct tg_cuda_mmv_norm {
     float eps = 0.0f;
 };
 
+// rope(q) and rope_kv_update(k, v) folded into a q/k/v launch (cuda/fuse.cu,
+// knob rope_fold): jobs 0, 1, 2 are q, k_new and v_new, one batch of N = T B
+// columns, their output (m, n) the element (m % D, m / D, n % T, n / T) of
+// the rope's and the update's {D, H, T, B} inputs. Pairs are interleaved
+// (m, m ^ 1) and a block's rows come in pairs, so the thread that stores a
+// value holds its partner's sum as well. Besides the products (d, still
+// written), the launch writes the rotated q to qr, and the rotated k and v
+// to row pos(t, b) of the caches, all or nothing as the update's own kernel:
+// each block checks every position (check) or, where the graph's pre-check
+// validated them, only reads the error record; no cache write when either
+// finds a fault, and block 0 reports the first bad position. Rotations and
+// cache stores are rope.cu's (tg_cuda_rope_angle, tg_cuda_rope_rotate,
+// tg_cuda_store): the same bits as the unfused kernels.
+struct tg_cuda_mmv_rope {
+    int D = 0;  // head dim of q and k; 0: no rope in the launch
+    int n_rot = 0, T = 0, B = 0;
+    long long L = 0;      // cache rows
+    double base = 0.0;
+    bool check = false;   // check the positions in every block (else pre-checked)
+    bool pos_pre = false; // no node of the graph writes the positions: read before tg_pdl_wait
+    tg_cuda_desc qr, kc, vc, pos;
+    tg_cuda_err *err = nullptr;
+};
+
 struct tg_cuda_mmv {
     tg_cuda_mmv_job job[TG_CUDA_MMV_MAX_JOBS];
     int njob = 0;
@@ -40,7 +64,76 @@ struct tg_cuda_mmv {
     bool swiglu = false; // njob == 2: h = swiglu(job 0's d, job 1's d)
     tg_cuda_desc h;
     tg_cuda_mmv_norm norm;
+    tg_cuda_mmv_rope rope;
 };
+
+// The folded rope's device steps (p.rope.D > 0). Before the products (ahead
+// of the wait for the kernel before where the positions allow): each thread
+// checks its share of the positions (tg_cuda_mmv_rope_bad: position f = tid
+// of the T * B, against the cache and the earlier tokens of its sequence),
+// and the thread of each output slot (slot = r * NMAX + n of the block's rows
+// m0 + r of job j) puts the slot's angle and position in cs[slot] (shared
+// memory, read back by the same thread in the epilogue). The block's barrier
+// then decides go: no fault anywhere and a clear record of earlier kernels;
+// each slot's thread stores through tg_cuda_mmv_store_rope.
+__device__ inline int tg_cuda_mmv_rope_pos(const tg_cuda_mmv_rope &r, int t, int b) {
+    return *(const int *)tg_cuda_ptr(r.pos, t, b, 0, 0);
+}
+__device__ inline bool tg_cuda_mmv_rope_bad(const tg_cuda_mmv_rope &r, int tid) {
+    if (!r.check || tid >= r.T * r.B) return false;
+    const int t = tid % r.T, b = tid / r.T, p = tg_cuda_mmv_rope_pos(r, t, b);
+    bool bad = p < 0 || p >= r.L;
+    for (int u = 0; u < t; u++) bad |= tg_cuda_mmv_rope_pos(r, u, b) == p;
+    return bad;
+}
+__device__ inline void tg_cuda_mmv_rope_slot(const tg_cuda_mmv_rope &r, int j, long long m0, int slot, int NMAX, int N,
+                                             long long M, float (*cs)[3]) {
+    const int n = slot % NMAX;
+    const long long m = m0 + slot / NMAX;
+    if (n >= N || m >= M) return;
+    const int d = (int)(m % r.D), p = tg_cuda_mmv_rope_pos(r, n % r.T, n / r.T);
+    float c = 1.0f, s = 0.0f;
+    if (j < 2 && d < r.n_rot) tg_cuda_rope_angle(p, d >> 1, r.n_rot, r.base, &c, &s);
+    cs[slot][0] = c, cs[slot][1] = s, cs[slot][2] = __int_as_float(p);
+}
+// The error record before this launch (thread 0 of a block; after the wait)
+__device__ inline int tg_cuda_mmv_rope_prior(const tg_cuda_mmv_rope &r) {
+    return r.err ? *(volatile const int *)&r.err->code : TG_CUDA_ERR_NONE;
+}
+// go == false: block (0, 0)'s thread 0 reports the first bad position of the
+// launch, unless an earlier kernel had reported (prior) or the graph's
+// pre-check did (no check here). The op is rope_kv_update's, so the message
+// is the unfused update's.
+__device__ inline void tg_cuda_mmv_rope_report(const tg_cuda_mmv_rope &r, int prior) {
+    if (!r.check || prior != TG_CUDA_ERR_NONE || blockIdx.x != 0 || blockIdx.y != 0 || threadIdx.x != 0) return;
+    for (int f = 0; f < r.T * r.B; f++) {
+        const int t = f % r.T, b = f / r.T, p = tg_cuda_mmv_rope_pos(r, t, b);
+        if (p < 0 || p >= r.L) {
+            tg_cuda_report(r.err, TG_CUDA_ERR_POSITION_RANGE, TG_OP_ROPE_KV_UPDATE, p, r.L, b, t);
+            return;
+        }
+        for (int u = 0; u < t; u++)
+            if (tg_cuda_mmv_rope_pos(r, u, b) == p) {
+                tg_cuda_report(r.err, TG_CUDA_ERR_POSITION_REPEAT, TG_OP_ROPE_KV_UPDATE, p, b, u, t);
+                return;
+            }
+    }
+}
+// Output (m, n) of job j with value v and its pair partner's value o (row
+// m ^ 1, same column); cs: the slot's angle and position
+__device__ inline void tg_cuda_mmv_store_rope(const tg_cuda_mmv &p, int j, long long m, int n, float v, float o,
+                                              const float *cs, bool go) {
+    const tg_cuda_mmv_rope &r = p.rope;
+    *(float *)tg_cuda_ptr(p.job[j].d, m, n, 0, 0) = v;
+    const int d = (int)(m % r.D), h = (int)(m / r.D), t = n % r.T, b = n / r.T;
+    const float y = j < 2 && d < r.n_rot ? tg_cuda_rope_rotate(v, o, cs[0], cs[1], (d & 1) == 0) : v;
+    if (j == 0) {
+        *(float *)tg_cuda_ptr(r.qr, d, h, t, b) = y;
+    } else if (go) {
+        const tg_cuda_desc &c = j == 1 ? r.kc : r.vc;
+        tg_cuda_store(tg_cuda_ptr(c, d, h, __float_as_int(cs[2]), b), c.type, y);
+    }
+}
 
 // The rms_norm scale of a row of n values whose squares sum to ss (the norm
 // kernel's formula, cuda/norm.cu).
@@ -118,6 +211,9 @@ bool tg_cuda_mmv_compatible(const tg_cuda_mmv &p);
 // weights on the 16-byte path (K a multiple of a load's elements, every row
 // and x, w 16-byte aligned); one batch of at most 8 columns.
 bool tg_cuda_mmv_can_fold(const tg_cuda_mmv &p);
+// p.rope can be folded into p's launch: quantized weights, or F16/BF16/F32
+// weights on the 16-byte path; one batch of at most 8 columns.
+bool tg_cuda_mmv_can_rope(const tg_cuda_mmv &p);
 // The launch class of a GEMV launch (knob pdl_mask), F16/BF16/F32 or quantized
 tg_cuda_pdl_class tg_cuda_mmv_pdl_class(const tg_cuda_mmv &p);
 tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *call);

@@ -230,8 +230,9 @@ template <tg_type T, int R> constexpr int mmvq_units() {
     return u > 0 ? u : 1;
 }
 
-template <tg_type T, int NMAX, int R>
-__global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? (R == 4 ? 5 : R == 2 ? 7 : 8) : 1)
+// ROPE (R >= 2): rope and rope_kv_update folded in (p.rope; the q/k/v launch only)
+template <tg_type T, int NMAX, int R, bool ROPE = false>
+__global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? (R == 4 ? (ROPE ? 4 : 5) : R == 2 ? (ROPE ? 6 : 7) : 8) : 1)
     mmvq_kernel(const __grid_constant__ mmvq_args args) {
     constexpr int SUB = tg_cuda_qunit<T>::subs, UE = 32 * SUB, U = mmvq_units<T, R>();
     const tg_cuda_mmv &p = args.p;
@@ -273,8 +274,25 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     // most with them held across the wait)
     constexpr bool kPre = T != TG_TYPE_Q4_K;
     const bool pre = kPre && active && args.a_const;
+    // folded rope (p.rope.D, mmv.cuh): the group's slots (lanes of its first
+    // warp) in rope_cs[warp]; bad / prior feed the block's go/no-go barrier.
+    // The angles while the first loads are in flight where the positions
+    // allow (before the wait), else after the products.
+    static_assert(!ROPE || R >= 2, "the folded rope: row pairs");
+    __shared__ float rope_cs[kWarps][ROPE ? R * NMAX : 1][3];
+    constexpr bool rope = ROPE;
+    bool bad = false;
+    int prior = TG_CUDA_ERR_NONE;
+    auto rope_prep = [&]() {
+        if (!rope) return;
+        bad = tg_cuda_mmv_rope_bad(p.rope, threadIdx.x);
+        if (active && part == 0 && lane < R * NMAX)
+            tg_cuda_mmv_rope_slot(p.rope, j, m0, lane, NMAX, N, p.job[j].a.ne[1], rope_cs[warp]);
+    };
     if (pre) load(ufirst);
+    if (rope && p.rope.pos_pre) rope_prep();
     tg_pdl_wait();
+    if (rope && threadIdx.x == 0) prior = tg_cuda_mmv_rope_prior(p.rope);
     if (active) {
         for (int u0 = ufirst; u0 < nu; u0 += step * U) {
             if (u0 != ufirst || !pre) load(u0);
@@ -308,6 +326,7 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
         }
     }
     if (args.late) tg_pdl_trigger();
+    if (rope && !p.rope.pos_pre) rope_prep();
     // a row's sum: each warp's (shuffles), then the group's wpr warps in order
     __shared__ float red[kWarps][R * NMAX];
 #pragma unroll
@@ -317,8 +336,14 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
             const float v = tg_warp_sum(acc[r][n]);
             if (lane == 0) red[warp][r * NMAX + n] = v;
         }
-    if (wpr > 1) __syncthreads();  // wpr is the same for the whole block
+    // wpr is the same for the whole block; with a folded rope the barrier is
+    // also the go/no-go of its cache writes (every block checked the same
+    // positions: all write or none does)
+    bool go = true;
+    if (rope) go = !__syncthreads_or(bad || prior != TG_CUDA_ERR_NONE);
+    else if (wpr > 1) __syncthreads();
     else __syncwarp();
+    if (rope && !go) tg_cuda_mmv_rope_report(p.rope, prior);
     if (!active || part != 0) return;
     // folded norm (one batch: tg_cuda_mmv_can_fold, so c0 is 0 and y and z
     // are indexed as x): column n's 1 / rms from its K / 32 sums of squares
@@ -368,12 +393,17 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     const long long m = m0 + r;
     if (m >= jb.a.ne[1]) return;
     const float v = total(lane) * s;
-    tg_cuda_mmv_store(jb, m, n, i2, i3, v);
+    if (rope)  // the pair partner: row m ^ 1 is row r ^ 1 of the group (R even, m0 a multiple of R)
+        tg_cuda_mmv_store_rope(p, j, m, n, v, total((r ^ 1) * NMAX + n) * s, rope_cs[warp][lane], go);
+    else
+        tg_cuda_mmv_store(jb, m, n, i2, i3, v);
 }
 
 template <tg_type T, int NMAX, int R> void launch_mmvq_r(cudaStream_t st, const mmvq_args &args, long long batches) {
     const long long gpb = kWarps / args.wpr;
     const dim3 grid((unsigned)((args.ngroups + gpb - 1) / gpb), (unsigned)batches);
+    if constexpr (R >= 2)
+        if (args.p.rope.D) return tg_cuda_launch(args.pdl, st, mmvq_kernel<T, NMAX, R, true>, grid, 32 * kWarps, 0, args);
     tg_cuda_launch(args.pdl, st, mmvq_kernel<T, NMAX, R>, grid, 32 * kWarps, 0, args);
 }
 
@@ -498,7 +528,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.pdl = pdl;
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
-    args.late = impl->sig.mmv_trigger != 1;
+    args.late = impl->sig.mmv_trigger != 1 && !(p.rope.D && impl->sig.mmv_trigger == 2);
     // warps per group from K alone (the order of a row's sum depends on it)
     const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
     args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;
@@ -510,7 +540,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     // (more weight bytes in flight per lane) while the grid still fills the GPU 4 times
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
-    if (p.swiglu && R < 2) R = 2;
+    if ((p.swiglu || p.rope.D) && R < 2) R = 2;  // gate/up rows, rope pairs
     while (R < 4 && rows * batches / (2 * R) * args.wpr / kWarps >= 4LL * sms) R *= 2;
     args.rows_per_group = p.swiglu ? R / 2 : R;
     long long groups = 0;

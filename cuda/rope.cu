@@ -87,16 +87,6 @@ template <int VEC> __device__ inline void store_vec(char *p, tg_type type, const
         tg_cuda_store(p, type, y[0]);
 }
 
-// theta_i = p * base^(-2i/n_rot) in double, as the CPU computes it; the F32
-// cos/sin then equal the CPU's except at a rounding tie of the double value.
-__device__ inline void angle_from_base(long long p, int i, const rope_args &a, float *c, float *s) {
-    const double theta = (double)p * pow(a.base, -2.0 * i / a.n_rot);
-    double sd, cd;
-    sincos(theta, &sd, &cd);
-    *c = (float)cd;
-    *s = (float)sd;
-}
-
 template <bool NEOX> __device__ inline int partner_of(int d, const rope_args &a) {
     return NEOX ? (d < a.half ? d + a.half : d - a.half) : (d ^ 1);
 }
@@ -168,7 +158,7 @@ __device__ __forceinline__ void rope_rows_block(const rope_args &a, const int bl
             c = *(const float *)tg_cuda_ptr(a.cs, i, pr, 0, 0);
             s = *(const float *)tg_cuda_ptr(a.sn, i, pr, 0, 0);
         } else {
-            angle_from_base(p, i, a, &c, &s);
+            tg_cuda_rope_angle(p, i, a.n_rot, a.base, &c, &s);
         }
         sc[i] = c;
         ss[i] = s;
@@ -219,8 +209,7 @@ __device__ __forceinline__ void rope_rows_block(const rope_args &a, const int bl
                     const float o = (VEC == 4 && !NEOX) ? x[r][e ^ (VEC == 4 ? 1 : 0)] : xp[r][e];
                     const float cc = sc[i], s = ss[i];
                     // CPU: out[e] = x[e]*c - x[o]*s;  out[o] = x[e]*s + x[o]*c
-                    y[e] = first ? __fsub_rn(__fmul_rn(x[r][e], cc), __fmul_rn(o, s))
-                                 : __fadd_rn(__fmul_rn(o, s), __fmul_rn(x[r][e], cc));
+                    y[e] = tg_cuda_rope_rotate(x[r][e], o, cc, s, first);
                 } else {
                     y[e] = x[r][e];
                 }

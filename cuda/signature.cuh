@@ -71,8 +71,9 @@ struct tg_cuda_sig_knobs {
     // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
     // launch: 0 (default) each block lets the next kernel launch once its
     // weight loads are done, before its reduction; 1 at the block's start (as
-    // before 2026-12-04; measured slower: bench/NOTES.md session 26). Env
-    // TG_CUDA_MMV_TRIGGER. Results do not depend on it.
+    // before 2026-12-04; measured slower: bench/NOTES.md session 26); 2 late
+    // but for the q/k/v launch with a folded rope, which triggers at its start
+    // (A/B of session 28). Env TG_CUDA_MMV_TRIGGER. Results do not depend on it.
     int mmv_trigger = 0;
     // diagnostics (env TG_CUDA_PDL_MASK): bit c set (tg_cuda_pdl_class) takes
     // class c out of programmatic dependent launch (the edge into its kernels
@@ -88,6 +89,15 @@ struct tg_cuda_sig_knobs {
     // never (the norm kernel runs, every fused result is the unfused bits).
     // Env TG_CUDA_NORM_FOLD=0 sets 1 when the backend is created.
     int norm_fold = 0;
+    // rope(q) and rope_kv_update(k, v) folded into the epilogue of the q/k/v
+    // GEMV launch that computes their inputs (cuda/fuse.cu, mmv.cuh
+    // tg_cuda_mmv_rope): 0 (default) where allowed (interleaved pairs, no
+    // tables, one batch of at most 8 columns) unless the attention reading
+    // the caches takes the cluster kernel (measured slower after the fold),
+    // 1 never (the rope pair kernel runs), 2 wherever allowed. The same bits
+    // either way. Env TG_CUDA_ROPE_FOLD=0 sets 1, =2 sets 2, when the backend
+    // is created.
+    int rope_fold = 0;
     // quantized decode GEMV (cuda/mul_mat_quant.cu): 0 auto (the fused-job
     // kernel, b quantized once per launch, U units per row per lane in
     // flight; the fusions take quantized products too), 1 the per-product
@@ -154,9 +164,11 @@ long long tg_cuda_mm_b_reuses(tg_backend *be);
 
 // Fusions (cuda/fuse.cuh) the last enqueued graph took, by kind: rms_norm*w,
 // mul_mat+add, gate/up+swiglu, mul_mats sharing b, rope(q)+rope_kv_update,
-// and (kind 5) rms_norm*w folded into the GEMV after it (also counted as
-// kind 0, and as its GEMV's kind 1-3 where it has one). All 0 with fusion off.
-constexpr int TG_CUDA_FUSION_KINDS = 6;
+// (kind 5) rms_norm*w folded into the GEMV after it (also counted as kind 0,
+// and as its GEMV's kind 1-3 where it has one), and (kind 6) rope(q) +
+// rope_kv_update folded into the q/k/v GEMV launch (also counted as kind 3,
+// not as kind 4). All 0 with fusion off.
+constexpr int TG_CUDA_FUSION_KINDS = 7;
 void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]);
 // Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it
 // was created). Change it only while no compute runs; captures taken with the

@@ -93,18 +93,7 @@ layer_data make_data(const layer_case &c) {
     return d;
 }
 
-tg_status upload(tg_tensor *t, const std::vector<float> &v) {
-    const tg_type type = tg_tensor_type(t);
-    if (type == TG_TYPE_F32) return tg_tensor_set(t, v.data(), 0, v.size() * 4);
-    if (tg_type_is_quantized(type)) {  // the same blocks on both backends
-        std::vector<uint8_t> q(tg_nbytes(t));
-        const tg_status s = tg_quantize(type, v.data(), q.data(), (int64_t)v.size());
-        return s != TG_OK ? s : tg_tensor_set(t, q.data(), 0, q.size());
-    }
-    std::vector<uint16_t> h(v.size());
-    for (size_t i = 0; i < v.size(); i++) h[i] = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
-    return tg_tensor_set(t, h.data(), 0, h.size() * 2);
-}
+using tgt::upload;
 
 struct layer_result {
     std::vector<std::vector<float>> outs;  // one per output, per compute
@@ -398,6 +387,7 @@ void decode_both(const std::string &path, int steps) {
     for (int pass = 0; pass < 3; pass++) {  // unfused, fused without the fold, fused
         tg_cuda_set_fuse(gpu, pass > 0);
         tg_cuda_knobs(gpu)->norm_fold = pass == 1 ? 1 : 0;
+        tg_cuda_knobs(gpu)->rope_fold = pass == 2 ? 2 : 0;  // (pass 2: also before the cluster kernel)
         int f[TG_CUDA_FUSION_KINDS];
         greedy_decode(gpu, m, steps, &toks[pass], &logits[pass], f, pass == 2 ? &toks[0] : nullptr);
         if (::testing::Test::HasFatalFailure()) break;
@@ -407,12 +397,16 @@ void decode_both(const std::string &path, int steps) {
             EXPECT_EQ(all, 0);
         } else {
             EXPECT_GT(f[0] + f[1] + f[2] + f[3], 0) << "no GEMV or norm fusion in a llama decode step";
-            EXPECT_EQ(f[4], m->hp.n_layer) << "rope(q) + rope_kv_update not one launch in every layer";
+            EXPECT_EQ(f[4] + f[6], m->hp.n_layer) << "rope(q) + rope_kv_update not one launch in every layer";
             if (pass == 1) EXPECT_EQ(f[5], 0) << "a norm folded with knob norm_fold 1";
             else EXPECT_GT(f[5], 0) << "no norm folded into its GEMV";
+            // with the norm folded, q's rotation may take the norm's storage
+            // (dead after the products), and the rope (knob 2) folds into every q/k/v launch
+            if (pass == 2) EXPECT_EQ(f[6], m->hp.n_layer) << "rope not folded into the q/k/v GEMV in every layer";
         }
     }
     tg_cuda_knobs(gpu)->norm_fold = 0;
+    tg_cuda_knobs(gpu)->rope_fold = 0;
     const size_t V = (size_t)m->hp.n_vocab;
     tgm::model_free(m);
     if (::testing::Test::HasFatalFailure()) return;

@@ -5,6 +5,19 @@
 
 namespace tgt {
 
+tg_status upload(tg_tensor *t, const std::vector<float> &v) {
+    const tg_type type = tg_tensor_type(t);
+    if (type == TG_TYPE_F32) return tg_tensor_set(t, v.data(), 0, v.size() * 4);
+    if (tg_type_is_quantized(type)) {
+        std::vector<uint8_t> q(tg_nbytes(t));
+        const tg_status s = tg_quantize(type, v.data(), q.data(), (int64_t)v.size());
+        return s != TG_OK ? s : tg_tensor_set(t, q.data(), 0, q.size());
+    }
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); i++) h[i] = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
+    return tg_tensor_set(t, h.data(), 0, h.size() * 2);
+}
+
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo, float hi) {
     std::uniform_real_distribution<float> d(lo, hi);
     std::vector<float> v(n);

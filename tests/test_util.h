@@ -31,6 +31,10 @@ double rel_error(const std::vector<float> &out, const std::vector<double> &ref);
 // either gives +inf.
 double rel_error(const float *out, const float *ref, size_t n);
 
+// Upload float values into t of any float or quantized type (rounded to
+// F16/BF16, or quantized with tg_quantize: the same blocks on every backend).
+tg_status upload(tg_tensor *t, const std::vector<float> &v);
+
 // A no_alloc context and a CPU backend, freed together.
 struct env {
     tg_context *ctx = nullptr;
