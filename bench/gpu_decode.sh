@@ -72,7 +72,7 @@ done
 for row in ${BENCH:-decode}; do
   [ "$row" = none ] && continue
   timeout 90 $B/bench/tinygml-bench $OUT/bench-$row.json --quick --only $row > $OUT/bench-$row.log 2>&1
-  grep -E "^(mm|attn|kv|rope|decode|gdn|gla)|copy" $OUT/bench-$row.log | head -30
+  grep -E "^(mm|attn|kv|rope|decode|gdn|gla|llama|hybrid)|copy" $OUT/bench-$row.log | head -30
 done
 el bench
 wait $SP; cat $OUT/synth.log; el synth

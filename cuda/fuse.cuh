@@ -7,6 +7,8 @@
 //   rope(q), rope_kv_update at the same positions -> one rope launch
 //   rms_norm, mul, then one of the GEMV launches above (or a lone GEMV)
 //                                                 -> the norm folded into the GEMV
+//   q/k/v launch, rope(q), rope_kv_update(k, v)   -> the rope pair in the GEMV's
+//                                                    epilogue (mmv.cuh tg_cuda_mmv_rope)
 // Each fused kernel computes the same bits as the unfused kernels and still
 // writes the intermediate results (cheap at decode sizes), so an
 // intermediate read later (a graph output, a planner-off test) is intact.

@@ -436,7 +436,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     args.rows_per_block = p.swiglu ? R / 2 : R;
     const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
-    args.late = impl->sig.mmv_trigger != 1 && !(p.rope.D && impl->sig.mmv_trigger == 2);
+    args.late = impl->sig.mmv_trigger != 1;
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {

@@ -71,9 +71,9 @@ struct tg_cuda_sig_knobs {
     // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
     // launch: 0 (default) each block lets the next kernel launch once its
     // weight loads are done, before its reduction; 1 at the block's start (as
-    // before 2026-12-04; measured slower: bench/NOTES.md session 26); 2 late
-    // but for the q/k/v launch with a folded rope, which triggers at its start
-    // (A/B of session 28). Env TG_CUDA_MMV_TRIGGER. Results do not depend on it.
+    // before 2026-12-04; measured slower: bench/NOTES.md session 26; also for
+    // the q/k/v launch with a folded rope alone, session 28). Env
+    // TG_CUDA_MMV_TRIGGER. Results do not depend on it.
     int mmv_trigger = 0;
     // diagnostics (env TG_CUDA_PDL_MASK): bit c set (tg_cuda_pdl_class) takes
     // class c out of programmatic dependent launch (the edge into its kernels
