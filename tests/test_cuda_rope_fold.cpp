@@ -21,8 +21,11 @@
 // 0) declines where that attention takes the cluster kernel (knob 2 folds
 // anyway). Layouts the fold does not take (NEOX pairs, an odd head dim, F32
 // weights off the 16-byte path) fall back to the pair kernel. Every compute
-// but the failing ones runs three times (plain, captured, replayed): the cache
-// writes are idempotent.
+// but the failing ones runs four times (plain; plain again where the first
+// grew the backend's scratch, as quantized products do; captured; replayed;
+// the compute buffer poisoned by a memset each time; a replay is asserted):
+// the cache writes are idempotent. Positions written by a node of the graph, 6
+// columns and a head dim of 10 have cases of their own.
 // TG_TEST_SMALL=1 shrinks the shapes (compute-sanitizer).
 #include <algorithm>
 #include <cmath>
@@ -60,6 +63,7 @@ struct fold_case {
     tg_rope_mode mode;  // NEOX: the fold declines
     bool folds;         // expected: the rope folded
     int attn_L = 0;     // > 0: caches of that many rows and an attention node reading them
+    bool pos_node = false;  // positions written by a node of the graph (a copy): read after the products
 };
 // cache rows
 int rows(const fold_case &c) { return c.attn_L > 0 ? c.attn_L : 48; }
@@ -102,6 +106,7 @@ struct fold_out {
     std::vector<uint8_t> kc[2], vc[2];            // the caches' bytes
     bool tails_ok = true;
     int fusions[TG_CUDA_FUSION_KINDS] = {};
+    long long replays = 0;  // CUDA-graph replays among the computes
 };
 
 size_t type_bytes(tg_type t) { return t == TG_TYPE_F32 ? 4 : 2; }
@@ -114,7 +119,8 @@ fold_out run(tg_backend *be, const fold_data &d, int reps) {
     const int64_t N = (int64_t)c.T * c.B, nq = (int64_t)c.Hq * c.D * N;
     tg_tensor *x = tg_new_tensor_3d(ctx, TG_TYPE_F32, c.K, c.T, c.B);
     tg_tensor *nw = tg_new_tensor_1d(ctx, TG_TYPE_F32, c.K);
-    tg_tensor *pos = tg_new_tensor_2d(ctx, TG_TYPE_I32, c.T, c.B);
+    tg_tensor *pos_in = tg_new_tensor_2d(ctx, TG_TYPE_I32, c.T, c.B);
+    tg_tensor *pos = c.pos_node ? tg_cpy(ctx, pos_in, tg_new_tensor_2d(ctx, TG_TYPE_I32, c.T, c.B)) : pos_in;
     tg_tensor *b = c.norm ? tg_mul(ctx, tg_rms_norm(ctx, x, 1e-5f), nw) : x;
     tg_rope_params rp = tg_rope_default_params(c.n_rot ? c.n_rot : c.D);
     rp.mode = c.mode;
@@ -154,7 +160,7 @@ fold_out run(tg_backend *be, const fold_data &d, int reps) {
     std::unique_ptr<tg_buffer, void (*)(tg_buffer *)> bg(buf, tg_buffer_free);
     EXPECT_EQ(tgt::upload(x, d.x), TG_OK);
     EXPECT_EQ(tgt::upload(nw, d.nw), TG_OK);
-    EXPECT_EQ(tg_tensor_set(pos, d.pos.data(), 0, d.pos.size() * 4), TG_OK);
+    EXPECT_EQ(tg_tensor_set(pos_in, d.pos.data(), 0, d.pos.size() * 4), TG_OK);
     for (int g = 0; g < c.groups; g++) {
         for (int j = 0; j < 3; j++) EXPECT_EQ(tgt::upload(w[g][j], d.w[g][j]), TG_OK) << tg_last_error();
         EXPECT_EQ(tgt::upload(kc[g], d.kc[g][0]), TG_OK);
@@ -170,12 +176,24 @@ fold_out run(tg_backend *be, const fold_data &d, int reps) {
     }
     tg_graph_stats st{};
     EXPECT_EQ(tg_graph_plan(gr, &st), TG_OK) << tg_last_error();
+    const bool dev = be->mem == TG_MEM_DEVICE;
+    long long replays0 = 0, replays1 = 0;
+    if (dev) tg_cuda_graph_counts(be, nullptr, &replays0);
     for (int rep = 0; rep < reps && r.st == TG_OK; rep++) {
-        tgt::poison_compute_buffer(be, st.planned_bytes);
+        // poisoned by a memset, not a graph of its own: the backend then sees
+        // this graph twice in a row and captures it, then replays it
+        if (dev && be->compute_buf)
+            EXPECT_EQ(be->iface->memset(be, be->compute_buf, 0xff, be->compute_size), TG_OK);
+        else if (!dev)
+            tgt::poison_compute_buffer(be, st.planned_bytes);
         r.st = tg_graph_compute(be, gr);
         if (r.st != TG_OK) r.err = tg_last_error();
     }
-    if (be->mem == TG_MEM_DEVICE) tg_cuda_fusions_last(be, r.fusions);
+    if (dev) {
+        tg_cuda_fusions_last(be, r.fusions);
+        tg_cuda_graph_counts(be, nullptr, &replays1);
+        r.replays = replays1 - replays0;
+    }
     for (int o = 0; o < nsink; o++) {
         std::vector<uint32_t> back(tg_nelements(sink[o]));
         EXPECT_EQ(tg_tensor_get(sink[o], back.data(), 0, back.size() * 4), TG_OK);
@@ -263,13 +281,13 @@ TEST_P(CudaRopeFold, SameBitsAsThePairKernel) {
     // (with an attention node after the update, knob 2: auto declines where
     // the attention takes the cluster kernel, checked below)
     tg_cuda_knobs(gpu)->rope_fold = c.attn_L > 0 ? 2 : 0;
-    const fold_out fold = run(gpu, d, 3);
+    const fold_out fold = run(gpu, d, 4);
     tg_cuda_knobs(gpu)->rope_fold = 1;
-    const fold_out pair = run(gpu, d, 3);
+    const fold_out pair = run(gpu, d, 4);
     tg_cuda_knobs(gpu)->rope_fold = 0;
     const fold_out au = run(gpu, d, 1);
     tg_cuda_set_fuse(gpu, false);
-    const fold_out plain = run(gpu, d, 3);
+    const fold_out plain = run(gpu, d, 4);
     tg_cuda_set_fuse(gpu, true);
     const fold_out ref = run(cpu, d, 1);
     if (HasFatalFailure()) return;
@@ -282,6 +300,7 @@ TEST_P(CudaRopeFold, SameBitsAsThePairKernel) {
         ASSERT_EQ(o->st, TG_OK) << o->err;
         EXPECT_TRUE(o->tails_ok) << "a sink's tail was overwritten";
     }
+    EXPECT_GE(fold.replays, 1) << "the fused graph was never replayed";
     EXPECT_EQ(fold.fusions[6], c.folds ? c.groups : 0) << "rope folds";
     EXPECT_EQ(fold.fusions[3], c.groups) << "q/k/v launches";
     EXPECT_EQ(pair.fusions[6], 0);
@@ -299,6 +318,7 @@ TEST_P(CudaRopeFold, SameBitsAsThePairKernel) {
         const double eq = tgt::rel_error(fold.q[g], std::vector<double>(plain.q[g].begin(), plain.q[g].end()));
         EXPECT_LE(eq, tu) << "rotated q against unfused, group " << g;
         if (!c.norm) EXPECT_EQ(fold.kc[g], plain.kc[g]) << "K cache against unfused";
+        if (!c.norm) EXPECT_EQ(fold.vc[g], plain.vc[g]) << "V cache against unfused";
         EXPECT_LE(tgt::rel_error(fold.q[g], std::vector<double>(ref.q[g].begin(), ref.q[g].end())), quant ? 3e-2 : 1e-4)
             << "rotated q against the CPU, group " << g;
         check_cache(d, c.kt, d.kc[g][0], fold.kc[g], ref.kc[g], "K cache");
@@ -349,7 +369,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // the 1.1B llama's attention front (32/8 heads of 64), decode
         fold_case{"llama1b_f16_norm", F16, 2048, 32, 8, 64, 1, 1, 0, F16, F16, true, 1, false, IL, true},
-        fold_case{"f32_b3_partial_rot", F32, 200, 6, 3, 16, 1, 3, 8, F32, BF16, false, 1, true, IL, true},
+        fold_case{"f32_b3_partial_rot_pos_node", F32, 200, 6, 3, 16, 1, 3, 8, F32, BF16, false, 1, true, IL, true, 0, true},
+        // six columns (the 8-column kernels), D even but not a multiple of 4 (unfused: the scalar rope)
+        fold_case{"f16_d10_b6", F16, 256, 6, 2, 10, 1, 6, 0, F16, BF16, true, 1, true, IL, true},
+        fold_case{"q4_0_t2_b3", TG_TYPE_Q4_0, 256, 4, 2, 32, 2, 3, 0, F32, F16, false, 1, false, IL, true},
         fold_case{"f32_scalar_path_declines", F32, 198, 4, 2, 16, 2, 1, 0, F32, F32, false, 1, false, IL, false},
         fold_case{"bf16_t2_b2_two_groups", BF16, 256, 4, 2, 32, 2, 2, 0, BF16, F16, false, 2, true, IL, true},
         fold_case{"f16_tiny_rows", F16, 64, 2, 1, 16, 1, 1, 0, F32, F32, true, 1, false, IL, true},
