@@ -91,7 +91,7 @@ cudaError_t tg_cuda_attention_cluster_init(int *max_cluster);
 
 // Prefill on tensor cores (cuda/attention_mma.cu): F16/BF16 caches of one
 // type, D = Dv in {64, 128}, at least 64 queries per kv head. Same contract.
-bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st);
+bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st, bool dry = false);
 // Its kernels' shared memory beyond the default, allowed on the current device
 // (called when a backend is created).
 cudaError_t tg_cuda_attention_mma_init();

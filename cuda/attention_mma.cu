@@ -258,7 +258,7 @@ cudaError_t tg_cuda_attention_mma_init() {
     return e;
 }
 
-bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st) {
+bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st, bool dry) {
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
     if (tk->type != tv->type || (tk->type != TG_TYPE_F16 && tk->type != TG_TYPE_BF16)) return false;
     if (!rows16(tk) || !rows16(tv)) return false;
@@ -268,6 +268,7 @@ bool tg_cuda_attention_mma(tg_backend *be, const tg_tensor *dst, tg_status *st) 
     if (nflat < kQRows) return false;
     const long long nqc = (nflat + kQRows - 1) / kQRows;
     if (nqc * Hkv > INT_MAX || B > 65535 || group > INT_MAX) return false;
+    if (dry) return true;
     mma_args A;
     A.q = tg_cuda_desc_of(tq), A.k = tg_cuda_desc_of(tk), A.v = tg_cuda_desc_of(tv), A.pos = tg_cuda_desc_of(tp);
     A.out = tg_cuda_desc_of(dst);

@@ -360,5 +360,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
 
 bool tg_cuda_attention_takes_cluster(tg_backend *be, const tg_tensor *dst) {
     tg_status st = TG_OK;
-    return dst->op == TG_OP_ATTENTION && tg_cuda_attention_split(be, dst, TG_CUDA_ATTN_MIN_SPLIT_ROWS, &st, true);
+    // (tg_cuda_attention's order: the tensor-core kernel first)
+    return dst->op == TG_OP_ATTENTION && !tg_cuda_attention_mma(be, dst, &st, true) &&
+           tg_cuda_attention_split(be, dst, TG_CUDA_ATTN_MIN_SPLIT_ROWS, &st, true);
 }

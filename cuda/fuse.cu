@@ -234,14 +234,13 @@ struct matcher {
     // conditions, interleaved pairs of an even D, and the update's own
     // position check or the graph's pre-check). The rope's result and the
     // caches, written by the launch, may overlap nothing it reads (weights,
-    // b, positions) and none of its other outputs, but the rope's result may
-    // be q's product element for element (the thread that stores a product
-    // stores its rotation after it). With a norm folded in, b (the norm's
-    // result) is not read; fold() then decides whether it is written.
+    // b, positions) and none of its other outputs. With a norm folded in, b
+    // (the norm's result) is not read; fold() then decides whether it is
+    // written.
     void plan_rope(gemv_plan *g, int last, const tg_tensor *b) {
         tg_cuda_impl *impl = tg_cuda(be);
         tg_cuda_mmv &p = g->p;
-        if (impl->sig.rope_fold == 1 || impl->sig.kv_validate >= 2) return;
+        if (impl->sig.rope_fold == 1) return;
         const int i = next(last), k = i < 0 ? -1 : next(i);
         if (k < 0) return;
         const tg_tensor *rq = nodes[i], *kv = nodes[k];
@@ -269,15 +268,19 @@ struct matcher {
         const tg_tensor *reads[5] = {b == b_unread ? nullptr : b, pos, g->in[0], g->in[1], g->in[2]};
         for (const tg_tensor *r : reads)
             if (r && (overlap(rq, r) || overlap(kc, r) || overlap(vc, r))) return;
-        for (const tg_tensor *o : {mq, mk, mv}) {
-            if (overlap(kc, o) || overlap(vc, o) || overlap(pos, o)) return;
-            if (overlap(rq, o) && !(o == mq && same_layout(rq, hq))) return;
-        }
+        for (const tg_tensor *o : {mq, mk, mv})
+            if (overlap(kc, o) || overlap(vc, o) || overlap(pos, o) || overlap(rq, o)) return;
         if (overlap(rq, kc) || overlap(rq, vc) || overlap(kc, vc)) return;
         tg_cuda_mmv_rope &r = p.rope;
         r.D = (int)hq->ne[0], r.n_rot = a.n_rot, r.T = (int)hq->ne[2], r.B = (int)hq->ne[3];
         r.L = kc->ne[2], r.base = (double)a.base;
         r.check = !tg_cuda_kv_prechecked(be, kv);
+        // (knob kv_validate 2 or 3: the separate validation kernel, or none,
+        // where the update checks itself: the pair kernel then)
+        if (r.check && impl->sig.kv_validate >= 2) {
+            r = tg_cuda_mmv_rope();
+            return;
+        }
         r.qr = tg_cuda_desc_of(rq), r.kc = tg_cuda_desc_of(kc), r.vc = tg_cuda_desc_of(vc), r.pos = tg_cuda_desc_of(pos);
         r.pos_pre = tg_cuda_graph_const(impl, r.pos);
         r.err = impl->d_err;
