@@ -84,7 +84,6 @@ struct matcher {
 
     // A GEMV launch the fusions below plan: its products (and epilogues),
     // the nodes it takes after the first, the tensors it writes and reads.
-    const tg_tensor *b_unread = nullptr;  // set by fold() while it plans: b is not read by the launch
     struct gemv_plan {
         tg_cuda_mmv p;
         int more[TG_CUDA_MMV_MAX_JOBS + 2] = {}, nmore = 0;
@@ -124,10 +123,9 @@ struct matcher {
             !tg_is_contiguous(nrm) || !tg_is_contiguous(mul) || w->ne[0] != x->ne[0] || tg_nrows(w) != 1)
             return false;
         gemv_plan g;
-        b_unread = mul;  // (plan_rope: the folded launch reads x and w, not b)
-        const bool planned = plan_swiglu(k, &g) || plan_shared_b(k, &g) || plan_mm_add(k, &g) || plan_one(k, &g);
-        b_unread = nullptr;
-        if (!planned) return false;
+        // (the folded launch reads x and w, not b)
+        if (!plan_swiglu(k, &g) && !plan_shared_b(k, &g, false) && !plan_mm_add(k, &g) && !plan_one(k, &g))
+            return false;
         // x's rows are b's columns: one batch of them (the GEMV merged batches into columns)
         if (tg_nrows(x) != g.p.job[0].d.ne[1]) return false;
         if (overlap(nrm, x) || overlap(mul, x) || (overlap(nrm, mul) && !same_layout(nrm, mul))) return false;
@@ -177,8 +175,9 @@ struct matcher {
         return true;
     }
 
-    // up to 3 products of one b back to back (q, k, v): one launch
-    bool plan_shared_b(int i, gemv_plan *g) {
+    // up to 3 products of one b back to back (q, k, v): one launch (b_read:
+    // the launch reads b, false where a norm folded in replaces it)
+    bool plan_shared_b(int i, gemv_plan *g, bool b_read = true) {
         *g = gemv_plan();
         tg_cuda_mmv &p = g->p;
         if (!tg_cuda_mmv_job_of(be, nodes[i], &p.job[0], &p.b)) return false;
@@ -207,7 +206,7 @@ struct matcher {
             g->out[g->nout++] = nodes[idx[q]], g->in[g->nin++] = nodes[idx[q]]->src[0];
         }
         g->kind = 3;
-        if (p.njob == 3) plan_rope(g, idx[2], b);
+        if (p.njob == 3) plan_rope(g, idx[2], b_read ? b : nullptr);
         return true;
     }
 
@@ -234,9 +233,9 @@ struct matcher {
     // conditions, interleaved pairs of an even D, and the update's own
     // position check or the graph's pre-check). The rope's result and the
     // caches, written by the launch, may overlap nothing it reads (weights,
-    // b, positions) and none of its other outputs. With a norm folded in, b
-    // (the norm's result) is not read; fold() then decides whether it is
-    // written.
+    // b, positions) and none of its other outputs. b nullptr: not read (a
+    // norm folded in; fold() then decides whether the norm's result is
+    // written).
     void plan_rope(gemv_plan *g, int last, const tg_tensor *b) {
         tg_cuda_impl *impl = tg_cuda(be);
         tg_cuda_mmv &p = g->p;
@@ -265,7 +264,7 @@ struct matcher {
         const tg_tensor *mq = g->out[0], *mk = g->out[1], *mv = g->out[2];
         if (!as_heads(hq, mq, p.job[0]) || !as_heads(hk, mk, p.job[1]) || !as_heads(kv->src[3], mv, p.job[2])) return;
         if (!elem_aligned(rq) || !elem_aligned(kc) || !elem_aligned(vc) || !elem_aligned(pos)) return;
-        const tg_tensor *reads[5] = {b == b_unread ? nullptr : b, pos, g->in[0], g->in[1], g->in[2]};
+        const tg_tensor *reads[5] = {b, pos, g->in[0], g->in[1], g->in[2]};
         for (const tg_tensor *r : reads)
             if (r && (overlap(rq, r) || overlap(kc, r) || overlap(vc, r))) return;
         for (const tg_tensor *o : {mq, mk, mv})

@@ -89,9 +89,7 @@ __global__ void __launch_bounds__(kThreads, NMAX == 1 ? (R == 4 || NORM || ROPE 
     bool bad = false;
     int prior = TG_CUDA_ERR_NONE;
     auto rope_prep = [&]() {
-        if (!rope) return;
-        bad = tg_cuda_mmv_rope_bad(p.rope, threadIdx.x);
-        if (threadIdx.x < R * NMAX) tg_cuda_mmv_rope_slot(p.rope, j, m0, threadIdx.x, NMAX, N, p.job[j].a.ne[1], rope_cs);
+        bad = tg_cuda_mmv_rope_prep(p, j, m0, threadIdx.x < R * NMAX ? (int)threadIdx.x : -1, NMAX, N, rope_cs);
     };
     float acc[R][NMAX], ssq[NMAX];  // ssq: NORM, the squares of x's column n
 #pragma unroll

@@ -68,33 +68,35 @@ struct tg_cuda_mmv {
 };
 
 // The folded rope's device steps (p.rope.D > 0). Before the products (ahead
-// of the wait for the kernel before where the positions allow): each thread
-// checks its share of the positions (tg_cuda_mmv_rope_bad: position f = tid
-// of the T * B, against the cache and the earlier tokens of its sequence),
-// and the thread of each output slot (slot = r * NMAX + n of the block's rows
-// m0 + r of job j) puts the slot's angle and position in cs[slot] (shared
-// memory, read back by the same thread in the epilogue). The block's barrier
-// then decides go: no fault anywhere and a clear record of earlier kernels;
-// each slot's thread stores through tg_cuda_mmv_store_rope.
+// of the wait for the kernel before where the positions allow), every thread
+// calls tg_cuda_mmv_rope_prep: it checks its share of the positions (position
+// f = tid of the T * B, against the cache and the earlier tokens of its
+// sequence) and returns whether it found a fault; and the thread of an output
+// slot (slot = r * NMAX + n of the rows m0 + r of job j; -1: none) puts the
+// slot's angle and position in cs[slot] (shared memory, read back by the same
+// thread in the epilogue). The block's barrier then decides go: no fault
+// anywhere and a clear record of earlier kernels; each slot's thread stores
+// through tg_cuda_mmv_store_rope.
 __device__ inline int tg_cuda_mmv_rope_pos(const tg_cuda_mmv_rope &r, int t, int b) {
     return *(const int *)tg_cuda_ptr(r.pos, t, b, 0, 0);
 }
-__device__ inline bool tg_cuda_mmv_rope_bad(const tg_cuda_mmv_rope &r, int tid) {
-    if (!r.check || tid >= r.T * r.B) return false;
-    const int t = tid % r.T, b = tid / r.T, p = tg_cuda_mmv_rope_pos(r, t, b);
-    bool bad = p < 0 || p >= r.L;
-    for (int u = 0; u < t; u++) bad |= tg_cuda_mmv_rope_pos(r, u, b) == p;
-    return bad;
-}
-__device__ inline void tg_cuda_mmv_rope_slot(const tg_cuda_mmv_rope &r, int j, long long m0, int slot, int NMAX, int N,
-                                             long long M, float (*cs)[3]) {
+__device__ inline bool tg_cuda_mmv_rope_prep(const tg_cuda_mmv &p, int j, long long m0, int slot, int NMAX, int N,
+                                             float (*cs)[3]) {
+    const tg_cuda_mmv_rope &r = p.rope;
     const int n = slot % NMAX;
     const long long m = m0 + slot / NMAX;
-    if (n >= N || m >= M) return;
-    const int d = (int)(m % r.D), p = tg_cuda_mmv_rope_pos(r, n % r.T, n / r.T);
-    float c = 1.0f, s = 0.0f;
-    if (j < 2 && d < r.n_rot) tg_cuda_rope_angle(p, d >> 1, r.n_rot, r.base, &c, &s);
-    cs[slot][0] = c, cs[slot][1] = s, cs[slot][2] = __int_as_float(p);
+    if (slot >= 0 && n < N && m < p.job[j].a.ne[1]) {
+        const int d = (int)(m % r.D), pm = tg_cuda_mmv_rope_pos(r, n % r.T, n / r.T);
+        float c = 1.0f, s = 0.0f;
+        if (j < 2 && d < r.n_rot) tg_cuda_rope_angle(pm, d >> 1, r.n_rot, r.base, &c, &s);
+        cs[slot][0] = c, cs[slot][1] = s, cs[slot][2] = __int_as_float(pm);
+    }
+    const int tid = threadIdx.x;
+    if (!r.check || tid >= r.T * r.B) return false;
+    const int t = tid % r.T, b = tid / r.T, pt = tg_cuda_mmv_rope_pos(r, t, b);
+    bool bad = pt < 0 || pt >= r.L;
+    for (int u = 0; u < t; u++) bad |= tg_cuda_mmv_rope_pos(r, u, b) == pt;
+    return bad;
 }
 // The error record before this launch (thread 0 of a block; after the wait)
 __device__ inline int tg_cuda_mmv_rope_prior(const tg_cuda_mmv_rope &r) {

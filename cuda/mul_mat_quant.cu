@@ -284,10 +284,7 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     bool bad = false;
     int prior = TG_CUDA_ERR_NONE;
     auto rope_prep = [&]() {
-        if (!rope) return;
-        bad = tg_cuda_mmv_rope_bad(p.rope, threadIdx.x);
-        if (active && part == 0 && lane < R * NMAX)
-            tg_cuda_mmv_rope_slot(p.rope, j, m0, lane, NMAX, N, p.job[j].a.ne[1], rope_cs[warp]);
+        bad = tg_cuda_mmv_rope_prep(p, j, m0, active && part == 0 && lane < R * NMAX ? lane : -1, NMAX, N, rope_cs[warp]);
     };
     if (pre) load(ufirst);
     if (rope && p.rope.pos_pre) rope_prep();

@@ -39,35 +39,7 @@ int S(int full, int small) { return small_run() ? small : full; }
 // Host storage of any float type, and a tensor placed inside a 1-D backing
 // leaf at an element offset, with pad0 extra elements per row and a tail.
 
-struct store {
-    tg_type type;
-    std::vector<uint8_t> b;
-    store(tg_type t = TG_TYPE_F32, size_t n = 0) : type(t), b(n * tg_type_size(t)) {}
-    size_t size() const { return b.size() / tg_type_size(type); }
-    void set(size_t i, float v) {
-        if (type == TG_TYPE_F32) {
-            memcpy(&b[4 * i], &v, 4);
-            return;
-        }
-        const uint16_t h = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v) : tg_fp32_to_bf16(v);
-        memcpy(&b[2 * i], &h, 2);
-    }
-    float get(size_t i) const {
-        if (type == TG_TYPE_F32) {
-            float f;
-            memcpy(&f, &b[4 * i], 4);
-            return f;
-        }
-        uint16_t h;
-        memcpy(&h, &b[2 * i], 2);
-        return type == TG_TYPE_F16 ? tg_fp16_to_fp32(h) : tg_bf16_to_fp32(h);
-    }
-    int ulp16(size_t i) const {  // 16-bit patterns as an ordered integer
-        uint16_t h;
-        memcpy(&h, &b[2 * i], 2);
-        return (h & 0x8000) ? -(int)(h & 0x7fff) : (int)h;
-    }
-};
+using tgt::store;  // (test_util.h)
 
 struct placed {
     tg_type type = TG_TYPE_F32;

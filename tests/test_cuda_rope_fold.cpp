@@ -109,8 +109,6 @@ struct fold_out {
     long long replays = 0;  // CUDA-graph replays among the computes
 };
 
-size_t type_bytes(tg_type t) { return t == TG_TYPE_F32 ? 4 : 2; }
-
 fold_out run(tg_backend *be, const fold_data &d, int reps) {
     const fold_case &c = d.c;
     fold_out r;
@@ -213,29 +211,9 @@ fold_out run(tg_backend *be, const fold_data &d, int reps) {
 
 // The bytes a cache holds before any compute (the uploaded values in its type)
 std::vector<uint8_t> cache_bytes(tg_type t, const std::vector<float> &v) {
-    std::vector<uint8_t> out(v.size() * type_bytes(t));
-    for (size_t i = 0; i < v.size(); i++) {
-        if (t == TG_TYPE_F32) {
-            memcpy(&out[i * 4], &v[i], 4);
-        } else {
-            const uint16_t h = t == TG_TYPE_F16 ? tg_fp32_to_fp16(v[i]) : tg_fp32_to_bf16(v[i]);
-            memcpy(&out[i * 2], &h, 2);
-        }
-    }
-    return out;
-}
-std::vector<float> cache_floats(tg_type t, const std::vector<uint8_t> &b) {
-    std::vector<float> f(b.size() / type_bytes(t));
-    for (size_t i = 0; i < f.size(); i++) {
-        if (t == TG_TYPE_F32) {
-            memcpy(&f[i], &b[i * 4], 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, &b[i * 2], 2);
-            f[i] = t == TG_TYPE_F16 ? tg_fp16_to_fp32(h) : tg_bf16_to_fp32(h);
-        }
-    }
-    return f;
+    tgt::store st(t, v.size());
+    for (size_t i = 0; i < v.size(); i++) st.set(i, v[i]);
+    return st.b;
 }
 
 // Rows of the cache that no position names are the initial bytes; the named
@@ -245,9 +223,11 @@ void check_cache(const fold_data &d, tg_type t, const std::vector<float> &init, 
     const fold_case &c = d.c;
     const std::vector<uint8_t> ib = cache_bytes(t, init);
     ASSERT_EQ(got.size(), ib.size());
-    const size_t row = (size_t)c.D * c.Hkv * type_bytes(t);
+    ASSERT_EQ(cpu.size(), ib.size());
+    const size_t es = tg_type_size(t), row = (size_t)c.D * c.Hkv * es;
     std::vector<float> gw, cw;
-    const std::vector<float> gf = cache_floats(t, got), cf = cache_floats(t, cpu);
+    tgt::store gs(t), cs(t);
+    gs.b = got, cs.b = cpu;
     for (int b = 0; b < c.B; b++)
         for (int l = 0; l < rows(c); l++) {
             bool named = false;
@@ -258,9 +238,7 @@ void check_cache(const fold_data &d, tg_type t, const std::vector<float> &init, 
                                                                 << " changed, no position names it";
                 continue;
             }
-            const size_t e0 = off / type_bytes(t), n = row / type_bytes(t);
-            gw.insert(gw.end(), gf.begin() + e0, gf.begin() + e0 + n);
-            cw.insert(cw.end(), cf.begin() + e0, cf.begin() + e0 + n);
+            for (size_t e = off / es; e < (off + row) / es; e++) gw.push_back(gs.get(e)), cw.push_back(cs.get(e));
         }
     for (float v : gw) ASSERT_TRUE(std::isfinite(v)) << what;
     const bool quant = tg_type_is_quantized(c.wt);

@@ -3,6 +3,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +36,38 @@ double rel_error(const float *out, const float *ref, size_t n);
 // Upload float values into t of any float or quantized type (rounded to
 // F16/BF16, or quantized with tg_quantize: the same blocks on every backend).
 tg_status upload(tg_tensor *t, const std::vector<float> &v);
+
+// Host storage of n values of a float type (F32/F16/BF16) as its bytes:
+// set and get convert from and to F32 (the library's rounding).
+struct store {
+    tg_type type;
+    std::vector<uint8_t> b;
+    store(tg_type t = TG_TYPE_F32, size_t n = 0) : type(t), b(n * tg_type_size(t)) {}
+    size_t size() const { return b.size() / tg_type_size(type); }
+    void set(size_t i, float v) {
+        if (type == TG_TYPE_F32) {
+            memcpy(&b[4 * i], &v, 4);
+            return;
+        }
+        const uint16_t h = type == TG_TYPE_F16 ? tg_fp32_to_fp16(v) : tg_fp32_to_bf16(v);
+        memcpy(&b[2 * i], &h, 2);
+    }
+    float get(size_t i) const {
+        if (type == TG_TYPE_F32) {
+            float f;
+            memcpy(&f, &b[4 * i], 4);
+            return f;
+        }
+        uint16_t h;
+        memcpy(&h, &b[2 * i], 2);
+        return type == TG_TYPE_F16 ? tg_fp16_to_fp32(h) : tg_bf16_to_fp32(h);
+    }
+    int ulp16(size_t i) const {  // 16-bit patterns as an ordered integer
+        uint16_t h;
+        memcpy(&h, &b[2 * i], 2);
+        return (h & 0x8000) ? -(int)(h & 0x7fff) : (int)h;
+    }
+};
 
 // A no_alloc context and a CPU backend, freed together.
 struct env {
