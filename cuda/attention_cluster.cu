@@ -13,10 +13,15 @@
 // at most, whatever the cache's length).
 // Per block:
 //   before the wait for the kernel before (programmatic dependent launch),
-//     when no node of the graph writes the positions: the rows, and a
-//     prefetch of the block's K and V rows into L2 (only moves lines into the
-//     L2, where every write of the kernel before lands too: nothing read
-//     early is used)
+//     when no node of the graph writes the positions: the rows; where the
+//     graph's only writer of the caches is the update at the attention's
+//     own positions (tg_cuda_attention_rows_pre, the llama's decode graph),
+//     the block's rows below its sequence's least position go into the
+//     first tiles' shared memory by cp.async (in the first copy group):
+//     those rows are not written while the update runs; the block's other
+//     K and V rows are prefetched into L2 (only moves lines into the L2,
+//     where every write of the kernel before lands too: nothing read early
+//     is used)
 //   tiles of TR rows of K and V go global -> shared by cp.async, up to nst
 //     tiles in flight (stages); the first tiles' copies travel with the loads
 //     of the query rows
@@ -71,6 +76,8 @@ struct cl_args {
     int kpb;      // bytes per K row in shared memory (padded: bank-conflict free scoring)
     int vpb;      // bytes per V row in shared memory
     int pos_pre;  // no node of the graph writes the positions
+    int rows_pre; // the rows below a sequence's least position may be read before the wait
+                  // (tg_cuda_attention_rows_pre; implies pos_pre)
 };
 
 // Byte offsets into the dynamic shared memory (each 16-byte aligned).
@@ -167,7 +174,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
     const long long kst = A.k.nb[2], vst = A.v.nb[2];
 
     // the block's rows [jb, je): every block of the cluster sees the same nrow
-    long long jb = 0, je = 0;
+    long long jb = 0, je = 0, jpre = 0;  // [jb, jpre): copies issued before the wait
     auto rows_and_range = [&]() {
         if (tid < QN) {
             const long long f = (long long)qc * QN + tid;
@@ -186,11 +193,31 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
         c = (c + 15) / 16 * 16;
         jb = min((long long)rank * c, (long long)nmax), je = min(jb + c, (long long)nmax);
     };
+    // rows [r0, r1) of tile t (block rows [jb + t TR, ...)) into stage t % NST
+    auto copy_tile_rows = [&](int t, long long r0, long long r1) {
+        if (r1 <= r0) return;
+        const long long j0 = jb + (long long)t * TR;
+        unsigned char *kt = tiles + (size_t)(t % NST) * tile_bytes + (r0 - j0) * A.kpb;
+        unsigned char *vt = tiles + (size_t)(t % NST) * tile_bytes + (size_t)TR * A.kpb + (r0 - j0) * A.vpb;
+        copy_rows(kt, A.kpb, kbase + r0 * kst, kst, (int)(r1 - r0), ku);
+        copy_rows(vt, A.vpb, vbase + r0 * vst, vst, (int)(r1 - r0), vu);
+    };
     if (A.pos_pre) {
         rows_and_range();
+        // rows no node of the graph writes: those below every position of
+        // sequence b (its new rows are at its positions), in the tiles that
+        // go out first (the first copy group takes them: no commit here)
+        if (A.rows_pre) {
+            long long pmin = LLONG_MAX;
+            for (long long t = 0; t < T_; t++) pmin = min(pmin, (long long)*(const int *)tg_cuda_ptr(A.pos, t, b, 0, 0));
+            jpre = max(jb, min(min(pmin, je), jb + (long long)max(NST - 1, 1) * TR));
+            for (int t = 0; jb + (long long)t * TR < jpre; t++)
+                copy_tile_rows(t, jb + (long long)t * TR, min(jb + (long long)(t + 1) * TR, jpre));
+        }
         const int lk = (int)((D * (long long)sizeof(T) + 127) / 128), lv = (int)((Dv * (long long)sizeof(T) + 127) / 128);
-        for (long long i = tid; i < (je - jb) * (lk + lv); i += kThreads) {
-            const long long r = jb + i / (lk + lv);
+        const long long jl = max(jb, jpre);
+        for (long long i = tid; i < (je - jl) * (lk + lv); i += kThreads) {
+            const long long r = jl + i / (lk + lv);
             const int c = (int)(i % (lk + lv));
             const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
@@ -199,16 +226,14 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
     tg_pdl_wait();
     if (!A.pos_pre) rows_and_range();
 
-    // tile t into stage t % NST (a commit group even when there is none, so
-    // that the wait below counts groups alike)
+    // tile t into stage t % NST, less the rows issued before the wait (a
+    // commit group even when there is none, so that the wait below counts
+    // groups alike)
     const int ntile = (int)((je - jb + TR - 1) / TR);
     auto issue = [&](int t) {
         if (t < ntile) {
             const long long j0 = jb + (long long)t * TR;
-            const int tn = (int)min((long long)TR, je - j0);
-            unsigned char *kt = tiles + (size_t)(t % NST) * tile_bytes, *vt = kt + (size_t)TR * A.kpb;
-            copy_rows(kt, A.kpb, kbase + j0 * kst, kst, tn, ku);
-            copy_rows(vt, A.vpb, vbase + j0 * vst, vst, tn, vu);
+            copy_tile_rows(t, max(j0, jpre), min(j0 + TR, je));
         }
         tg_cp_async_commit();
     };
@@ -423,8 +448,9 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     const long long group = tq->ne[1] / Hkv;
     // blocks per cluster: enough clusters x S to cover the SMs once, 2 to cluster_max
     const long long base = nqc * Hkv * B, sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const int smax = impl->sig.attn_cluster ? std::min(impl->sig.attn_cluster, impl->cluster_max) : impl->cluster_max;
     int S = 2;
-    while (S < impl->cluster_max && base * S < sms) S *= 2;
+    while (S < smax && base * S < sms) S *= 2;
     // the largest tile of which two fit the budget (K rows padded so that the
     // TPS lanes of a row read distinct banks), then as many stages as fit, up
     // to kStages and to the tiles a block can have (the cache's rows over S)
@@ -445,7 +471,7 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     // session 25), or two tiles of a small cache (at most 2 MiB of K and V
     // rows per layer): the 125M llama (D 64, 4 kv heads, F16) at
     // tinygml-run's 1152 rows, 1.2 MB, step span 314 against 333 us. The
-    // 1.1B llama (D 128, 8 kv heads) at 1152 rows, 4.7 MB and also two tiles
+    // 1.1B llama (D 64, 8 kv heads) at 1152 rows, 2.4 MB and also two tiles
     // of 64, was 3-4 us per step slower with this kernel (session 27), and
     // at 4096 rows (8 tiles) 27.7 against 21.8 us (session 25). Two points
     // fit this rule; the cause of the 1.1B's loss is not known
@@ -461,12 +487,13 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.TR = TR, A.nst = (int)std::max(1LL, nst), A.kpb = kpb, A.vpb = vpb;
     A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
+    A.rows_pre = A.pos_pre && tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN_PRE) && tg_cuda_attention_rows_pre(impl, dst);
     const dim3 grid((unsigned)S, (unsigned)(nqc * Hkv), (unsigned)B);
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, S, lay.total); break;
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, S, lay.total); break;
         default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, S, lay.total); break;
     }
-    impl->sig_last[TG_CUDA_SIG_ATTN] = "cluster";
+    impl->sig_last[TG_CUDA_SIG_ATTN] = A.rows_pre ? "cluster/pre" : "cluster";
     return true;
 }

@@ -20,7 +20,12 @@
 // no rows and gives zeros, as the reference; a query with rows gives o / l
 // whatever l is, so NaN scores give NaN there too, never zeros. Positions
 // that no node of the graph writes are read before the wait for the kernel
-// before (programmatic dependent launch, sm_90).
+// before (programmatic dependent launch, sm_90), and then the block's K and V
+// rows are prefetched into the L2; where the graph's only writer of the
+// caches is the update at the attention's own positions
+// (tg_cuda_attention_rows_pre), a thread whose first-tile row is below its
+// sequence's least position also loads the row's first kU 16-byte units of K
+// into registers before the wait.
 #include <climits>
 
 #include "attention.cuh"
@@ -42,6 +47,9 @@ struct split_args {
     int nsplit;  // ranges of KV rows
     int chunk;   // rows per range
     int pos_pre; // no node of the graph writes the positions: read before tg_pdl_wait
+    int pre_l2;    // pos_pre, and the block's K and V rows go to the L2 before the wait
+    int rows_pre;  // pre_l2, and the rows below a sequence's least position may be read
+                   // before the wait (tg_cuda_attention_rows_pre)
     float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
 };
 
@@ -78,7 +86,48 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
             nrow[tid] = n;
         }
     };
-    if (A.pos_pre) rows_of_queries();
+    const long long j_begin = (long long)s * A.chunk;
+    long long j_end = j_begin;
+    auto range = [&]() {
+        int nmax = 0;
+#pragma unroll
+        for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
+        j_end = min(j_begin + A.chunk, (long long)nmax);
+    };
+    // before the wait, with the positions: the block's K and V rows into the
+    // L2 (only moves lines, where the kernel before writes too: nothing read
+    // early is used), and where no node writes the rows below the sequence's
+    // least position, the first kU 16-byte units of the thread's K row of the
+    // first tile (kpre) into registers
+    uint4 kpre[kU];
+    bool has_kpre = false;
+    if (A.pos_pre) {
+        rows_of_queries();
+        __syncthreads();
+        range();
+    }
+    if (A.pre_l2) {
+        const int lk = (int)((D * (long long)sizeof(T) + 127) / 128), lv = (int)((Dv * (long long)sizeof(T) + 127) / 128);
+        for (long long i = tid; i < (j_end - j_begin) * (lk + lv); i += kThreads) {
+            const long long r = j_begin + i / (lk + lv);
+            const int c = (int)(i % (lk + lv));
+            const char *p = c < lk ? (const char *)tg_cuda_ptr(A.k, 0, hk, r, b) + c * 128
+                                   : (const char *)tg_cuda_ptr(A.v, 0, hk, r, b) + (c - lk) * 128;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+        }
+        if (A.rows_pre) {
+            long long pmin = LLONG_MAX;
+            for (long long t = 0; t < T_; t++) pmin = min(pmin, (long long)*(const int *)tg_cuda_ptr(A.pos, t, b, 0, 0));
+            const long long j = j_begin + tid;
+            if (tid < kRows && j < j_end && j < pmin) {
+                const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j, b);
+#pragma unroll
+                for (int u = 0; u < kU; u++)
+                    if (u * VE < D) kpre[u] = __ldg((const uint4 *)(kr + u * VE));
+                has_kpre = true;
+            }
+        }
+    }
     tg_pdl_wait();
     if (!A.pos_pre) rows_of_queries();
 
@@ -89,11 +138,7 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
         qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
     }
     __syncthreads();
-    int nmax = 0;
-#pragma unroll
-    for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
-    const long long j_begin = (long long)s * A.chunk;
-    const long long j_end = min(j_begin + A.chunk, (long long)nmax);
+    if (!A.pos_pre) range();
 
     const int vg = tid / TPR, vc = tid % TPR;
     const bool v_active = vg < RG;
@@ -116,9 +161,10 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_
             // kU 16-byte loads in flight before their first use
             for (long long d0 = 0; d0 < D; d0 += kU * VE) {
                 uint4 raw[kU];
+                const bool from_pre = has_kpre && j0 == j_begin && d0 == 0;
 #pragma unroll
                 for (int u = 0; u < kU; u++)
-                    if (d0 + u * VE < D) raw[u] = __ldg((const uint4 *)(kr + d0 + u * VE));
+                    if (d0 + u * VE < D) raw[u] = from_pre ? kpre[u] : __ldg((const uint4 *)(kr + d0 + u * VE));
 #pragma unroll
                 for (int u = 0; u < kU; u++) {
                     if (d0 + u * VE >= D) break;
@@ -338,13 +384,16 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.scale = tg_get_params<float>(dst);
     A.group = (int)group, A.nqc = (int)nqc, A.nsplit = (int)nsplit, A.chunk = (int)chunk, A.part = nullptr;
     A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
+    A.pre_l2 = A.pos_pre && tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN_PRE);
+    A.rows_pre = A.pre_l2 && tg_cuda_attention_rows_pre(impl, dst);
     const long long nq = Hq * T * B;
     if (nsplit > 1) {
         *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
         if (*st != TG_OK) return true;
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
-    impl->sig_last[TG_CUDA_SIG_ATTN] = nsplit > 1 ? "split" : "split1";
+    impl->sig_last[TG_CUDA_SIG_ATTN] =
+        nsplit > 1 ? (A.rows_pre ? "split/pre" : "split") : (A.rows_pre ? "split1/pre" : "split1");
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, smem); break;
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;

@@ -550,6 +550,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         const int v = atoi(env);
         impl->sig.attn_split = v == 1 || v == 2 ? v : 0;
     }
+    if (const char *env = getenv("TG_CUDA_ATTN_CLUSTER")) {
+        const int v = atoi(env);
+        impl->sig.attn_cluster = v == 2 || v == 4 || v == 8 || v == 16 ? v : 0;
+    }
     // diagnostics and A/B of the launch chain (knobs pdl_mask, mmv_trigger)
     if (const char *env = getenv("TG_CUDA_PDL_MASK")) impl->sig.pdl_mask = (int)strtol(env, nullptr, 0);
     if (const char *env = getenv("TG_CUDA_MMV_TRIGGER")) impl->sig.mmv_trigger = atoi(env) == 1 ? 1 : 0;

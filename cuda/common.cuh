@@ -118,6 +118,8 @@ struct tg_cuda_impl {
     // of the enqueue (empty otherwise): a GEMV whose weights overlap none of
     // them loads them before its tg_pdl_wait (tg_cuda_graph_const)
     std::vector<std::pair<uintptr_t, uintptr_t>> graph_written;
+    // the graph's nodes, for the same time (tg_cuda_attention_rows_pre)
+    const std::vector<tg_tensor *> *graph_nodes = nullptr;
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[5] = {"", "", "", "", ""};
@@ -238,6 +240,14 @@ inline tg_cuda_desc tg_cuda_desc_of(const tg_tensor *t) {
 // The bytes of d are written by no node of the graph being enqueued (false
 // outside an enqueue): a PDL kernel may read them before its tg_pdl_wait.
 bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d);
+// Attention node dst's K and V rows other than its own positions' are written
+// by no node of the graph being enqueued (false outside an enqueue): every node
+// writing bytes of K or V is a rope_kv_update into exactly those caches (the
+// same data, shape and strides) with dst's positions, which no node writes
+// (also true when no node writes them). So with p_min the least position of a
+// sequence, its rows below p_min may be read before the wait
+// (cuda/attention_cluster.cu, attention_split.cu).
+bool tg_cuda_attention_rows_pre(const tg_cuda_impl *impl, const tg_tensor *dst);
 // The bytes two tensors may touch intersect (cuda/fuse.cu).
 bool tg_cuda_overlap(const tg_tensor *a, const tg_tensor *b);
 __device__ inline char *tg_cuda_ptr(const tg_cuda_desc &d, long long i0, long long i1, long long i2, long long i3) {

@@ -437,15 +437,33 @@ bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
     return true;
 }
 
+bool tg_cuda_attention_rows_pre(const tg_cuda_impl *impl, const tg_tensor *dst) {
+    if (!impl->graph_nodes || dst->op != TG_OP_ATTENTION) return false;
+    const tg_tensor *k = dst->src[1], *v = dst->src[2], *pos = dst->src[3];
+    if (!k->data || !v->data || !tg_cuda_graph_const(impl, tg_cuda_desc_of(pos))) return false;
+    for (const tg_tensor *n : *impl->graph_nodes) {
+        bool ok = true;
+        for_each_written(n, [&](const tg_tensor *w) {
+            if (!ok || !w || !w->data || (!overlap(w, k) && !overlap(w, v))) return;
+            ok = n->op == TG_OP_ROPE_KV_UPDATE && same_layout(n->src[0], k) && same_layout(n->src[1], v) &&
+                 same_layout(n->src[4], pos);
+        });
+        if (!ok) return false;
+    }
+    return true;
+}
+
 tg_status tg_cuda_enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     tg_cuda_impl *impl = tg_cuda(be);
     note_written(impl, nodes);
+    impl->graph_nodes = &nodes;
     impl->tc_b = nullptr;
     impl->tc_reuse = true;
     const tg_status s = enqueue_nodes(be, nodes);
     impl->tc_reuse = false;
     impl->tc_b = nullptr;
     impl->graph_written.clear();
+    impl->graph_nodes = nullptr;
     return s;
 }
 

@@ -18,6 +18,7 @@ enum tg_cuda_pdl_class {
     TG_CUDA_PDL_ATTN = 5,          // attention's split, combine and cluster kernels
     TG_CUDA_PDL_MMV_PRE = 6,       // not a launch: the GEMVs' weight loads before their wait
     TG_CUDA_PDL_MMV_ADD_LONG = 7,  // GEMV + residual add, K > 4096 (a llama's down)
+    TG_CUDA_PDL_ATTN_PRE = 8,      // not a launch: attention's K/V rows read before its wait
 };
 // (GEMV classes include the quantized GEMV and its quantize kernel.)
 
@@ -78,8 +79,9 @@ struct tg_cuda_sig_knobs {
     // diagnostics (env TG_CUDA_PDL_MASK): bit c set (tg_cuda_pdl_class) takes
     // class c out of programmatic dependent launch (the edge into its kernels
     // only: they still let the next kernel launch early); bit
-    // TG_CUDA_PDL_MMV_PRE keeps the GEMVs' weight loads after their wait. 0
-    // none. Results do not depend on it.
+    // TG_CUDA_PDL_MMV_PRE keeps the GEMVs' weight loads after their wait, bit
+    // TG_CUDA_PDL_ATTN_PRE attention's K/V rows (cuda/attention_cluster.cu,
+    // attention_split.cu). 0 none. Results do not depend on it.
     int pdl_mask = 0;
     // rms_norm * w folded into the GEMV that reads it (cuda/fuse.cu,
     // docs/ops.md): 0 (default) folded where allowed (the GEMV multiplies x by
@@ -111,6 +113,11 @@ struct tg_cuda_sig_knobs {
     // (cuda/attention_split.cu), 2 the cluster kernel wherever it can run
     // (tg_cuda_attention_clusters: where the device has clusters).
     int attn_split = 0;
+    // the cluster kernel's blocks per cluster at most: 0 auto (the most the
+    // device schedules, up to 16), else 2, 4, 8 or 16 (env
+    // TG_CUDA_ATTN_CLUSTER, bench A/B). Results do not depend on it beyond
+    // the order of the merge's sums.
+    int attn_cluster = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change
@@ -123,7 +130,9 @@ tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be);
 // per-product kernel), "tc" (16-bit GEMM), "quant/gemm" (dequantized to F16,
 // then GEMM), "generic" (F32 SGEMM).
 // attention: "cluster", "split" (with the combine kernel), "split1" (one
-// range per query), "tc" (tensor-core prefill), "generic".
+// range per query), "tc" (tensor-core prefill), "generic"; the first three
+// with "/pre" where cache rows are read before the wait for the kernel before
+// (tg_cuda_attention_rows_pre).
 enum tg_cuda_sig_op {
     TG_CUDA_SIG_ROPE = 0,
     TG_CUDA_SIG_KV = 1,
