@@ -60,7 +60,10 @@ inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
     return (size_t)(QN * D + QN * kRows + 2 * QN * kWarps + 3 * QN + rg * QN * Dv) * 4;
 }
 
-template <typename T, int QN> __global__ void __launch_bounds__(kThreads) split_kernel(split_args A) {
+// (min blocks per SM: the occupancy the kernel had before its loads before the wait, 2026-12-04
+// session 29: 168 registers at QN 4 gave 3 blocks per SM, a 344-block grid one wave)
+template <typename T, int QN>
+__global__ void __launch_bounds__(kThreads, QN >= 8 ? 2 : QN >= 4 ? 3 : 4) split_kernel(split_args A) {
     constexpr int VE = 16 / sizeof(T);
     extern __shared__ float smem[];
     const long long D = A.q.ne[0], Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2], Dv = A.v.ne[0];
