@@ -40,10 +40,7 @@ namespace {
 
 #ifdef TG_HAVE_CUDA
 
-bool small() {
-    const char *e = getenv("TG_TEST_SMALL");
-    return e && *e && strcmp(e, "0") != 0;
-}
+using tgt::small;
 
 struct pre_case {
     const char *name;

@@ -42,10 +42,7 @@
 
 namespace {
 
-bool small() {
-    const char *e = getenv("TG_TEST_SMALL");
-    return e && *e && strcmp(e, "0") != 0;
-}
+using tgt::small;
 
 #ifdef TG_HAVE_CUDA
 

@@ -34,10 +34,7 @@
 
 namespace {
 
-bool small() {
-    const char *e = getenv("TG_TEST_SMALL");
-    return e && *e && strcmp(e, "0") != 0;
-}
+using tgt::small;
 int64_t S(int64_t big, int64_t little) { return small() ? little : big; }
 
 using backend_ptr = std::unique_ptr<tg_backend, void (*)(tg_backend *)>;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -25,6 +26,12 @@
 #define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
 namespace tgt {
+
+// TG_TEST_SMALL=1 (the compute-sanitizer runs): the CUDA tests shrink their shapes.
+inline bool small() {
+    const char *e = getenv("TG_TEST_SMALL");
+    return e && *e && strcmp(e, "0") != 0;
+}
 
 std::vector<float> random_floats(std::mt19937 &rng, size_t n, float lo = -1.0f, float hi = 1.0f);
 // ||out - ref|| / ||ref||; any NaN in out gives +inf.
