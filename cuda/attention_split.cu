@@ -60,10 +60,14 @@ inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
     return (size_t)(QN * D + QN * kRows + 2 * QN * kWarps + 3 * QN + rg * QN * Dv) * 4;
 }
 
-// (min blocks per SM: the occupancy the kernel had before its loads before the wait, 2026-12-04
-// session 29: 168 registers at QN 4 gave 3 blocks per SM, a 344-block grid one wave)
+// Min blocks per SM (session 29): the K row held before the wait took QN 4
+// from 168 to 208 registers, 2 blocks per SM instead of 3 (a 344-block grid
+// in two waves); 3 keeps 168 registers (16-36 bytes of spills). QN 1 gets 4
+// blocks at 128 registers (4 bytes of spills for F32); QN 2 (156-159
+// registers, 3 blocks) and QN 8 (222-255, 2 blocks) are left uncapped:
+// capped to their old occupancy they spilled 40-72 and 16-20 bytes.
 template <typename T, int QN>
-__global__ void __launch_bounds__(kThreads, QN >= 8 ? 2 : QN >= 4 ? 3 : 4) split_kernel(split_args A) {
+__global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split_kernel(split_args A) {
     constexpr int VE = 16 / sizeof(T);
     extern __shared__ float smem[];
     const long long D = A.q.ne[0], Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2], Dv = A.v.ne[0];

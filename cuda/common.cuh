@@ -246,7 +246,12 @@ bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d);
 // same data, shape and strides) with dst's positions, which no node writes
 // (also true when no node writes them). So with p_min the least position of a
 // sequence, its rows below p_min may be read before the wait
-// (cuda/attention_cluster.cu, attention_split.cu).
+// (cuda/attention_cluster.cu, attention_split.cu). Also required: K and V map
+// each element to bytes of its own and start their rows (positions,
+// sequences) on 128-byte lines (no line read early holds a byte written
+// later), at most 16 tokens, and position validation on (knob kv_validate).
+// (No kernel of an earlier compute can still run: a compute ends with a
+// synchronization, and a graph launch waits for everything before it.)
 bool tg_cuda_attention_rows_pre(const tg_cuda_impl *impl, const tg_tensor *dst);
 // The bytes two tensors may touch intersect (cuda/fuse.cu).
 bool tg_cuda_overlap(const tg_tensor *a, const tg_tensor *b);

@@ -1,6 +1,7 @@
 // fuse.cu - the backend's node fusions (see fuse.cuh): a decode step of a
 // llama runs about 18 kernels per layer unfused; each launch costs ~2 us of
 // device time at these sizes, more than most of the kernels' own work.
+#include <algorithm>
 #include <unordered_map>
 
 #include "attention.cuh"
@@ -437,10 +438,34 @@ bool tg_cuda_graph_const(const tg_cuda_impl *impl, const tg_cuda_desc &d) {
     return true;
 }
 
+// Every element of t has bytes of its own (no view that maps two indices onto
+// the same bytes), and t's rows (dims 2 and 3: positions, sequences) start on
+// 128-byte lines, so no cache line holds bytes of two positions or sequences.
+bool rows_apart(const tg_tensor *t) {
+    int d[TG_MAX_DIMS], n = 0;
+    for (int i = 0; i < TG_MAX_DIMS; i++)
+        if (t->ne[i] > 1) d[n++] = i;
+    std::sort(d, d + n, [&](int a, int b) { return t->nb[a] < t->nb[b]; });
+    size_t extent = tg_type_size(t->type);  // bytes spanned by the dims below
+    for (int i = 0; i < n; i++) {
+        if (t->nb[d[i]] < extent) return false;
+        extent = t->nb[d[i]] * (size_t)t->ne[d[i]];
+    }
+    if ((uintptr_t)t->data % 128 != 0) return false;
+    for (int i = 2; i < TG_MAX_DIMS; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 128 != 0) return false;
+    return true;
+}
+
 bool tg_cuda_attention_rows_pre(const tg_cuda_impl *impl, const tg_tensor *dst) {
     if (!impl->graph_nodes || dst->op != TG_OP_ATTENTION) return false;
     const tg_tensor *k = dst->src[1], *v = dst->src[2], *pos = dst->src[3];
-    if (!k->data || !v->data || !tg_cuda_graph_const(impl, tg_cuda_desc_of(pos))) return false;
+    // (validation off, knob kv_validate 3, lets a bad position write another
+    // sequence's row; decode only: each block scans the T positions of its
+    // sequence for the least)
+    if (impl->sig.kv_validate == 3 || dst->src[0]->ne[2] > 16) return false;
+    if (!k->data || !v->data || !rows_apart(k) || !rows_apart(v) || !tg_cuda_graph_const(impl, tg_cuda_desc_of(pos)))
+        return false;
     for (const tg_tensor *n : *impl->graph_nodes) {
         bool ok = true;
         for_each_written(n, [&](const tg_tensor *w) {
