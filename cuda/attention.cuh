@@ -3,6 +3,8 @@
 // for 16-byte-aligned caches of one type, and the generic kernel (one block
 // per query) for everything else.
 #pragma once
+#include <climits>
+
 #include "common.cuh"
 
 // 16 bytes global -> shared without a register round trip (L2 only); src_bytes
@@ -14,6 +16,30 @@ __device__ inline void tg_cp_async16(void *dst, const void *src, int src_bytes =
 __device__ inline void tg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // until at most N of this thread's committed groups are still in flight
 template <int N> __device__ inline void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Before the wait for the kernel before (tg_pdl_wait), in the decode kernels:
+// the least position of sequence b's T tokens (rows below it are written by
+// no node of the graph, where tg_cuda_attention_rows_pre holds) ...
+__device__ inline long long tg_attn_least_pos(const tg_cuda_desc &pos, long long T, long long b) {
+    long long p = LLONG_MAX;
+    for (long long t = 0; t < T; t++) p = min(p, (long long)*(const int *)tg_cuda_ptr(pos, t, b, 0, 0));
+    return p;
+}
+// ... and the 128-byte lines of rows [r0, r1) of K (row r at kbase + r kst,
+// kbytes long) and of V (vbase, vst, vbytes) prefetched into L2 by the
+// block's threads (only moves lines into the L2, where every write of the
+// kernel before lands too: nothing read by a prefetch is used, so any rows
+// may be prefetched)
+__device__ inline void tg_attn_prefetch_rows(const char *kbase, long long kst, long long kbytes, const char *vbase,
+                                             long long vst, long long vbytes, long long r0, long long r1) {
+    const int lk = (int)((kbytes + 127) / 128), lv = (int)((vbytes + 127) / 128);
+    for (long long i = threadIdx.x; i < (r1 - r0) * (lk + lv); i += blockDim.x) {
+        const long long r = r0 + i / (lk + lv);
+        const int c = (int)(i % (lk + lv));
+        const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+}
 
 // One KV tile's online-softmax step in a decode block of NW warps, for QN
 // queries (the split and cluster kernels): sc[qq] holds this thread's dot

@@ -208,20 +208,12 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
         // sequence b (its new rows are at its positions), in the tiles that
         // go out first (the first copy group takes them: no commit here)
         if (A.rows_pre) {
-            long long pmin = LLONG_MAX;
-            for (long long t = 0; t < T_; t++) pmin = min(pmin, (long long)*(const int *)tg_cuda_ptr(A.pos, t, b, 0, 0));
+            const long long pmin = tg_attn_least_pos(A.pos, T_, b);
             jpre = max(jb, min(min(pmin, je), jb + (long long)max(NST - 1, 1) * TR));
             for (int t = 0; jb + (long long)t * TR < jpre; t++)
                 copy_tile_rows(t, jb + (long long)t * TR, min(jb + (long long)(t + 1) * TR, jpre));
         }
-        const int lk = (int)((D * (long long)sizeof(T) + 127) / 128), lv = (int)((Dv * (long long)sizeof(T) + 127) / 128);
-        const long long jl = max(jb, jpre);
-        for (long long i = tid; i < (je - jl) * (lk + lv); i += kThreads) {
-            const long long r = jl + i / (lk + lv);
-            const int c = (int)(i % (lk + lv));
-            const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-        }
+        tg_attn_prefetch_rows(kbase, kst, D * (long long)sizeof(T), vbase, vst, Dv * (long long)sizeof(T), max(jb, jpre), je);
     }
     tg_pdl_wait();
     if (!A.pos_pre) rows_and_range();

@@ -114,17 +114,10 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         range();
     }
     if (A.pre_l2) {
-        const int lk = (int)((D * (long long)sizeof(T) + 127) / 128), lv = (int)((Dv * (long long)sizeof(T) + 127) / 128);
-        for (long long i = tid; i < (j_end - j_begin) * (lk + lv); i += kThreads) {
-            const long long r = j_begin + i / (lk + lv);
-            const int c = (int)(i % (lk + lv));
-            const char *p = c < lk ? (const char *)tg_cuda_ptr(A.k, 0, hk, r, b) + c * 128
-                                   : (const char *)tg_cuda_ptr(A.v, 0, hk, r, b) + (c - lk) * 128;
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-        }
+        tg_attn_prefetch_rows(tg_cuda_ptr(A.k, 0, hk, 0, b), A.k.nb[2], D * (long long)sizeof(T), tg_cuda_ptr(A.v, 0, hk, 0, b),
+                              A.v.nb[2], Dv * (long long)sizeof(T), j_begin, j_end);
         if (A.rows_pre) {
-            long long pmin = LLONG_MAX;
-            for (long long t = 0; t < T_; t++) pmin = min(pmin, (long long)*(const int *)tg_cuda_ptr(A.pos, t, b, 0, 0));
+            const long long pmin = tg_attn_least_pos(A.pos, T_, b);
             const long long j = j_begin + tid;
             if (tid < kRows && j < j_end && j < pmin) {
                 const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j, b);
