@@ -534,11 +534,22 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     long long rows = 0;
     for (int j = 0; j < p.njob; j++) rows += p.job[j].a.ne[1];
     // R: at least N / 2 (b's loads per weight byte), 2 for swiglu; doubled
-    // (more weight bytes in flight per lane) while the grid still fills the GPU 4 times
+    // (more weight bytes in flight per lane, fewer b loads per weight byte)
+    // while the grid still fills the GPU fill times (knob mmvq_fill, 0: 2).
+    // At 2 the 1.1B's down product takes 4 rows, not 2, and a Q4_0 step is
+    // 29 us shorter than at 4; at 1 (o at 2 rows, q/k/v at 4) it is longer;
+    // so is 2 units per lane and row in flight, or 8 rows (bench/NOTES.md
+    // session 30). Knob mmv_rows forces R.
     const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
     if ((p.swiglu || p.rope.D) && R < 2) R = 2;  // gate/up rows, rope pairs
-    while (R < 4 && rows * batches / (2 * R) * args.wpr / kWarps >= 4LL * sms) R *= 2;
+    if (impl->sig.mmv_rows > 0) {  // knob mmv_rows: forced, not below that least
+        const int k = impl->sig.mmv_rows <= 1 ? 1 : impl->sig.mmv_rows <= 2 ? 2 : 4;
+        R = k > R ? k : R;
+    } else {
+        const long long fill = impl->sig.mmvq_fill > 0 ? impl->sig.mmvq_fill : 2;
+        while (R < 4 && rows * batches / (2 * R) * args.wpr / kWarps >= fill * sms) R *= 2;
+    }
     args.rows_per_group = p.swiglu ? R / 2 : R;
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {

@@ -65,10 +65,17 @@ struct tg_cuda_sig_knobs {
     // single-kernel form: 0 auto (the full case, compile-time tiles, where Dk
     // is 128 and every slice has 128 columns), 1 the generic kernel always.
     int delta_chunk_generic = 0;
-    // mul_mat GEMV (N <= 8, cuda/mmv.cu): rows per block of 128 threads, 0
-    // auto (1, 2 or 4 by N and the grid), else 1, 2 or 4 forced (never below
-    // what N needs: N / 2, and 2 for gate/up + swiglu).
+    // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
+    // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
+    // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4
+    // forced (never below what N needs: N / 2, and 2 for gate/up + swiglu and
+    // a folded rope). Env TG_CUDA_MMV_ROWS.
     int mmv_rows = 0;
+    // quantized GEMV, auto rows: doubled while the grid still fills the GPU
+    // this many times, 0 auto (2, measured against 1 and 4: bench/NOTES.md
+    // session 30), else forced (env TG_CUDA_MMVQ_FILL). Results do not
+    // depend on it.
+    int mmvq_fill = 0;
     // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
     // launch: 0 (default) each block lets the next kernel launch once its
     // weight loads are done, before its reduction; 1 at the block's start (as

@@ -290,7 +290,8 @@ static int pow2_at_least(int x) {
 // One graph's worth of a batch: per sequence, the batch indices of its
 // tokens in this round.
 static tg_status run_round(session *s, const std::vector<std::vector<int>> &idx, const batch &b,
-                           const std::vector<int> &out_slot, std::vector<float> *logits, const char *who) {
+                           const std::vector<int> &out_slot, std::vector<float> *logits,
+                           std::vector<uint8_t> *written, const char *who) {
     int lo = s->n_seq, hi = -1, tmax = 0;
     for (int q = 0; q < s->n_seq; q++)
         if (!idx[q].empty()) {
@@ -332,11 +333,25 @@ static tg_status run_round(session *s, const std::vector<std::vector<int>> &idx,
     tg_status st = tg_tensor_set(s->inputs, in.data(), 0, in.size() * 4);
     if (st == TG_OK) st = tg_graph_compute(s->m->backend, sg->g);
     const size_t V = (size_t)s->m->hp.n_vocab;
-    std::vector<float> got((size_t)n_want * V);
-    if (st == TG_OK && n_want > 0) st = tg_tensor_get(sg->out, got.data(), 0, got.size() * 4);
+    // output row i is the logits of batch token want[order[i]]: straight into
+    // the caller's rows where those follow each other (a step's usual case),
+    // else through a copy
+    bool direct = true;
+    for (int i = 1; i < n_want && direct; i++)
+        direct = out_slot[want[order[i]]] == out_slot[want[order[0]]] + i;
+    if (st == TG_OK && n_want > 0) {
+        if (direct) {
+            st = tg_tensor_get(sg->out, &(*logits)[(size_t)out_slot[want[order[0]]] * V], 0, (size_t)n_want * V * 4);
+        } else {
+            std::vector<float> got((size_t)n_want * V);
+            st = tg_tensor_get(sg->out, got.data(), 0, got.size() * 4);
+            if (st == TG_OK)
+                for (int i = 0; i < n_want; i++)
+                    memcpy(&(*logits)[(size_t)out_slot[want[order[i]]] * V], &got[(size_t)i * V], V * 4);
+        }
+    }
     if (st == TG_OK) {
-        for (int i = 0; i < n_want; i++)
-            memcpy(&(*logits)[(size_t)out_slot[want[order[i]]] * V], &got[(size_t)i * V], V * 4);
+        for (int i = 0; i < n_want; i++) (*written)[(size_t)out_slot[want[order[i]]]] = 1;
         for (int q = lo; q <= hi; q++)
             for (int i : idx[q]) {
                 s->tokens[q].push_back(b.token[i]);
@@ -377,7 +392,17 @@ static tg_status decode(session *s, const batch &b, std::vector<float> *logits, 
         per[q].push_back(i);
         if (b.logits[i]) out_slot[i] = n_out++;
     }
-    logits->assign((size_t)n_out * hp.n_vocab, 0.0f);
+    // every wanted row is written by its round (no fill first: a step's
+    // logits are read back straight into the caller's vector); rows a failed
+    // round left unwritten are zeros
+    const size_t V = (size_t)hp.n_vocab;
+    logits->resize((size_t)n_out * V);
+    std::vector<uint8_t> written((size_t)n_out, 0);
+    auto fail = [&](tg_status st) {
+        for (size_t i = 0; i < written.size(); i++)
+            if (!written[i]) std::fill(logits->begin() + (long)(i * V), logits->begin() + (long)((i + 1) * V), 0.0f);
+        return st;
+    };
     for (size_t r0 = 0;; r0 += (size_t)s->n_ubatch) {
         std::vector<std::vector<int>> idx(s->n_seq);
         bool any = false;
@@ -388,8 +413,8 @@ static tg_status decode(session *s, const batch &b, std::vector<float> *logits, 
                 any = true;
             }
         if (!any) return TG_OK;
-        tg_status st = run_round(s, idx, b, out_slot, logits, who);
-        if (st != TG_OK) return st;
+        tg_status st = run_round(s, idx, b, out_slot, logits, &written, who);
+        if (st != TG_OK) return fail(st);
     }
 }
 

@@ -206,10 +206,14 @@ TEST_P(CudaFuseLayer, FusedEqualsUnfusedAndCpu) {
     if (HasFatalFailure()) return;
     EXPECT_TRUE(fused.tails_ok && nofold.tails_ok && plain.tails_ok && ref.tails_ok) << "a sink's tail was overwritten";
     // launch knobs change when kernels start, never what they compute: the
-    // fused replay equals the default launches' bit for bit
-    if (c.mmv_trigger || c.pdl_mask) {
+    // fused replay equals the default launches' bit for bit; so does the
+    // quantized GEMV at any rows per group (a row's units are summed by the
+    // same lanes in the same order)
+    const bool quant_knobs = tg_type_is_quantized(c.wt) && c.mmv_rows;
+    if (c.mmv_trigger || c.pdl_mask || quant_knobs) {
         tg_cuda_knobs(gpu)->mmv_trigger = 0;
         tg_cuda_knobs(gpu)->pdl_mask = 0;
+        tg_cuda_knobs(gpu)->mmv_rows = 0;
         tg_cuda_set_fuse(gpu, true);
         layer_result dflt;
         run_layer(gpu, c, d, 3, &dflt);
@@ -314,6 +318,13 @@ std::vector<layer_case> layer_cases() {
         {"f32_n3_norm_outs", F32, 256, 512, 256, 64, 3, false, 0, 0, 0, true},
         {"llm_1p1b_q4_0_n1_norm_outs", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 0, 0, true},
         {"odd_q8_0_n3_norm_outs", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 0, 0, true},
+        // the quantized GEMV's rows per group forced (the 1.1B's auto: 2 for
+        // q/k/v with the rope, 1 for o, 4 for gate/up and down)
+        {"llm_1p1b_q4_0_n1_r1", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 1},
+        {"llm_1p1b_q4_0_n1_r4", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 4},
+        {"llm_1p1b_q8_0_n1_r2", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 2},
+        {"odd_q4_0_n1_uses_r2", TG_TYPE_Q4_0, 288, 544, 288, 41, 1, true, 2},
+        {"odd_q8_0_n1_norm_outs_r4", TG_TYPE_Q8_0, 288, 544, 288, 40, 1, false, 4, 0, 0, true},
     };
 }
 

@@ -61,6 +61,7 @@ struct fold_case {
     bool folds;         // expected: the rope folded
     int attn_L = 0;     // > 0: caches of that many rows and an attention node reading them
     bool pos_node = false;  // positions written by a node of the graph (a copy): read after the products
+    int mmv_rows = 0;       // GEMV knob mmv_rows (rows per group forced)
 };
 // cache rows
 int rows(const fold_case &c) { return c.attn_L > 0 ? c.attn_L : 48; }
@@ -253,6 +254,7 @@ TEST_P(CudaRopeFold, SameBitsAsThePairKernel) {
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> g1(gpu, tg_backend_free), g2(cpu, tg_backend_free);
     ASSERT_TRUE(gpu && cpu) << tg_last_error();
     const fold_data d = make_data(c, 17 + c.K + c.D);
+    tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;  // every run below
     // (with an attention node after the update, knob 2: auto declines where
     // the attention takes the cluster kernel, checked below)
     tg_cuda_knobs(gpu)->rope_fold = c.attn_L > 0 ? 2 : 0;
@@ -352,6 +354,9 @@ INSTANTIATE_TEST_SUITE_P(
         fold_case{"bf16_t2_b2_two_groups", BF16, 256, 4, 2, 32, 2, 2, 0, BF16, F16, false, 2, true, IL, true},
         fold_case{"f16_tiny_rows", F16, 64, 2, 1, 16, 1, 1, 0, F32, F32, true, 1, false, IL, true},
         fold_case{"q4_0_norm", TG_TYPE_Q4_0, 512, 8, 4, 64, 1, 1, 0, F16, F16, true, 1, false, IL, true},
+        // the quantized q/k/v launch at 4 rows per group (auto: 2 at these sizes)
+        fold_case{"q4_0_norm_r4", TG_TYPE_Q4_0, 512, 8, 4, 64, 1, 1, 0, F16, F16, true, 1, false, IL, true, 0, false, 4},
+        fold_case{"llama1b_q8_0_norm_r4", TG_TYPE_Q8_0, 2048, 32, 8, 64, 1, 1, 0, F16, F16, true, 1, false, IL, true, 0, false, 4},
         fold_case{"q8_0_t3_two_groups", TG_TYPE_Q8_0, 256, 4, 4, 32, 3, 1, 0, F32, F32, false, 2, true, IL, true},
         fold_case{"q4_k_b2_norm", TG_TYPE_Q4_K, 256, 4, 2, 64, 1, 2, 32, F16, BF16, true, 1, false, IL, true},
         fold_case{"neox_declines", F16, 256, 4, 2, 32, 1, 1, 0, F16, F16, true, 1, false, NX, false},
