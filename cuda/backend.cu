@@ -434,11 +434,15 @@ tg_status cuda_compute(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
     if (s != TG_OK) return s;
     tg_cuda_impl *impl = tg_cuda(be);
     impl->rb_valid = false;
-    for (const tg_tensor *t : nodes)
-        if (t->op != TG_OP_VIEW && (s = check_layout(t)) != TG_OK) return s;
-    for (const tg_tensor *t : nodes)
-        if (t->op != TG_OP_VIEW && !tg_op_get(t->op).cuda)
-            return tg_err(TG_ERR_UNSUPPORTED, "[%s] op %s has no CUDA kernel", call, tg_op_get(t->op).name);
+    // a replay's key (node ids: their ops, shapes and types; data pointers)
+    // is a capture's whose checks passed: ~12 us of a 1.1B llama's step skipped
+    if (!tg_cuda_graph_lookup(be, nodes)) {
+        for (const tg_tensor *t : nodes)
+            if (t->op != TG_OP_VIEW && (s = check_layout(t)) != TG_OK) return s;
+        for (const tg_tensor *t : nodes)
+            if (t->op != TG_OP_VIEW && !tg_op_get(t->op).cuda)
+                return tg_err(TG_ERR_UNSUPPORTED, "[%s] op %s has no CUDA kernel", call, tg_op_get(t->op).name);
+    }
     TG_CUBLAS_TRY(be, call,
                   cublasSetMathMode(impl->cublas, be->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     // inputs another backend staged may feed this graph: wait for their copies

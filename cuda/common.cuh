@@ -377,6 +377,11 @@ bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst);
 // status (or a launch error); the caller synchronizes once and reads h_err.
 typedef tg_status (*tg_cuda_enqueue_fn)(tg_backend *be, const std::vector<tg_tensor *> &nodes);
 // (the read-back list impl->rb is the enqueued graph's; a replay restores it)
+// Build this compute's key and find its entry (cuda/graph_exec.cu): true when
+// a capture of exactly these launches exists, so the checks that passed when
+// it was made (layouts, ops the backend has) hold again. tg_cuda_graph_run
+// uses the lookup (or makes it, when none was made for this compute).
+bool tg_cuda_graph_lookup(tg_backend *be, const std::vector<tg_tensor *> &nodes);
 tg_status tg_cuda_graph_run(tg_backend *be, const std::vector<tg_tensor *> &nodes, tg_cuda_enqueue_fn enqueue);
 void tg_cuda_graph_cache_free(tg_cuda_impl *impl);
 

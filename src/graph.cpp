@@ -170,7 +170,8 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
         if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
             return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
     if ((s = check_writes(g->nodes)) != TG_OK) return s;
-    if (!g->plan.valid && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
+    const bool planned = g->plan.valid && g->plan.node_offset.size() == g->nodes.size();
+    if (!planned && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
     tg_graph_mark_prechecks(g->nodes);
 
     // Grow the backend's pool for intermediates when the plan needs more. The
@@ -193,12 +194,13 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     std::vector<placed> before;
     before.reserve(g->nodes.size());
     for (const tg_tensor *t : g->nodes) before.push_back({t->data, t->mem, t->device, t->buffer_id});
-    for (tg_tensor *t : g->nodes) {
+    for (size_t i = 0; i < g->nodes.size(); i++) {
+        tg_tensor *t = g->nodes[i];
         if (t->view_src) {
             tg_resolve_view(t);
             continue;
         }
-        t->data = (char *)b->compute_buf + g->plan.offset.at(t);
+        t->data = (char *)b->compute_buf + g->plan.node_offset[i];
         t->mem = b->mem;
         t->device = b->device;
         t->buffer_id = b->compute_id;

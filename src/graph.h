@@ -37,6 +37,7 @@ struct tg_plan {
     bool valid = false;
     bool planner = true;
     std::unordered_map<const tg_tensor *, size_t> offset;
+    std::vector<size_t> node_offset;  // the same by position in the graph's nodes (views: unused)
     size_t size = 0;
     tg_graph_stats stats{};
 };
