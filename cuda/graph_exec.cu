@@ -67,16 +67,23 @@ struct tg_cuda_graph_cache {
 
 namespace {
 
-// Four independent multiply chains over the words (one chain's latency per
-// word made this ~8 us for a 1.1B llama's ~5,600 words), then mixed; never 0
-// (0 marks "not computed").
+// Four independent multiply-shift chains over the words (one chain's latency
+// per word made this ~8 us for a 1.1B llama's ~5,600 words), then mixed;
+// never 0 (0 marks "not computed"). Equal hashes are confirmed by comparing
+// the keys, so a collision costs a comparison, never a wrong replay.
 uint64_t hash_words(const std::vector<uintptr_t> &w) {
     uint64_t h[4] = {1469598103934665603ull, 0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full, 0x165667b19e3779f9ull};
     const size_t n = w.size();
     size_t i = 0;
     for (; i + 4 <= n; i += 4)
-        for (int k = 0; k < 4; k++) h[k] = (h[k] ^ (uint64_t)w[i + k]) * 1099511628211ull;
-    for (; i < n; i++) h[0] = (h[0] ^ (uint64_t)w[i]) * 1099511628211ull;
+        for (int k = 0; k < 4; k++) {
+            h[k] = (h[k] ^ (uint64_t)w[i + k]) * 1099511628211ull;
+            h[k] ^= h[k] >> 29;  // high bits of a word reach the low ones
+        }
+    for (; i < n; i++) {
+        h[0] = (h[0] ^ (uint64_t)w[i]) * 1099511628211ull;
+        h[0] ^= h[0] >> 29;
+    }
     uint64_t r = n;
     for (int k = 0; k < 4; k++) {
         r ^= h[k] ^ (h[k] >> 29);

@@ -68,8 +68,8 @@ struct tg_cuda_sig_knobs {
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4
-    // forced (never below what N needs: N / 2, and 2 for gate/up + swiglu and
-    // a folded rope). Env TG_CUDA_MMV_ROWS.
+    // forced (never below what N needs: 2 from 3 columns, 4 from 5; and 2 for
+    // gate/up + swiglu and a folded rope). Env TG_CUDA_MMV_ROWS.
     int mmv_rows = 0;
     // quantized GEMV, auto rows: doubled while the grid still fills the GPU
     // this many times, 0 auto (2, measured against 1 and 4: bench/NOTES.md

@@ -69,7 +69,9 @@ struct free_list {
 
 tg_status tg_plan_graph(tg_graph *g, const char *call) {
     tg_plan &p = g->plan;
+    p.valid = false;  // until the end: a failed plan leaves none
     p.offset.clear();
+    p.node_offset.clear();
     p.stats = tg_graph_stats{};
     const auto &nodes = g->nodes;
     const int n = (int)nodes.size();

@@ -318,8 +318,8 @@ std::vector<layer_case> layer_cases() {
         {"f32_n3_norm_outs", F32, 256, 512, 256, 64, 3, false, 0, 0, 0, true},
         {"llm_1p1b_q4_0_n1_norm_outs", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 0, 0, true},
         {"odd_q8_0_n3_norm_outs", TG_TYPE_Q8_0, 288, 544, 288, 40, 3, false, 0, 0, 0, true},
-        // the quantized GEMV's rows per group forced (the 1.1B's auto: 2 for
-        // q/k/v with the rope, 1 for o, 4 for gate/up and down)
+        // the quantized GEMV's rows per group forced (the 1.1B's auto on a
+        // 132-SM GPU: 1 for o, 2 for q/k/v, 4 for gate/up and down)
         {"llm_1p1b_q4_0_n1_r1", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 1},
         {"llm_1p1b_q4_0_n1_r4", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 4},
         {"llm_1p1b_q8_0_n1_r2", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 2},

@@ -314,6 +314,7 @@ TEST_P(CudaRopeFold, BadPositionWritesNoCache) {
     tg_backend *gpu = tg_backend_cuda(0);
     std::unique_ptr<tg_backend, void (*)(tg_backend *)> g1(gpu, tg_backend_free);
     ASSERT_NE(gpu, nullptr) << tg_last_error();
+    tg_cuda_knobs(gpu)->mmv_rows = c.mmv_rows;  // (the _r4 cases: the 4-row launch's go/no-go)
     for (int kind = 0; kind < (c.T > 1 ? 3 : 2); kind++) {
         fold_data d = make_data(c, 23 + kind);
         // 0: the last token past the cache; 1: the first token before it; 2: a repeat in the last sequence

@@ -144,6 +144,10 @@ TEST_P(PlannerRandom, SameResultsAsUnplannedAndNoOverlap) {
         }
     EXPECT_EQ(shared_inplace, planned.n_inplace);
     for (auto &kv : L) EXPECT_LE(g->plan.offset.at(kv.first) + tg_nbytes(kv.first), planned.planned_bytes);
+    // the offsets by node position (what a compute places) are the same
+    ASSERT_EQ(g->plan.node_offset.size(), g->nodes.size());
+    for (size_t i = 0; i < g->nodes.size(); i++)
+        if (!g->nodes[i]->view_src) EXPECT_EQ(g->plan.node_offset[i], g->plan.offset.at(g->nodes[i])) << "node " << i;
 
     EXPECT_LE(planned.planned_bytes, planned.naive_bytes);
     EXPECT_GE(planned.planned_bytes, planned.lower_bound);

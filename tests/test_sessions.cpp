@@ -151,10 +151,15 @@ TEST_P(SessionShipped, BatchRoundsEqualOneGraph) {
     tgm::batch b;
     for (int i = 0; i < 17; i++) b.add(rng() % 256, i, 0, true);
     for (int i = 0; i < 6; i++) b.add(rng() % 256, i, 1, i % 2 == 0);
-    std::vector<float> a, c;
+    // poisoned and already of the result's size (nothing is zero-filled
+    // first): every wanted row must be written. The small session's rounds
+    // each want rows of both sequences, slots apart (the staging copy); the
+    // big session's one graph wants all 20 in a row (the direct read)
+    std::vector<float> a((size_t)(17 + 3) * V, NAN), c((size_t)(17 + 3) * V, NAN);
     ASSERT_EQ(tgm::session_decode(small, b, &a), TG_OK) << tg_last_error();
     ASSERT_EQ(tgm::session_decode(big, b, &c), TG_OK) << tg_last_error();
     ASSERT_EQ(a.size(), (size_t)(17 + 3) * V);
+    for (size_t i = 0; i < a.size(); i++) ASSERT_TRUE(std::isfinite(a[i]) && std::isfinite(c[i])) << "logit " << i;
     EXPECT_LT(tgt::rel_error(a.data(), c.data(), a.size()), 1e-5);
     EXPECT_EQ(small->n_past, big->n_past);
     tgm::session_free(small);
