@@ -8,13 +8,14 @@
 # Usage: bench/cpu_quant_rounds.sh [BUILD] [ROUNDS]
 #   env: BUILDS (BUILD; e.g. "build /tmp/base/build" for before/after in the same rounds),
 #        TYPES ("q4_0 q8_0"), SYNTH_DIR (/tmp/tinygml-synth), N_GEN (32),
-#        LLAMA_BENCH (/work/peers/llama-cpu/build/bin/llama-bench; skipped when absent)
+#        LLAMA_BENCH (build-peer/llama-cpu/build/bin/llama-bench, which
+#        `../shared/peers/llama_cpp.sh build-peer/llama-cpu cpu` builds; skipped when absent)
 set -euo pipefail
 BUILD=${1:-build}
 ROUNDS=${2:-3}
 SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
 N=${N_GEN:-32}
-LLAMA_BENCH=${LLAMA_BENCH:-/work/peers/llama-cpu/build/bin/llama-bench}
+LLAMA_BENCH=${LLAMA_BENCH:-build-peer/llama-cpu/build/bin/llama-bench}
 P64=$(printf 'the quick brown fox jumps over the lazy dog %.0s' 1 2 | cut -c1-63)  # + BOS = 64 tokens
 mkdir -p "$SYNTH_DIR"
 f16="$SYNTH_DIR/llama-125m-f16.gguf"

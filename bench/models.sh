@@ -13,8 +13,9 @@
 #  - the 125M synthetic llama quantized by tinygml-quantize to Q8_0 and Q4_0,
 #    same prompt / generation, CPU -t 2, and llama.cpp on the same quantized
 #    files when llama-bench is there (LLAMA_BENCH, default
-#    /work/peers/llama-cpu/build/bin/llama-bench if it exists; each repack setting
-#    separately). SKIP_QUANT=1 skips.
+#    build-peer/llama-cpu/build/bin/llama-bench if it exists, which
+#    `../shared/peers/llama_cpp.sh build-peer/llama-cpu cpu` builds; each repack
+#    setting separately). SKIP_QUANT=1 skips.
 # Prints a table and writes bench/models.json (or $2).
 # Usage: bench/models.sh [BUILD] [OUT.json]
 #   env: N_GEN (32), SYNTH (BUILD/tinygml-synth), SYNTH_DIR (/tmp/tinygml-synth),
@@ -27,8 +28,8 @@ RUN="$BUILD/tinygml-run"
 SYNTH=${SYNTH:-$BUILD/tinygml-synth}
 QUANTIZE=${QUANTIZE:-$BUILD/tinygml-quantize}
 SYNTH_DIR=${SYNTH_DIR:-/tmp/tinygml-synth}
-if [ -z "${LLAMA_BENCH:-}" ] && [ -x /work/peers/llama-cpu/build/bin/llama-bench ]; then
-  LLAMA_BENCH=/work/peers/llama-cpu/build/bin/llama-bench
+if [ -z "${LLAMA_BENCH:-}" ] && [ -x build-peer/llama-cpu/build/bin/llama-bench ]; then
+  LLAMA_BENCH=build-peer/llama-cpu/build/bin/llama-bench
 fi
 PROMPT=$(head -n 1 tests/fixtures/recall_heldout.txt | cut -f1)
 N=${N_GEN:-32}

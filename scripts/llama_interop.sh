@@ -4,7 +4,7 @@
 # (../shared/peers/llama_cpp.sh DIR cpu, TARGETS="llama-bench llama-quantize"
 # at least; its libllama.so is what this script links against).
 #
-#   scripts/llama_interop.sh [BUILD] [LLAMA_DIR]     (defaults: build, /work/peers/llama-cpu)
+#   scripts/llama_interop.sh [BUILD] [LLAMA_DIR]     (defaults: build, build-peer/llama-cpu)
 #
 # Steps (each prints PASS, FAIL or SKIP with the reason; the exit status is 1
 # when any step FAILs):
@@ -25,8 +25,8 @@
 #     on the same file (needs llama-quantize, and tinygml's quantized types).
 set -uo pipefail
 BUILD=${1:-build}
-LLAMA=${2:-/work/peers/llama-cpu}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+LLAMA=${2:-$ROOT/build-peer/llama-cpu}
 cd "$ROOT"
 RUN="$BUILD/tinygml-run"
 QUANT="$BUILD/tinygml-quantize"
@@ -43,7 +43,7 @@ skip() { echo "SKIP: $*"; }
 [ -x "$RUN" ] || { echo "error: $RUN not built (cmake --build $BUILD --target tinygml-run)"; exit 2; }
 if [ ! -f "$LIB/libllama.so" ] || [ ! -f "$LLAMA/include/llama.h" ]; then
   echo "error: no llama.cpp build in $LLAMA (libllama.so in $LIB): build it with"
-  echo "  TARGETS=\"llama-bench llama-quantize\" nice /work/shared/peers/llama_cpp.sh $LLAMA cpu"
+  echo "  TARGETS=\"llama-bench llama-quantize\" nice ../shared/peers/llama_cpp.sh $LLAMA cpu"
   exit 2
 fi
 echo "llama.cpp: $LLAMA ($(grep -m1 -o 'LLAMA_BUILD_NUMBER [0-9]*' "$LLAMA/build/CMakeCache.txt" 2>/dev/null || echo 'build number unknown'))"
