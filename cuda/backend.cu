@@ -517,7 +517,6 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         const long long v = atoll(env);
         if (v >= 1024) impl->mm_budget = (size_t)v;
     }
-    if (const char *env = getenv("TG_CUDA_MMQ_Q8B_MIN_N")) impl->mmq_q8b_min_n = atoi(env);
     // bench A/B of whole models: 1 = the per-product quantized GEMV (signature.cuh mmq_kernel)
     if (const char *env = getenv("TG_CUDA_MMQ_KERNEL")) impl->sig.mmq_kernel = atoi(env) == 1 ? 1 : 0;
     TG_CUDA_TRY(nullptr, call, cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));

@@ -52,11 +52,6 @@ struct tg_cuda_impl {
     size_t scratch_size = 0;
     // mul_mat: most bytes of F32 weights converted at once (env TG_CUDA_MM_BUDGET)
     size_t mm_budget = (size_t)256 << 20;
-    // quantized decode GEMV: from this many columns on, b is quantized to 8
-    // bits and the block dots are int8 (below: F32 b, weights widened in
-    // registers). 1: always, as it measured 2.5x faster at N = 1 and N = 8
-    // (bench/NOTES.md). Env TG_CUDA_MMQ_Q8B_MIN_N (tests, bench): 9 = never.
-    int mmq_q8b_min_n = 1;
     // cuBLAS workspace, set explicitly so that captured GEMMs allocate nothing
     void *cublas_ws = nullptr;
     // Mapped pinned host copy of the error record: the graph's last kernel

@@ -324,8 +324,8 @@ bool tg_cuda_mmv_job_of(tg_backend *be, const tg_tensor *mm, tg_cuda_mmv_job *jo
     const size_t ts = tg_type_size(a->type);  // a block's bytes for quantized types
     const bool quant = a->type == TG_TYPE_Q8_0 || a->type == TG_TYPE_Q4_0 || a->type == TG_TYPE_Q4_K;
     if (a->type != TG_TYPE_F16 && a->type != TG_TYPE_BF16 && a->type != TG_TYPE_F32 && !quant) return false;
-    // quantized: only where the plain product quantizes b too (the same kernel, fused or not)
-    if (quant && (mm->ne[1] < tg_cuda(be)->mmq_q8b_min_n || tg_cuda(be)->sig.mmq_kernel == 1)) return false;
+    // quantized: not with the per-product kernel forced (knob mmq_kernel 1)
+    if (quant && tg_cuda(be)->sig.mmq_kernel == 1) return false;
     if (tb->type != TG_TYPE_F32 || (tb->ne[0] > 1 && tb->nb[0] != 4) || (a->ne[0] > 1 && a->nb[0] != ts)) return false;
     if (mm->type != TG_TYPE_F32 || mm->nb[0] != 4) return false;
     job->a = tg_cuda_desc_of(a);

@@ -184,8 +184,8 @@ __device__ inline void tg_cuda_mmv_store(const tg_cuda_mmv_job &jb, long long m,
 }
 
 // The job of a mul_mat node when the GEMV takes it (F32/F16/BF16 weights with
-// unit stride along k, or quantized ones (Q8_0, Q4_0, Q4_K) when the backend
-// quantizes b for them (tg_cuda_impl::mmq_q8b_min_n), F32 b with unit stride
+// unit stride along k, or quantized ones (Q8_0, Q4_0, Q4_K) unless knob
+// mmq_kernel forces the per-product kernel), F32 b with unit stride
 // along k, at most 8 columns, possibly after merging b's batch dims into
 // columns), with b's descriptor; false otherwise. The descriptors may be
 // reshaped views of the tensors (batches merged into columns), so build

@@ -2,16 +2,15 @@
 // a float b (see mul_mat.cuh, docs/ops.md "Quantized types").
 //
 // Decode (at most 8 columns; sequences sharing weights of 1 MiB or more count
-// as columns, tg_cuda_mm_batches_to_gemm), by default (tg_cuda_impl::mmq_q8b_min_n; the
-// other variant, F32 b with the weights widened to floats in registers, is
-// kept for the tests and the bench: it measured 2.5x slower): b is quantized
-// once per call into the backend's
-// scratch as 8-bit blocks of 32 (int8 q, F32 scale d and d * sum(q): ggml's
+// as columns, tg_cuda_mm_batches_to_gemm): b is quantized once per call into
+// the backend's scratch as 8-bit blocks of 32 (int8 q, F32 scale d and d * sum(q): ggml's
 // Q8_1 idea), then a GEMV kernel reads every weight block once and takes the
 // block dot products with __dp4a (4 int8 products per instruction), scaling
 // in F32. A weight read as floats would need ~4 instructions per element
 // (unpack, convert, subtract, FMA), which at HBM speed makes the kernel
 // issue-bound for Q4_0; the int8 dot product needs about one per 4 elements.
+// (That variant, F32 b with the weights widened to floats in registers,
+// measured 2.5x slower and was removed in session 30: bench/NOTES.md.)
 //   A unit is what one lane decodes at a time: a Q8_0 or Q4_0 block (32
 // elements), a pair of Q4_K sub-blocks (64 elements: one 32-byte group of qs,
 // two 16-byte loads). Q8_0/Q4_0 blocks are 34/18 bytes, only 2-byte aligned:
@@ -26,8 +25,7 @@
 // tg_cuda_mmvq_launch) takes every product with F32 b of unit stride, alone
 // or fused (cuda/mmv.cuh's jobs: q/k/v sharing b, gate/up with swiglu, the
 // residual add), b quantized once per launch; the per-product kernel
-// (mmq_vec_kernel) takes the other b layouts, the F32-b variant, and knob
-// mmq_kernel = 1.
+// (mmq_vec_kernel) takes the other b layouts and knob mmq_kernel = 1.
 //
 // Prefill (N > 8): a dequantized to F16 and tensor-core GEMMs,
 // cuda/mul_mat_quant_prefill.cu. The units a lane decodes (tg_cuda_qunit,
@@ -74,27 +72,13 @@ __global__ void quantize_b_kernel(tg_cuda_desc b, int8_t *qs, float2 *ds, long l
     }
 }
 
-// The sum of 32 values as 8 independent chains of 4.
-__device__ inline float sum8x4(const float *x) {
-    float p[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) p[i] = (x[4 * i] + x[4 * i + 1]) + (x[4 * i + 2] + x[4 * i + 3]);
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-}
-
 // grid: x over groups of (kWarps / wpr) * R rows, y over output batches
-// i2 + B2 * i3. wpr warps share a row (lanes over its units).
-// F32B: b read as F32 (b.nb[0] == 4, 16-byte aligned columns) and the weights
-// widened to floats in registers; otherwise b comes quantized (bq, bd) and
-// the block dots are __dp4a.
-template <tg_type T, int NMAX, int R, bool F32B>
-__global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg_cuda_desc b, const int8_t *bq,
-                                                              const float2 *bd, tg_cuda_desc d, int N, int wpr) {
+// i2 + B2 * i3. wpr warps share a row (lanes over its units). b comes
+// quantized (bq, bd) and the block dots are __dp4a.
+template <tg_type T, int NMAX, int R>
+__global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, const int8_t *bq, const float2 *bd,
+                                                              tg_cuda_desc d, int N, int wpr) {
     constexpr int SUB = tg_cuda_qunit<T>::subs, UE = 32 * SUB;
-    // F32B: a weight is d * (float(byte) - bias) - m (m only for Q4_K; Q8_0's
-    // bytes are flipped to unsigned first, Q4_0's - 8 is in the bias)
-    constexpr float bias = T == TG_TYPE_Q8_0 ? 8388736.0f : T == TG_TYPE_Q4_0 ? 8388616.0f : 8388608.0f;
-    constexpr bool has_min = T == TG_TYPE_Q4_K;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % wpr;
     const long long M = a.ne[1], K = a.ne[0], kb = K / 32;
     const int nu = (int)(K / UE);
@@ -116,61 +100,26 @@ __global__ void __launch_bounds__(32 * kWarps) mmq_vec_kernel(tg_cuda_desc a, tg
         for (int u = lane + 32 * part; u < nu; u += 32 * wpr) {
             tg_cuda_qunit<T> w[R];
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                tg_cuda_load_unit<T>(arow[r], u, w[r]);
-                if (F32B && T == TG_TYPE_Q8_0)
-#pragma unroll
-                    for (int i = 0; i < 8; i++) w[r].q[i] ^= 0x80808080;  // signed bytes to byte + 128
-            }
+            for (int r = 0; r < R; r++) tg_cuda_load_unit<T>(arow[r], u, w[r]);
 #pragma unroll
             for (int n = 0; n < NMAX; n++) {
                 if (n >= N) break;
-                if (F32B) {
-                    const float *xf = (const float *)tg_cuda_ptr(b, (long long)u * UE, n, i2, i3);
+                const int8_t *xq = bq + (c0 + n) * K + (long long)u * UE;
+                const float2 *xd = bd + (c0 + n) * kb + (long long)u * SUB;
 #pragma unroll
-                    for (int s = 0; s < SUB; s++) {
-                        float x[32];
+                for (int s = 0; s < SUB; s++) {
+                    const uint4 x0 = *(const uint4 *)(xq + 32 * s), x1 = *(const uint4 *)(xq + 32 * s + 16);
+                    const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
+                                      (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
+                    const float2 ds = xd[s];
 #pragma unroll
-                        for (int i = 0; i < 8; i++) {
-                            const float4 v = *(const float4 *)(xf + 32 * s + 4 * i);
-                            x[4 * i] = v.x, x[4 * i + 1] = v.y, x[4 * i + 2] = v.z, x[4 * i + 3] = v.w;
-                        }
-                        // 8 independent partial sums: a single chain of 32
-                        // dependent FMAs would stall on their latency
-                        float sx = 0.0f;
-                        if (has_min) sx = sum8x4(x);
+                    for (int r = 0; r < R; r++) {
+                        int p[4];
 #pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            float p[8];
-#pragma unroll
-                            for (int i = 0; i < 8; i++) {
-                                p[i] = tg_cuda_byte_float((uint32_t)w[r].q[8 * s + i], 0, bias) * x[4 * i];
-#pragma unroll
-                                for (int k = 1; k < 4; k++)
-                                    p[i] = fmaf(tg_cuda_byte_float((uint32_t)w[r].q[8 * s + i], k, bias), x[4 * i + k], p[i]);
-                            }
-                            const float dot = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-                            acc[r][n] += w[r].d[s] * dot - (has_min ? w[r].m[s] * sx : 0.0f);
-                        }
-                    }
-                } else {
-                    const int8_t *xq = bq + (c0 + n) * K + (long long)u * UE;
-                    const float2 *xd = bd + (c0 + n) * kb + (long long)u * SUB;
-#pragma unroll
-                    for (int s = 0; s < SUB; s++) {
-                        const uint4 x0 = *(const uint4 *)(xq + 32 * s), x1 = *(const uint4 *)(xq + 32 * s + 16);
-                        const int x[8] = {(int)x0.x, (int)x0.y, (int)x0.z, (int)x0.w,
-                                          (int)x1.x, (int)x1.y, (int)x1.z, (int)x1.w};
-                        const float2 ds = xd[s];
-#pragma unroll
-                        for (int r = 0; r < R; r++) {
-                            int p[4];
-#pragma unroll
-                            for (int i = 0; i < 4; i++)
-                                p[i] = __dp4a(w[r].q[8 * s + i + 4], x[i + 4], __dp4a(w[r].q[8 * s + i], x[i], 0));
-                            const int dot = (p[0] + p[1]) + (p[2] + p[3]);
-                            acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
-                        }
+                        for (int i = 0; i < 4; i++)
+                            p[i] = __dp4a(w[r].q[8 * s + i + 4], x[i + 4], __dp4a(w[r].q[8 * s + i], x[i], 0));
+                        const int dot = (p[0] + p[1]) + (p[2] + p[3]);
+                        acc[r][n] += w[r].d[s] * ds.x * (float)dot - w[r].m[s] * ds.y;
                     }
                 }
             }
@@ -423,41 +372,34 @@ template <tg_type T> void launch_mmvq_t(cudaStream_t st, const mmvq_args &args, 
 }
 
 struct vec_args {
-    tg_cuda_desc a, b, d;
-    const int8_t *bq;  // b quantized (the dp4a kernel), else NULL
+    tg_cuda_desc a, d;
+    const int8_t *bq;  // b quantized
     const float2 *bd;
 };
 
-template <tg_type T, int NMAX, bool F32B> void launch_vec(cudaStream_t st, const vec_args &v, int wpr) {
+template <tg_type T, int NMAX> void launch_vec(cudaStream_t st, const vec_args &v, int wpr) {
     constexpr int R = NMAX <= 2 ? 1 : NMAX / 2;
     const long long rows_per_block = kWarps / wpr * R;
     const dim3 grid((unsigned)((v.a.ne[1] + rows_per_block - 1) / rows_per_block), (unsigned)(v.d.ne[2] * v.d.ne[3]));
-    mmq_vec_kernel<T, NMAX, R, F32B><<<grid, 32 * kWarps, 0, st>>>(v.a, v.b, v.bq, v.bd, v.d, (int)v.d.ne[1], wpr);
+    mmq_vec_kernel<T, NMAX, R><<<grid, 32 * kWarps, 0, st>>>(v.a, v.bq, v.bd, v.d, (int)v.d.ne[1], wpr);
 }
 
-template <tg_type T, bool F32B> void launch_vec_n(cudaStream_t st, const vec_args &v) {
+template <tg_type T> void launch_vec_n(cudaStream_t st, const vec_args &v) {
     const long long nu = v.a.ne[0] / (T == TG_TYPE_Q4_K ? 64 : 32);
     const int wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;
     const long long N = v.d.ne[1];
-    if (N <= 1) launch_vec<T, 1, F32B>(st, v, wpr);
-    else if (N <= 2) launch_vec<T, 2, F32B>(st, v, wpr);
-    else if (N <= 4) launch_vec<T, 4, F32B>(st, v, wpr);
-    else launch_vec<T, 8, F32B>(st, v, wpr);
+    if (N <= 1) launch_vec<T, 1>(st, v, wpr);
+    else if (N <= 2) launch_vec<T, 2>(st, v, wpr);
+    else if (N <= 4) launch_vec<T, 4>(st, v, wpr);
+    else launch_vec<T, 8>(st, v, wpr);
 }
 
-template <bool F32B> void launch_vec_t(cudaStream_t st, tg_type t, const vec_args &v) {
+void launch_vec_t(cudaStream_t st, tg_type t, const vec_args &v) {
     switch (t) {
-        case TG_TYPE_Q8_0: launch_vec_n<TG_TYPE_Q8_0, F32B>(st, v); break;
-        case TG_TYPE_Q4_0: launch_vec_n<TG_TYPE_Q4_0, F32B>(st, v); break;
-        default: launch_vec_n<TG_TYPE_Q4_K, F32B>(st, v); break;
+        case TG_TYPE_Q8_0: launch_vec_n<TG_TYPE_Q8_0>(st, v); break;
+        case TG_TYPE_Q4_0: launch_vec_n<TG_TYPE_Q4_0>(st, v); break;
+        default: launch_vec_n<TG_TYPE_Q4_K>(st, v); break;
     }
-}
-
-bool f32_columns(const tg_tensor *b) {
-    if (b->type != TG_TYPE_F32 || (b->ne[0] > 1 && b->nb[0] != 4) || (uintptr_t)b->data % 16 != 0) return false;
-    for (int i = 1; i < 4; i++)
-        if (b->ne[i] > 1 && b->nb[i] % 16 != 0) return false;
-    return true;
 }
 
 tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
@@ -470,12 +412,8 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
         return tg_cuda_mmvq_launch(be, p, call);
     }
     impl->sig_last[TG_CUDA_SIG_MUL_MAT] = "quant/vec";
-    vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(b), tg_cuda_desc_of(dst), nullptr, nullptr};
-    if (dst->ne[1] < impl->mmq_q8b_min_n && f32_columns(b)) {
-        launch_vec_t<true>(impl->stream, a->type, v);
-        TG_CUDA_LAUNCHED(be, call);
-        return TG_OK;
-    }
+    vec_args v{tg_cuda_desc_of(a), tg_cuda_desc_of(dst), nullptr, nullptr};
+    const tg_cuda_desc db = tg_cuda_desc_of(b);
     const long long K = a->ne[0], kb = K / 32, ncols = b->ne[1] * b->ne[2] * b->ne[3];
     const size_t q_bytes = tg_cuda_align256((size_t)(ncols * K));
     char *scratch = nullptr;
@@ -484,10 +422,10 @@ tg_status mmq_vec(tg_backend *be, const tg_tensor *dst) {
     int8_t *bq = (int8_t *)scratch;
     float2 *bd = (float2 *)(scratch + q_bytes);
     const long long nblk = ncols * kb;
-    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(v.b, bq, bd, nblk, kb);
+    quantize_b_kernel<<<tg_cuda_blocks(nblk * 32, 256), 256, 0, impl->stream>>>(db, bq, bd, nblk, kb);
     TG_CUDA_LAUNCHED(be, call);
     v.bq = bq, v.bd = bd;
-    launch_vec_t<false>(impl->stream, a->type, v);
+    launch_vec_t(impl->stream, a->type, v);
     TG_CUDA_LAUNCHED(be, call);
     return TG_OK;
 }

@@ -287,23 +287,19 @@ std::vector<qmm_case> qmm_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaQuantMulMat, ::testing::ValuesIn(qmm_cases()),
                          [](const ::testing::TestParamInfo<qmm_case> &i) { return i.param.name; });
 
-// The two decode variants forced (TG_CUDA_MMQ_Q8B_MIN_N, read when the
-// backend is created): b quantized to 8 bits + dp4a (1), or F32 b with the
-// weights widened in registers (9: as exact as the F32 GEMV, 1e-5). A b
-// that is not F32 with 16-byte aligned columns always takes the first.
-// "1k": b to 8 bits on the per-product kernel the fused-job kernel replaced
-// (TG_CUDA_MMQ_KERNEL=1), which stays for b layouts the fused-job kernel
-// does not take (b_transposed below, on every variant).
+// The two decode kernels, b quantized to 8 bits + dp4a in both: the
+// fused-job kernel ("1") and the per-product kernel it replaced ("1k",
+// TG_CUDA_MMQ_KERNEL=1, read when the backend is created), which stays for b
+// layouts the fused-job kernel does not take (b_transposed below, on both).
+// (The F32-b variant these cases also ran was removed in session 30.)
 TEST(CudaQuant, DecodeVariantsMatchFloat64) {
     SKIP_WITHOUT_CUDA();
-    for (const char *v : {"1", "9", "1k"}) {
-        setenv("TG_CUDA_MMQ_Q8B_MIN_N", v[0] == '9' ? "9" : "1", 1);
+    for (const char *v : {"1", "1k"}) {
         if (v[1] == 'k') setenv("TG_CUDA_MMQ_KERNEL", "1", 1);
         backend_ptr gpu = cuda_or_null();
-        unsetenv("TG_CUDA_MMQ_Q8B_MIN_N");
         unsetenv("TG_CUDA_MMQ_KERNEL");
         ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
-        const double tol = v[0] == '9' ? 1e-5 : k_decode_tol;
+        const double tol = k_decode_tol;
         for (tg_type t : qtu::k_qtypes) {
             const std::string tn = std::string(tg_type_name(t)) + "_variant" + v;
             for (int64_t N : {1, 2, 3, 8}) check_mm(gpu.get(), {tn + "_n" + std::to_string(N), t, 2048, 333, N, lay::plain}, false, tol);
