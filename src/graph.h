@@ -33,11 +33,14 @@ void tg_resolve_view(tg_tensor *t);
 // The memory plan: an offset in one buffer for every intermediate that owns
 // storage (op result, not a view). Offsets are multiples of TG_PLAN_ALIGN.
 #define TG_PLAN_ALIGN 256
+#define TG_PLAN_NONE SIZE_MAX  // a node_offset entry of a node that owns no storage
 struct tg_plan {
     bool valid = false;
     bool planner = true;
-    std::unordered_map<const tg_tensor *, size_t> offset;
-    std::vector<size_t> node_offset;  // the same by position in the graph's nodes (views: unused)
+    // by position in the graph's nodes (one index per node a compute
+    // places; a hash map keyed by tensor was ~6 us of a 1.1B llama's decode
+    // step); TG_PLAN_NONE for views, which own no storage
+    std::vector<size_t> node_offset;
     size_t size = 0;
     tg_graph_stats stats{};
 };

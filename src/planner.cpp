@@ -70,8 +70,7 @@ struct free_list {
 tg_status tg_plan_graph(tg_graph *g, const char *call) {
     tg_plan &p = g->plan;
     p.valid = false;  // until the end: a failed plan leaves none
-    p.offset.clear();
-    p.node_offset.clear();
+    p.node_offset.assign(g->nodes.size(), TG_PLAN_NONE);
     p.stats = tg_graph_stats{};
     const auto &nodes = g->nodes;
     const int n = (int)nodes.size();
@@ -138,7 +137,7 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
         int lu = last_use[t];
         blocks[b].last = lu;
         block_of[t] = b;
-        p.offset[t] = blocks[b].off;
+        p.node_offset[(size_t)i] = blocks[b].off;
         if (lu < k_forever) frees_at[lu].push_back(b);
     };
 
@@ -157,11 +156,6 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
     for (const block &bl : blocks)
         for (int s = bl.first; s <= std::min(bl.last, n - 1); s++) live[s] += bl.size;
     for (size_t v : live) p.stats.lower_bound = std::max(p.stats.lower_bound, v);
-    // by node position: what each compute places (one unordered_map lookup
-    // per node was ~6 us of a 1.1B llama's decode step)
-    p.node_offset.assign((size_t)n, 0);
-    for (int i = 0; i < n; i++)
-        if (owns_storage(nodes[i])) p.node_offset[(size_t)i] = p.offset.at(nodes[i]);
     p.valid = true;
     return TG_OK;
 }
