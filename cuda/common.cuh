@@ -118,6 +118,15 @@ struct tg_cuda_impl {
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[5] = {"", "", "", "", ""};
+    // the delta-rule launches' per-backend state (never process-wide: two backends may run on two
+    // threads, or on two devices whose kernels' attributes are set separately): the dynamic
+    // shared-memory limits raised so far per kernel (slots: tg_cuda_delta_smem_slot), the
+    // persistent decode kernel's occupancy for its last (kernel, threads), the variant name
+    size_t delta_smem_set[24] = {};
+    const void *delta_occ_fn = nullptr;
+    int delta_occ_threads = 0, delta_occ = 0;
+    int delta_name_key[6] = {-1, -1, -1, -1, -1, -1};
+    char delta_name[64] = {};
     char rope_name[2][48] = {};
     int rope_last[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
 };

@@ -585,19 +585,18 @@ tg_status delta_scan(tg_backend *be, const tg_tensor *dst, size_t scr_off) {
         else
             pf = NR == 4 ? pick_persistent<4, 8>(stype) : NR == 8 ? pick_persistent<8, 8>(stype)
                : NR == 16 ? pick_persistent<16, 8>(stype) : pick_persistent<32, 8>(stype);
-        static persistent_fn occ_fn = nullptr;
-        static int occ_threads = 0, occ = 0;
-        if (pf != occ_fn || threads != occ_threads) {
-            TG_CUDA_TRY(be, call, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pf, threads, smem));
-            occ_fn = pf, occ_threads = threads;
+        if ((const void *)pf != cu->delta_occ_fn || threads != cu->delta_occ_threads) {
+            TG_CUDA_TRY(be, call, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cu->delta_occ, pf, threads, smem));
+            cu->delta_occ_fn = (const void *)pf, cu->delta_occ_threads = threads;
         }
+        const int occ = cu->delta_occ;
         const long long need = (tiles + wpb - 1) / wpb, fit = (long long)sms * (occ > 0 ? occ : 1);
         pf<<<(unsigned)(need < fit ? need : fit), threads, smem, cu->stream>>>(a, (int)tiles);
         TG_CUDA_LAUNCHED(be, call);
-        static char pname[64];
-        snprintf(pname, sizeof(pname), "pdec%dx%d/%s/%s/b%d", NR, tpc, vec ? "vec" : "scalar",
+        snprintf(cu->delta_name, sizeof(cu->delta_name), "pdec%dx%d/%s/%s/b%d", NR, tpc, vec ? "vec" : "scalar",
                  st ? tg_type_name(st->type) : "nostate", threads);
-        cu->sig_last[TG_CUDA_SIG_DELTA] = pname;
+        cu->delta_name_key[0] = -1;  // the name below is formatted again
+        cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
         return TG_OK;
     }
     delta_kernel_fn fn = nullptr;
@@ -611,17 +610,18 @@ tg_status delta_scan(tg_backend *be, const tg_tensor *dst, size_t scr_off) {
     TG_CUDA_LAUNCHED(be, call);
 
     // name of the variant, for bench/ (formatted only when it changes: keep the launch path lean)
-    static char name[64];
-    static int last[6] = {-1, -1, -1, -1, -1, -1};
+    char *name = cu->delta_name;
+    const size_t name_size = sizeof(cu->delta_name);
+    int *last = cu->delta_name_key;
     const int now[6] = {NR, tpc, vec, st ? (int)st->type : -1, a.TC, kern * 1024 + (dec ? threads : 0)};
-    if (memcmp(now, last, sizeof(now)) != 0) {
+    if (memcmp(now, last, sizeof(now)) != 0 || cu->sig_last[TG_CUDA_SIG_DELTA] != name) {
         memcpy(last, now, sizeof(now));
         if (dec)
-            snprintf(name, sizeof(name), "%s%dx%d/%s/%s/b%d", kern == KERN_DECODE ? "dec" : "decreg", NR, tpc,
+            snprintf(name, name_size, "%s%dx%d/%s/%s/b%d", kern == KERN_DECODE ? "dec" : "decreg", NR, tpc,
                      vec ? "vec" : "scalar",
                      st ? tg_type_name(st->type) : "nostate", threads);
         else
-            snprintf(name, sizeof(name), "rows%dx%d/%s/%s/tc%d", NR, tpc, vec ? "vec" : "scalar",
+            snprintf(name, name_size, "rows%dx%d/%s/%s/tc%d", NR, tpc, vec ? "vec" : "scalar",
                      st ? tg_type_name(st->type) : "nostate", a.TC);
     }
     cu->sig_last[TG_CUDA_SIG_DELTA] = name;

@@ -362,7 +362,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const int nw = warps_for(BV);
     // the full case: Dk 128 and whole 128-column slices, 16-byte rows (delta_chunked_kernel<16, true>)
     const bool full = cu->sig.delta_chunk_generic == 0 && nw == 16 && BV == 128 && a.DKP == 128 && Dk == 128 && Dv % 128 == 0 && a.qk_vec && a.v_vec;
-    static size_t smem_set[3] = {0, 0, 0};  // each kernel's dynamic shared-memory limit, raised once (grow-only)
+    size_t *smem_set = cu->delta_smem_set;  // slots 0-2: each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
     if (full) {
         if (const tg_status s = smem_limit(be, delta_chunked_kernel<16, true>, smem, smem_set[2], call); s != TG_OK) return s;
@@ -375,8 +375,9 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         delta_chunked_kernel<8, false><<<grid, 8 * 32, smem, cu->stream>>>(a);
     }
     TG_CUDA_LAUNCHED(be, call);
-    static char name[64];
-    snprintf(name, sizeof(name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw, full ? "/full" : a.qk_vec ? "" : "/scalar");
-    cu->sig_last[TG_CUDA_SIG_DELTA] = name;
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw,
+             full ? "/full" : a.qk_vec ? "" : "/scalar");
+    cu->delta_name_key[0] = -1;  // the scan's cached name is gone
+    cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;
 }
