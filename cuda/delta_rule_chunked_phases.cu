@@ -39,7 +39,7 @@ struct phase_args {
 constexpr int kVSC = 72;  // row stride of the output pass's 64-column blocks
 __host__ __device__ inline int vstr(int n) { return (n + 31) / 32 * 32 + 8; }
 size_t prep_smem(int DKP, int DVP) {
-    return ((size_t)kC * q_stride(DKP) + (size_t)kC * vstr(DVP) + 2 * (size_t)kC * kPS + 6 * (size_t)kC) * 4;
+    return ((size_t)kC * q_stride(DKP) + (size_t)kC * vstr(DVP) + 2 * (size_t)kC * kPS + 8 * (size_t)kC + 4) * 4;
 }
 // one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
 __host__ __device__ inline int state_buf(int DKP, int BV) {
@@ -50,7 +50,7 @@ size_t state_smem(int DKP, int BV, int nbuf) {
 }
 size_t out_smem(int DKP) {
     const size_t ks = std::max((size_t)kC * q_stride(DKP), (size_t)DKP * kVSC);
-    return ((size_t)kC * q_stride(DKP) + ks + (size_t)kC * kPS + (size_t)kC * kVSC + 4 * (size_t)kC) * 4;
+    return ((size_t)kC * q_stride(DKP) + ks + (size_t)kC * kPS + (size_t)kC * kVSC + 7 * (size_t)kC + 4) * 4;
 }
 
 // Stage chunk c's rows of x (q or k: rows at (0, hk, t0 + t, b)) into dst, row stride ld.
@@ -71,22 +71,32 @@ __device__ inline void stage_gates(float *sL, float *sB, const phase_args &a, in
 // Phase 1, one block of 256 threads per (chunk, value head, sequence): Kd^T = (K (.) d(C-1, t))^T,
 // the chunk's decay gamma = d(C-1, -1); GATED_DELTA: A = beta K K^T (.) decay (s < t),
 // T = (I + A)^-1, W = T (beta d(t, -1) K), U = T (beta V); GATED_LINEAR: U = beta V.
-__global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
+// FULL: Dk = Dv = 128 with 16-byte rows, compile-time sizes (divisions and tile guards fold, the k
+// loops unroll whole), the inverse by doubling, padding zeroed only for a short last chunk; as the
+// single kernel's full case: K l2-normalized in F32 while it is staged (stage3_128), the decays
+// d(t, s) from the chunk's factor tables where they hold (chunk_decays).
+template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
     constexpr int NW = 8, NT = 256;
     extern __shared__ float4 psm4[];
-    const int DKP = a.DKP, DVP = a.DVP, QS = q_stride(DKP), VS = vstr(DVP);
+    const int DKP = FULL ? 128 : a.DKP, DVP = FULL ? 128 : a.DVP, QS = q_stride(DKP), VS = vstr(DVP);
     float *sK = (float *)psm4, *sV = sK + kC * QS, *sA = sV + kC * VS, *sT = sA + kC * kPS;
     float *sL = sT + kC * kPS, *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
-    int *sZ = (int *)(sDl + kC);
+    float *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     const int tid = threadIdx.x, warp = tid >> 5;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
     const int hk = h / (a.Hv / a.Hk);
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
     const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
 
-    for (int x = tid; x < kC * (QS + VS); x += NT) sK[x] = 0.0f;  // padding stays zero
-    __syncthreads();
-    if (a.qk_vec && a.v_vec) {  // both tensors' loads in flight together
+    if (!FULL || n < kC) {  // padding stays zero (FULL: only rows past n are read unwritten)
+        for (int x = tid; x < kC * (QS + VS); x += NT) sK[x] = 0.0f;
+        __syncthreads();
+    }
+    if (FULL) {  // K normalized and rounded on the way; V as it is (the second job has no rows)
+        stage3_128<NT>({sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, 128}, {sK, QS, nullptr, 0, TG_TYPE_F32, 0, 128},
+                       {sV, VS, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], a.v.type, n, 128}, a.l2norm);
+    } else if (a.qk_vec && a.v_vec) {  // both tensors' loads in flight together
         stage3<NT>({sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, a.Dk},
                    {sV, VS, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], a.v.type, n, a.Dv}, {});
     } else {
@@ -95,14 +105,21 @@ __global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
     }
     stage_gates(sL, sB, a, h, t0, b, n);
     __syncthreads();
-    if (warp == 0) gate_prefix(sL, sSg, sZ, a.log_gate);
-    norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
+    if (warp == 0) {
+        gate_prefix(sL, sSg, sZ, a.log_gate);
+        if (FULL) {
+            __syncwarp();
+            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+        }
+    }
+    if (!FULL) norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
     __syncthreads();
-    auto decay = [&](int t, int s) { return chunk_decay(sL, sSg, sZ, t, s); };
-    if (tid < kC) sD0[tid] = decay(tid, -1), sDl[tid] = decay(kC - 1, tid);
-    if (tid == 0) a.gam[u] = decay(kC - 1, -1);
+    const bool tab = FULL && (*sTab & 1);
+    auto decay = [&](int t, int s) { return FULL ? decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : chunk_decay(sL, sSg, sZ, t, s); };
+    if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1), sDl[tid] = chunk_decay(sL, sSg, sZ, kC - 1, tid);
+    if (tid == 0) a.gam[u] = chunk_decay(sL, sSg, sZ, kC - 1, -1);
     if (a.delta) {
-        const wtiles<NW, 2, 2> wt(0, kC, kC);  // 16 tiles of 32 x 8: one pass
+        const wtiles<NW, 2, 2, FULL> wt(0, kC, kC);  // 16 tiles of 32 x 8: one pass
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sK, QS, m, k); },
@@ -122,7 +139,10 @@ __global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
         for (int e = 0; e < 4; e++) y[e] = tf32r(keep_zero_mul(sDl[t + e], sK[(t + e) * QS + i]));
         *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
     }
-    if (a.delta) invert_unit_lower<NT>(sA, sT);
+    if (a.delta) {
+        if constexpr (FULL) invert_unit_lower_doubling<NT>(sA, sT);
+        else invert_unit_lower<NT>(sA, sT);
+    }
     __syncthreads();
     // K' = beta d(t, -1) K (in place of K), V' = beta V (in place of V)
     for (int x = tid; x < kC * DKP && a.delta; x += NT) {
@@ -141,7 +161,7 @@ __global__ void __launch_bounds__(256) delta_prep_kernel(const phase_args a) {
     // W = T K', U = T V' (T lower triangular), straight to the scratch
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
     float *W = a.W + u * kC * DKP;
-    using WT = wtiles<NW, 2, 2>;
+    using WT = wtiles<NW, 2, 2, FULL>;
     for (int p = 0, np = WT::passes(kC, DKP); p < np; p++) {
         const WT wt(p * NW * 2, kC, DKP);
         float acc[2][2][4];
@@ -270,16 +290,155 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
     }
 }
 
+// Phase 2 for Dk = Dv = 128 with two load buffers (BV 8, 16, 32 or 64): the same pass with compile-time
+// sizes and the slice of S in registers. Session 31's ncu of the generic kernel at gdn.long (B1 T16384
+// H16, BV 16) counted ~1,950 instructions per warp per chunk for 32 mma.sync, mostly address
+// arithmetic (ALU the busiest pipe) and shared-memory round trips of S. Here:
+//   - each thread's 16-byte copy units are fixed over the chunks: one offset each, set once;
+//   - warp w owns S rows 16w .. 16w + 15 of every column tile (the accumulator layout of the update
+//     S = gamma S + Kd^T V'), so S stays in registers; it is written to shared memory once per chunk
+//     as the B operand of the next W S, and S_c goes to the scratch from the registers;
+//   - two barriers per chunk: after the chunk's copies land (then the next chunk's copies are issued:
+//     every warp is past the chunk before, the last reader of that buffer), and after V' is made.
+// Same operations in the same order per element as delta_state_kernel (W S in one k order, V' =
+// tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V'), but W S in two partial sums (even and odd k
+// steps, added at the end) to halve its dependent chain: results differ from the generic kernel's in
+// the last bits.
+template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
+    constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
+    // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
+    constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
+    constexpr int BUF = kC * QS + DK * kPS + kC * VS;
+    static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
+    extern __shared__ float4 ssm4[];
+    float *const sS = (float *)ssm4 + 2 * BUF;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int j0 = slice * BV;
+    const bool clear = tg_cuda_record_clear(a.err);
+    const bool has_state = a.state.data != nullptr;
+    const long long u0 = ((long long)b * a.Hv + h) * a.NC;
+
+    for (int x = tid; x < DK * BV; x += NT) {
+        const int jj = x / DK, i = x % DK;  // i fastest: coalesced along the state's rows
+        sS[i * VS + jj] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
+    }
+    __syncthreads();
+    // the warp's S rows (16 warp + g, + 8) and columns (8 r + 2 c4, + 1) in accumulator order
+    float S[NTN][4];
+    const int sr = 16 * warp + g;
+#pragma unroll
+    for (int r = 0; r < NTN; r++) {
+        const int n = 8 * r + 2 * c4;
+        S[r][0] = sS[sr * VS + n], S[r][1] = sS[sr * VS + n + 1];
+        S[r][2] = sS[(sr + 8) * VS + n], S[r][3] = sS[(sr + 8) * VS + n + 1];
+    }
+    // copy units: W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i),
+    // the U slice 64 rows x BV / 4 (row tid / UPR + UROWS i)
+    constexpr int UPR = BV / 4, UROWS = NT / UPR, UCNT = kC * UPR, UN = (UCNT + NT - 1) / NT;
+    const int w_src = (tid >> 5) * DK + (tid & 31) * 4, w_dst = (tid >> 5) * QS + (tid & 31) * 4;
+    const int k_src = (tid >> 4) * kC + (tid & 15) * 4, k_dst = (tid >> 4) * kPS + (tid & 15) * 4;
+    const int u_src = (tid / UPR) * DV + (tid % UPR) * 4, u_dst = (tid / UPR) * VS + (tid % UPR) * 4;
+    auto issue = [&](int c) {
+        float *sW = (float *)ssm4 + (c & 1) * BUF, *sKd = sW + kC * QS, *sU = sKd + DK * kPS;
+        const long long u = u0 + c;
+        const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK), *U = a.U + u * (kC * DV) + j0;
+        if (DELTA)
+#pragma unroll
+            for (int i = 0; i < 8; i++) cp_async_stream<16>(sW + w_dst + i * 8 * QS, W + w_src + i * 8 * DK);
+#pragma unroll
+        for (int i = 0; i < 8; i++) cp_async_stream<16>(sKd + k_dst + i * 16 * kPS, Kd + k_src + i * 16 * kC);
+#pragma unroll
+        for (int i = 0; i < UN; i++)
+            if (UCNT % NT == 0 || tid + i * NT < UCNT) cp_async_stream<16>(sU + u_dst + i * UROWS * VS, U + u_src + i * UROWS * DV);
+        cp_async_commit();
+    };
+    issue(0);
+#pragma unroll 1
+    for (int c = 0; c < a.NC; c++) {
+        const long long u = u0 + c;
+        // S_c, the state at the chunk's start
+        float *Sc = a.S + u * (DK * DV) + j0;
+#pragma unroll
+        for (int r = 0; r < NTN; r++) {
+            const int n = 8 * r + 2 * c4;
+            *(float2 *)&Sc[sr * DV + n] = make_float2(S[r][0], S[r][1]);
+            *(float2 *)&Sc[(sr + 8) * DV + n] = make_float2(S[r][2], S[r][3]);
+        }
+        cp_async_wait_all();
+        __syncthreads();  // chunk c's buffer and sS (written at the end of chunk c - 1) are in place
+        if (c + 1 < a.NC) issue(c + 1);
+        const float *sW = (const float *)ssm4 + (c & 1) * BUF, *sKd = sW + kC * QS;
+        float *sU = (float *)sKd + DK * kPS;
+        if (DELTA && (WT >= 8 || warp < WT)) {  // V' = U - W S_c, into sU and the scratch's U
+            float acc[2][WN][4];
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+#pragma unroll
+                for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
+            const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
+#pragma unroll
+            for (int k0 = 0; k0 < DK; k0 += 8) {
+                const frag_a fa = lda_rows(sW, QS, m0, k0);
+#pragma unroll
+                for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sS, VS, k0, nb + 8 * r));
+            }
+            float *U = a.U + u * (kC * DV) + j0;
+#pragma unroll
+            for (int r = 0; r < WN; r++) {
+                const int n = nb + 8 * r + 2 * c4;
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
+                    const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]));
+                    const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]));
+                    *(float2 *)&sU[t * VS + n] = make_float2(x, y);
+                    *(float2 *)&U[t * DV + n] = make_float2(x, y);
+                }
+            }
+        }
+        if (DELTA) __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+        // S = gamma S + Kd^T V' (rows 16 warp .., all BV columns)
+        const float gam = __ldg(&a.gam[u]);
+        float acc[NTN][4];
+#pragma unroll
+        for (int r = 0; r < NTN; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+#pragma unroll
+        for (int k0 = 0; k0 < kC; k0 += 8) {
+            const frag_a fa = lda_rows(sKd, kPS, 16 * warp, k0);
+#pragma unroll
+            for (int r = 0; r < NTN; r++) mma_tf32(acc[r], fa, ldb_cols(sU, VS, k0, 8 * r));
+        }
+#pragma unroll
+        for (int r = 0; r < NTN; r++) {
+            const int n = 8 * r + 2 * c4;
+#pragma unroll
+            for (int e = 0; e < 4; e++) S[r][e] = keep_zero_mul(gam, S[r][e]) + acc[r][e];
+            *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
+            *(float2 *)&sS[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
+        }
+        // GATED_LINEAR: sS is read by no product, so its write needs no barrier before it; the next
+        // chunk's barrier orders the buffers
+    }
+    __syncthreads();
+    if (!has_state || !clear) return;
+    for (int x = tid; x < DK * BV; x += NT) {
+        const int jj = x / DK, i = x % DK;
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
+    }
+}
+
 // Phase 3, one block of 256 threads per (chunk, value head, sequence):
 // O = scale (d(t, -1) Q S_c + P V'), P = Q K^T (.) decay (s <= t), in blocks of 64 value columns.
-__global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
+// FULL: as for delta_prep_kernel.
+template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
     constexpr int NW = 8, NT = 256;
     extern __shared__ float4 osm4[];
-    const int DKP = a.DKP, DVP = a.DVP, QS = q_stride(DKP);
+    const int DKP = FULL ? 128 : a.DKP, DVP = FULL ? 128 : a.DVP, QS = q_stride(DKP);
     const int ks = max(kC * QS, DKP * kVSC);
     float *sQ = (float *)osm4, *sK = sQ + kC * QS, *sP = sK + ks, *sV = sP + kC * kPS;
-    float *sL = sV + kC * kVSC, *sSg = sL + kC, *sD0 = sSg + kC;
-    int *sZ = (int *)(sD0 + kC);
+    float *sL = sV + kC * kVSC, *sSg = sL + kC, *sD0 = sSg + kC, *sDl = sD0 + kC, *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sS = sK;  // S_c blocks in place of K once P is made
     const int tid = threadIdx.x, warp = tid >> 5;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
@@ -287,9 +446,15 @@ __global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
     const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
 
-    for (int x = tid; x < 2 * kC * QS; x += NT) sQ[x] = 0.0f;  // sQ, sK adjacent: padding stays zero
-    __syncthreads();
-    if (a.qk_vec) {
+    if (!FULL || n < kC) {
+        for (int x = tid; x < 2 * kC * QS; x += NT) sQ[x] = 0.0f;  // sQ, sK adjacent: padding stays zero
+        __syncthreads();
+    }
+    if (FULL) {  // q and k normalized and rounded on the way (the third job has no rows)
+        stage3_128<NT>({sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, 128},
+                       {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, 128},
+                       {sK, QS, nullptr, 0, TG_TYPE_F32, 0, 128}, a.l2norm);
+    } else if (a.qk_vec) {
         stage3<NT>({sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, a.Dk},
                    {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, a.Dk}, {});
     } else {
@@ -298,14 +463,21 @@ __global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
     }
     stage_gates(sL, nullptr, a, h, t0, b, n);
     __syncthreads();
-    if (warp == 0) gate_prefix(sL, sSg, sZ, a.log_gate);
-    norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
+    if (warp == 0) {
+        gate_prefix(sL, sSg, sZ, a.log_gate);
+        if (FULL) {
+            __syncwarp();
+            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+        }
+    }
+    if (!FULL) norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
     __syncthreads();
-    auto decay = [&](int t, int s) { return chunk_decay(sL, sSg, sZ, t, s); };
-    if (tid < kC) sD0[tid] = decay(tid, -1);
+    const bool tab = FULL && (*sTab & 1);
+    auto decay = [&](int t, int s) { return FULL ? decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : chunk_decay(sL, sSg, sZ, t, s); };
+    if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1);
     auto q_at = [&](int m, int k) { return lda_rows(sQ, QS, m, k); };
     {
-        const wtiles<NW, 2, 2> wt(0, kC, kC);
+        const wtiles<NW, 2, 2, FULL> wt(0, kC, kC);
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int s) { return ldb_rows(sK, QS, k, s); });
@@ -328,7 +500,7 @@ __global__ void __launch_bounds__(256) delta_out_kernel(const phase_args a) {
             *(float4 *)&sV[t * kVSC + j] = __ldg((const float4 *)&V[t * DVP + jb + j]);
         }
         __syncthreads();
-        const wtiles<NW, 2, 2> wt(0, kC, nc);  // 64 x 64: 16 tiles of 32 x 8, one pass
+        const wtiles<NW, 2, 2, FULL> wt(0, kC, nc);  // 64 x 64: 16 tiles of 32 x 8, one pass
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int j) { return ldb_cols(sS, kVSC, k, j); });
@@ -390,20 +562,41 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = scr + off[3], a.gam = scr + off[4];
     a.qk_vec = c.qk_vec, a.o_pair = c.o_pair;
     a.v_vec = rows16(dst->src[2], c.Dv, 0);
-    static size_t set[3] = {0, 0, 0};
-    if ((s = smem_limit(be, delta_prep_kernel, sp, set[0], call)) != TG_OK) return s;
-    if ((s = smem_limit(be, delta_state_kernel, ss, set[1], call)) != TG_OK) return s;
-    if ((s = smem_limit(be, delta_out_kernel, so, set[2], call)) != TG_OK) return s;
+    // compile-time sizes where Dk = Dv = 128 with 16-byte rows: the prep and output kernels' FULL
+    // instances, and the state pass in registers (delta_state128_kernel) where two load buffers fit;
+    // taken only with knob delta_chunk_phase_full 1 (not yet run on a GPU), never with
+    // delta_chunk_generic 1
+    const bool full = cu->sig.delta_chunk_phase_full == 1 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
+                      c.Dv == 128 && a.qk_vec && a.v_vec;
+    const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64;
+    using state_fn = void (*)(phase_args);
+    state_fn state = delta_state_kernel;
+    int si = 1;
+    if (s128) {
+        const int ib = BV == 8 ? 0 : BV == 16 ? 1 : BV == 32 ? 2 : 3;
+        static const state_fn tab[2][4] = {{delta_state128_kernel<8, false>, delta_state128_kernel<16, false>,
+                                            delta_state128_kernel<32, false>, delta_state128_kernel<64, false>},
+                                           {delta_state128_kernel<8, true>, delta_state128_kernel<16, true>,
+                                            delta_state128_kernel<32, true>, delta_state128_kernel<64, true>}};
+        state = tab[a.delta ? 1 : 0][ib], si = 3 + 4 * (a.delta ? 1 : 0) + ib;
+    }
+    const state_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
+    const state_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
+    size_t *set = cu->delta_smem_set + 3;  // slots 3-15: each kernel's dynamic shared-memory limit (grow-only)
+    if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
+    if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
+    if ((s = smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
     *taken = true;
-    delta_prep_kernel<<<(unsigned)units, 256, sp, cu->stream>>>(a);
+    prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    delta_state_kernel<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
+    state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    delta_out_kernel<<<(unsigned)units, 256, so, cu->stream>>>(a);
+    out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    static char name[64];
-    snprintf(name, sizeof(name), "chunked-3p/dk%d/bv%d/nb%d%s", a.DKP, BV, a.nbuf, a.qk_vec ? "" : "/scalar");
-    cu->sig_last[TG_CUDA_SIG_DELTA] = name;
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s", a.DKP, BV, a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.qk_vec ? "" : "/scalar");
+    cu->delta_name_key[0] = -1;  // the scan's cached name is gone
+    cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;
 }
 

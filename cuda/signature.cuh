@@ -62,9 +62,17 @@ struct tg_cuda_sig_knobs {
     // where the scratch would pass its budget). AUTO's T threshold follows the
     // form (cuda/delta_rule.cu).
     int delta_chunk_fused = 0;
-    // single-kernel form: 0 auto (the full case, compile-time tiles, where Dk
-    // is 128 and every slice has 128 columns), 1 the generic kernel always.
+    // compile-time instances: 0 auto (the single-kernel form's full case where
+    // Dk is 128 and every slice has 128 columns; the chunk-parallel form's
+    // where delta_chunk_phase_full allows), 1 the generic kernels always
+    // (before / after in bench).
     int delta_chunk_generic = 0;
+    // chunk-parallel form where Dk = Dv = 128: 1 its compile-time prep /
+    // output kernels and the state pass in registers, 0 the generic kernels.
+    // Off by default: written in session 31 when no GPU could be had, so
+    // never run on one yet (tests and bench rows set it; docs/ops.md). Env
+    // TG_CUDA_DELTA_PHASE_FULL.
+    int delta_chunk_phase_full = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

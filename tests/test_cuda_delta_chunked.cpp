@@ -173,12 +173,16 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     std::vector<float> o;
     store st;
     std::string variant;
+    const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0;
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
+        // the chunk-parallel form's compile-time kernels: off by default until run on a GPU; the
+        // cases named "s128_" turn them on
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = phase_full ? 1 : 0;
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
@@ -202,8 +206,19 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
-    if (c.generic) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
+    const bool phases = variant.rfind("chunked-3p", 0) == 0;
+    if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
     if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
+    // the chunk-parallel form at Dk = Dv = 128 (contiguous 16-byte rows here) with the knob: compile-time
+    // prep and output kernels, and the state pass in registers wherever two load buffers fit and BV <= 64
+    if (phases && !c.generic && c.Dk == 128 && c.Dv == 128 && phase_full) {
+        EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+        const bool bv_le64 = variant.find("/bv128/") == std::string::npos;
+        if (bv_le64 && variant.find("/nb2") != std::string::npos)
+            EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
+    }
+    if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // the default
+    if (phase_full) EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
@@ -286,6 +301,21 @@ std::vector<ck_case> ck_cases() {
         // DKP > 128: the state update's K^T fragments by element loads (no room for the transposed copy)
         {"fused_gdn_D256_bf16", 1, 130, 1, 2, 256, 256, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         {"fused_gla_D192", 1, 100, 1, 2, 192, 64, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
+        // the chunk-parallel form at Dk = Dv = 128 with the state pass in registers (delta_state128_kernel),
+        // each BV it has (8 is the default at few heads), both modes, LINEAR gates with zeros, strong
+        // decays, no state; names "s128_" check the variant; and the generic kernels at the same shape
+        {"s128_gdn_bv16_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16},
+        {"s128_gdn_bv8_T65_beta_1_f16", 2, 65, 2, 4, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 8},
+        {"s128_gla_bv16_linear_zero_gates", 2, 200, 1, 2, 128, 128, GL, LIN, false, F32, F32, CHUNKED, 0.85f, 1.0f, 0.0f, 1.0f, 7, 16},
+        {"s128_gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32},
+        {"s128_gdn_bv64_no_state_bf16", 2, 130, 2, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
+        {"s128_gdn_linear_zero_gates_bv8", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, F32, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 8},
+        {"s128_gdn_D128_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED},
+        {"s128_gla_D128_T8193_f32", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, F32, CHUNKED},
+        {"s128_gdn_bf16_state_f16_io", 2, 130, 2, 2, 128, 128, GD, LOG, true, BF16, F16, CHUNKED},
+        {"s128_gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"s128_gdn_D128_bf16_out_bv16", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, BF16},
+        {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         // the single kernel's full case (Dk 128, whole 128-column slices: compile-time tiles, decay
@@ -373,7 +403,8 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         int fused = 0, D = 64, bv = 0;
     };
     for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
-                             variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunk_scan", 70, 0, SCAN},
+                             variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
+                             variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
         SCOPED_TRACE(w.name);
@@ -383,6 +414,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
 #ifdef TG_HAVE_CUDA
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.fused;
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.bv;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
 #endif
         std::vector<float> o;
         store st;
@@ -392,6 +424,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         std::string ran;
         EXPECT_EQ(run_gpu(d, o, st, &ran, 2), TG_OK) << tg_last_error();
         if (w.bv == 128) EXPECT_NE(ran.find("/full"), std::string::npos) << "variant " << ran;
+        if (w.bv == 16) EXPECT_NE(ran.find("/full-s128"), std::string::npos) << "variant " << ran;
         EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";
     }
 }
