@@ -118,11 +118,14 @@ struct tg_cuda_impl {
     // kernel-variant knobs and the variant names of the last launches (bench, tests)
     tg_cuda_sig_knobs sig;
     const char *sig_last[5] = {"", "", "", "", ""};
+    // slots of delta_smem_set: the single-kernel form's 3 kernels (cuda/delta_rule_chunked.cu), the
+    // chunk-parallel form's 13 (cuda/delta_rule_chunked_phases.cu)
+    enum { TG_CUDA_DSMEM_SINGLE = 0, TG_CUDA_DSMEM_PHASES = 3, TG_CUDA_DSMEM_COUNT = 24 };
     // the delta-rule launches' per-backend state (never process-wide: two backends may run on two
     // threads, or on two devices whose kernels' attributes are set separately): the dynamic
-    // shared-memory limits raised so far per kernel (slots: tg_cuda_delta_smem_slot), the
-    // persistent decode kernel's occupancy for its last (kernel, threads), the variant name
-    size_t delta_smem_set[24] = {};
+    // shared-memory limits raised so far per kernel (slots TG_CUDA_DSMEM_*), the persistent
+    // decode kernel's occupancy for its last (kernel, threads), the variant name
+    size_t delta_smem_set[TG_CUDA_DSMEM_COUNT] = {};
     const void *delta_occ_fn = nullptr;
     int delta_occ_threads = 0, delta_occ = 0;
     int delta_name_key[6] = {-1, -1, -1, -1, -1, -1};

@@ -362,7 +362,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const int nw = warps_for(BV);
     // the full case: Dk 128 and whole 128-column slices, 16-byte rows (delta_chunked_kernel<16, true>)
     const bool full = cu->sig.delta_chunk_generic == 0 && nw == 16 && BV == 128 && a.DKP == 128 && Dk == 128 && Dv % 128 == 0 && a.qk_vec && a.v_vec;
-    size_t *smem_set = cu->delta_smem_set;  // slots 0-2: each kernel's dynamic shared-memory limit (grow-only)
+    size_t *smem_set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_SINGLE;  // each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
     if (full) {
         if (const tg_status s = smem_limit(be, delta_chunked_kernel<16, true>, smem, smem_set[2], call); s != TG_OK) return s;

@@ -568,7 +568,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     // delta_chunk_generic 1
     const bool full = cu->sig.delta_chunk_phase_full == 1 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
                       c.Dv == 128 && a.qk_vec && a.v_vec;
-    const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64;
+    const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
     using state_fn = void (*)(phase_args);
     state_fn state = delta_state_kernel;
     int si = 1;
@@ -582,7 +582,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     }
     const state_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
     const state_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
-    size_t *set = cu->delta_smem_set + 3;  // slots 3-15: each kernel's dynamic shared-memory limit (grow-only)
+    size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 13 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-12 of the phases");
     if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     if ((s = smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
