@@ -27,6 +27,7 @@
 // sequence's least position also loads the row's first kU 16-byte units of K
 // into registers before the wait.
 #include <climits>
+#include <type_traits>
 
 #include "attention.cuh"
 #include "ops.h"
@@ -66,11 +67,19 @@ inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
 // blocks at 128 registers (4 bytes of spills for F32); QN 2 (156-159
 // registers, 3 blocks) and QN 8 (222-255, 2 blocks) are left uncapped:
 // capped to their old occupancy they spilled 40-72 and 16-20 bytes.
-template <typename T, int QN>
+//
+// DC: D = Dv = DC fixed at compile time (64 or 128, knob attn_split_dc), index arithmetic in 32 bits
+// (I): the loops over a row unroll whole and the divisions by D and by the group become shifts or
+// 32-bit divisions, where DC 0 divides in 64 bits (the q rows' and the outputs' loops: ~2,700
+// instructions in a row per warp in session 29's ncu). Same products in the same order: the
+// same bits as DC 0.
+template <typename T, int QN, int DC>
 __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split_kernel(split_args A) {
+    using I = std::conditional_t<DC != 0, int, long long>;  // indices below QN * Dv and the flat queries
     constexpr int VE = 16 / sizeof(T);
     extern __shared__ float smem[];
-    const long long D = A.q.ne[0], Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2], Dv = A.v.ne[0];
+    const I D = DC ? (I)DC : (I)A.q.ne[0], Dv = DC ? (I)DC : (I)A.v.ne[0];
+    const long long Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2];
     const int TPR = (int)(Dv / VE), RG = kThreads / TPR;
     float *qs = smem, *ps = qs + QN * D, *red = ps + QN * kRows, *ml = red + 2 * QN * kWarps;
     int *nrow = (int *)(ml + 2 * QN);
@@ -79,15 +88,16 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int s = blockIdx.x, qc = blockIdx.y % A.nqc;
     const long long hk = blockIdx.y / A.nqc, b = blockIdx.z;
-    const long long nflat = (long long)A.group * T_;
+    const I nflat = (I)((long long)A.group * T_);  // < 2^19 (host: nqc * Hkv <= 65535)
+    const I group = (I)A.group;
     // rows of the block's queries, n = min(p + 1, L) (none for p < 0): read
     // while the kernel before ends when no node of the graph writes them
     auto rows_of_queries = [&]() {
         if (tid < QN) {
-            const long long f = (long long)qc * QN + tid;
+            const I f = (I)qc * QN + tid;
             int n = 0;
             if (f < nflat) {
-                const int p = *(const int *)tg_cuda_ptr(A.pos, f / A.group, b, 0, 0);
+                const int p = *(const int *)tg_cuda_ptr(A.pos, f / group, b, 0, 0);
                 n = p < 0 ? 0 : ((long long)p < L ? p + 1 : (int)L);
             }
             nrow[tid] = n;
@@ -134,8 +144,8 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
     // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
     for (int i = tid; i < QN * D; i += kThreads) {
         const int qq = i / (int)D;
-        const long long f = (long long)qc * QN + qq, d = i % D;
-        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
+        const I f = (I)qc * QN + qq, d = i % D;
+        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * group + f % group, f / group, b) : 0.0f;
     }
     __syncthreads();
     if (!A.pos_pre) range();
@@ -159,7 +169,9 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         if (tid < tn) {
             const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + tid, b);
             // kU 16-byte loads in flight before their first use
-            for (long long d0 = 0; d0 < D; d0 += kU * VE) {
+            constexpr int kDU = DC ? (DC + kU * VE - 1) / (kU * VE) : 1;  // DC: the whole row unrolled
+#pragma unroll kDU
+            for (I d0 = 0; d0 < D; d0 += kU * VE) {
                 uint4 raw[kU];
                 const bool from_pre = has_kpre && j0 == j_begin && d0 == 0;
 #pragma unroll
@@ -223,18 +235,18 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
 #pragma unroll
         for (int qq = 0; qq < QN; qq++)
 #pragma unroll
-            for (int e = 0; e < VE; e++) racc[((long long)vg * QN + qq) * Dv + vc * VE + e] = acc[qq][e];
+            for (int e = 0; e < VE; e++) racc[((I)vg * QN + qq) * Dv + vc * VE + e] = acc[qq][e];
     if (tid == 0)
 #pragma unroll
         for (int qq = 0; qq < QN; qq++) ml[qq] = m_run[qq], ml[QN + qq] = l_run[qq];
     __syncthreads();
-    for (long long i = tid; i < QN * Dv; i += kThreads) {
+    for (I i = tid; i < QN * Dv; i += kThreads) {
         const int qq = (int)(i / Dv);
-        const long long f = (long long)qc * QN + qq, dv = i % Dv;
+        const I f = (I)qc * QN + qq, dv = i % Dv;
         if (f >= nflat) continue;
         float o = 0.0f;
-        for (int g = 0; g < RG; g++) o += racc[((long long)g * QN + qq) * Dv + dv];
-        const long long h = hk * A.group + f % A.group, t = f / A.group;
+        for (int g = 0; g < RG; g++) o += racc[((I)g * QN + qq) * Dv + dv];
+        const long long h = hk * group + f % group, t = f / group;
         const float l = ml[QN + qq];
         if (A.nsplit == 1) {
             // zeros only for a query without rows: 0/0 and NaN scores stay NaN, as the reference
@@ -328,19 +340,22 @@ bool rows16(const tg_tensor *t) {
     return true;
 }
 
-template <typename T, int QN> tg_status launch(tg_backend *be, split_args A, dim3 grid, size_t smem) {
+template <typename T, int QN> tg_status launch(tg_backend *be, int dc, split_args A, dim3 grid, size_t smem) {
     const tg_cuda_impl *impl = tg_cuda(be);
-    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, split_kernel<T, QN>, grid, kThreads, smem, A);
+    const bool pdl = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN);
+    if (dc == 64) tg_cuda_launch(pdl, impl->stream, split_kernel<T, QN, 64>, grid, kThreads, smem, A);
+    else if (dc == 128) tg_cuda_launch(pdl, impl->stream, split_kernel<T, QN, 128>, grid, kThreads, smem, A);
+    else tg_cuda_launch(pdl, impl->stream, split_kernel<T, QN, 0>, grid, kThreads, smem, A);
     TG_CUDA_LAUNCHED(be, "attention");
     return TG_OK;
 }
 
-template <typename T> tg_status launch_qn(tg_backend *be, int QN, split_args A, dim3 grid, size_t smem) {
+template <typename T> tg_status launch_qn(tg_backend *be, int QN, int dc, split_args A, dim3 grid, size_t smem) {
     switch (QN) {
-        case 1: return launch<T, 1>(be, A, grid, smem);
-        case 2: return launch<T, 2>(be, A, grid, smem);
-        case 4: return launch<T, 4>(be, A, grid, smem);
-        default: return launch<T, 8>(be, A, grid, smem);
+        case 1: return launch<T, 1>(be, dc, A, grid, smem);
+        case 2: return launch<T, 2>(be, dc, A, grid, smem);
+        case 4: return launch<T, 4>(be, dc, A, grid, smem);
+        default: return launch<T, 8>(be, dc, A, grid, smem);
     }
 }
 
@@ -392,12 +407,15 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         if (*st != TG_OK) return true;
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
-    impl->sig_last[TG_CUDA_SIG_ATTN] =
-        nsplit > 1 ? (A.rows_pre ? "split/pre" : "split") : (A.rows_pre ? "split1/pre" : "split1");
+    // compile-time head dims (knob attn_split_dc 1: not yet run on a GPU, off by default)
+    const int dc = impl->sig.attn_split_dc == 1 && D == Dv && (D == 64 || D == 128) ? (int)D : 0;
+    static const char *const names[2][2][2] = {{{"split1", "split1/pre"}, {"split", "split/pre"}},
+                                               {{"split1/dc", "split1/pre/dc"}, {"split/dc", "split/pre/dc"}}};
+    impl->sig_last[TG_CUDA_SIG_ATTN] = names[dc != 0][nsplit > 1][A.rows_pre ? 1 : 0];
     switch (tk->type) {
-        case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, smem); break;
-        case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, A, grid, smem); break;
-        default: *st = launch_qn<__nv_bfloat16>(be, QN, A, grid, smem); break;
+        case TG_TYPE_F32: *st = launch_qn<float>(be, QN, dc, A, grid, smem); break;
+        case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, dc, A, grid, smem); break;
+        default: *st = launch_qn<__nv_bfloat16>(be, QN, dc, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1) return true;
     tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,

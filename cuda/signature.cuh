@@ -133,6 +133,12 @@ struct tg_cuda_sig_knobs {
     // TG_CUDA_ATTN_CLUSTER, bench A/B). Results do not depend on it beyond
     // the order of the merge's sums.
     int attn_cluster = 0;
+    // the split kernel (cuda/attention_split.cu): 1 its instances with the
+    // head dim fixed at compile time where D = Dv is 64 or 128 (32-bit index
+    // arithmetic, whole unrolled rows; the same bits), 0 the runtime-D kernel
+    // only. Off by default: written in session 31 when no GPU could be had,
+    // so not yet run on one. Env TG_CUDA_ATTN_SPLIT_DC.
+    int attn_split_dc = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

@@ -343,12 +343,15 @@ void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 
 // One run of case c on gpu with the knob attn_split set to knob (0 auto, 1
-// split and combine, 2 cluster): the path taken, the output's tail, and
-// every sampled query against float64.
-void check_attention(tg_backend *gpu, const attn_case &c, int knob) {
-    SCOPED_TRACE(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto");
+// split and combine, 2 cluster) and attn_split_dc to dc: the path taken, the
+// output's tail, and every sampled query against float64; the output into
+// *out when out is given.
+void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr) {
+    SCOPED_TRACE(std::string(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto") +
+                 (dc ? ", compile-time head dims" : ""));
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu)->attn_split = knob;
+    tg_cuda_knobs(gpu)->attn_split_dc = dc;
 #endif
     std::mt19937 rng(11 + knob);
     std::vector<leaf> leaves;
@@ -374,6 +377,9 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob) {
     std::string path = "?";
 #ifdef TG_HAVE_CUDA
     path = tg_cuda_sig_last(gpu, TG_CUDA_SIG_ATTN);
+    // "/dc": the split kernel's compile-time head dims, where D = Dv is 64 or 128 and the knob asks
+    if (path.rfind("split", 0) == 0)
+        EXPECT_EQ(path.find("/dc") != std::string::npos, dc == 1 && c.D == c.Dv && (c.D == 64 || c.D == 128)) << path;
     // "/pre": rows read before the wait for the kernel before (no node here
     // writes the caches: rows below the positions qualify), not checked here
     // (test_cuda_attn_pre.cpp)
@@ -381,7 +387,7 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob) {
     // without clusters (before sm_90) the cluster kernel's cases take split and combine
     const char *cluster = tg_cuda_attention_clusters(gpu) ? "cluster" : "split";
     if (knob)
-        EXPECT_EQ(path, knob == 1 ? "split" : cluster) << c.name;
+        EXPECT_EQ(path, knob == 1 ? (strcmp(c.path, "split1") ? "split" : "split1") : cluster) << c.name;
     else if (!strcmp(c.path, "decode"))
         EXPECT_TRUE(path == "cluster" || path == "split") << c.name << ": " << path;
     else
@@ -389,6 +395,7 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob) {
 #endif
     EXPECT_TRUE(r.tail_ok) << "CUDA wrote past the output";
     for (size_t i = 0; i < r.out.size(); i++) ASSERT_TRUE(std::isfinite(r.out[i])) << "output " << i << " = " << r.out[i];
+    if (out) *out = r.out;
     const std::vector<double> &q = leaves[0].vals, &kc = leaves[1].vals, &vc = leaves[2].vals;
     const int64_t nq = c.Hq * c.T * c.B, group = c.Hq / c.Hkv;
     std::vector<int64_t> qs;
@@ -439,9 +446,18 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
     backend_ptr gpu = cuda_or_null();
     ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
     check_attention(gpu.get(), c, 0);
-    if (HasFatalFailure() || strcmp(c.path, "decode") != 0) return;
-    check_attention(gpu.get(), c, 1);
     if (HasFatalFailure()) return;
+    // the split kernel's compile-time head dims (knob attn_split_dc) give the runtime kernel's bits
+    if (!strcmp(c.path, "decode") || !strncmp(c.path, "split", 5)) {
+        std::vector<float> rt, ct;
+        check_attention(gpu.get(), c, 1, 0, &rt);
+        if (HasFatalFailure()) return;
+        check_attention(gpu.get(), c, 1, 1, &ct);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(rt.size(), ct.size());
+        EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "attn_split_dc 1 changed the bits";
+    }
+    if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);
 }
 
