@@ -128,6 +128,10 @@ session *session_new(const model *m, const session_params &p);
 session *session_new(const model *m, int n_seq, int n_ctx);  // F32 caches, default n_ubatch
 void session_free(session *s);
 // Forget sequence seq: zero its caches' rows and its state, n_past = 0.
+// Where the backend fails a write (a device error), the sequence's length is
+// 0 anyway and the status says so ("[session_reset] ... zeroing its caches
+// failed"); so for session_clear, session_seq_keep and the clean-up of a
+// failed session_seq_rm / session_seq_cp (their messages say "now empty").
 tg_status session_reset(session *s, int seq);
 // Reserve the backend's compute buffer for the largest step this session
 // will run: all n_seq sequences, min(T_max, n_ubatch) tokens each, logits of
@@ -204,6 +208,9 @@ tg_status session_clear(session *s);
 // cleared); loading a sequence state writes only sequence dst.
 tg_status session_state_save(session *s, int seq, std::vector<uint8_t> *out);
 tg_status session_state_load(session *s, int dst, const uint8_t *data, size_t size);
+// The _file save writes PATH.tmp-PID-N and renames it over path: a failed
+// save (TG_ERR_IO) leaves the file that was there; a path that is not a
+// regular file (FIFO, device, directory) is refused, never removed.
 tg_status session_state_save_file(session *s, int seq, const char *path);
 tg_status session_state_load_file(session *s, int dst, const char *path);
 // Read a state file's bytes for session s (what session_state_load_file

@@ -129,15 +129,18 @@ tg_status session_reset(session *s, int seq) {
     if (!s) return tg_set_error(TG_ERR_ARG, "[session_reset] session is NULL");
     if (seq < 0 || seq >= s->n_seq)
         return tg_set_error(TG_ERR_ARG, "[session_reset] sequence %d outside [0, %d)", seq, s->n_seq);
-    for (int il = 0; il < s->m->hp.n_layer; il++)
+    tg_status st = TG_OK;
+    for (int il = 0; il < s->m->hp.n_layer && st == TG_OK; il++)
         for (tg_tensor *t : {s->k_cache[il], s->v_cache[il], s->state[il]})
-            if (t) {
-                tg_status st = zero_sequence(t, seq);
-                if (st != TG_OK) return st;
-            }
+            if (t && st == TG_OK) st = zero_sequence(t, seq);
+    // empty whatever happened (a failed write of the backend left part of it zeroed: no
+    // query may read its rows as the old tokens)
     s->n_past[seq] = 0;
     s->tokens[seq].clear();
     s->snap_pos[seq] = -1;
+    if (st != TG_OK)
+        return tg_set_error(st, "[session_reset] sequence %d: zeroing its caches failed (its length is now 0): %s",
+                            seq, tg_last_error());
     return TG_OK;
 }
 
@@ -448,17 +451,17 @@ static bool has_recurrent(const session *s) {
 }
 
 // Forget sequence q: its state zeroed (a fresh start), its length 0. Its KV
-// rows are left: no query reads a row at or past its sequence's length.
+// rows are left: no query reads a row at or past its sequence's length. The
+// length is 0 even when zeroing fails (the backend's write; the status says
+// so, its message has the tensor call's prefix: callers wrap it).
 static tg_status clear_seq(session *s, int q) {
+    tg_status st = TG_OK;
     for (tg_tensor *t : s->state)
-        if (t) {
-            tg_status st = zero_sequence(t, q);
-            if (st != TG_OK) return st;
-        }
+        if (t && st == TG_OK) st = zero_sequence(t, q);
     s->n_past[q] = 0;
     s->tokens[q].clear();
     s->snap_pos[q] = -1;
-    return TG_OK;
+    return st;
 }
 
 // Copy sequence src's slice of per-sequence tensor a into dst's slice of b
@@ -481,7 +484,12 @@ static tg_status check_seq(const session *s, int seq, bool all_ok, const char *w
 static tg_status truncate_seq(session *s, int q, int p0) {
     if (p0 >= s->n_past[q]) return TG_OK;
     if (!has_recurrent(s) || p0 == 0) {
-        if (p0 == 0) return clear_seq(s, q);
+        if (p0 == 0) {
+            const tg_status st = clear_seq(s, q);
+            return st == TG_OK ? TG_OK
+                               : tg_set_error(st, "[session_seq_rm] sequence %d: zeroing its state failed (its length "
+                                                  "is now 0): %s", q, tg_last_error());
+        }
         s->n_past[q] = p0;
         s->tokens[q].resize((size_t)p0);
         return TG_OK;
@@ -589,15 +597,19 @@ tg_status session_seq_cp(session *s, int src, int dst) {
 
 tg_status session_seq_keep(session *s, int seq) {
     tg_status st = check_seq(s, seq, false, "session_seq_keep");
-    for (int q = 0; q < (s ? s->n_seq : 0) && st == TG_OK; q++)
+    if (st != TG_OK) return st;
+    for (int q = 0; q < s->n_seq && st == TG_OK; q++)
         if (q != seq) st = clear_seq(s, q);
-    return st;
+    return st == TG_OK ? TG_OK
+                       : tg_set_error(st, "[session_seq_keep] zeroing another sequence's state failed: %s",
+                                      tg_last_error());
 }
 
 tg_status session_clear(session *s) {
     tg_status st = check_seq(s, -1, true, "session_clear");
-    for (int q = 0; q < (s ? s->n_seq : 0) && st == TG_OK; q++) st = clear_seq(s, q);
-    return st;
+    if (st != TG_OK) return st;
+    for (int q = 0; q < s->n_seq && st == TG_OK; q++) st = clear_seq(s, q);
+    return st == TG_OK ? TG_OK : tg_set_error(st, "[session_clear] zeroing a sequence's state failed: %s", tg_last_error());
 }
 
 // ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -259,7 +260,10 @@ int load_prompt_cache(tgm::session *s, const std::string &path, const std::vecto
 
 // The prompt cache may be (over)written: no file yet, or a tinygml state
 // (a path given by mistake, e.g. the model or a source file, is left alone).
+// Never opened when it is not a regular file (opening a FIFO would wait for a writer).
 bool cache_writable(const std::string &path) {
+    struct stat sb;
+    if (stat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode)) return false;
     FILE *f = fopen(path.c_str(), "rb");
     if (!f) return true;
     char magic[8] = {};

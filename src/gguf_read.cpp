@@ -578,14 +578,26 @@ tg_gguf::~tg_gguf() {
 //
 // tg_gguf_open checks the header (magic, version, counts) from its first 24
 // bytes before it allocates and reads the whole file.
+//
+// Both opens use O_NONBLOCK, then fstat (check_stat): opening a FIFO for
+// reading otherwise waits for a writer, before any check could refuse it
+// (a bad-input sweep of session 31 hung there). The flag changes nothing for
+// the regular files that pass.
+static int open_rdonly(const char *path) { return open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); }
 
 tg_gguf *tg_gguf_open(const char *path) {
     const char *call = "gguf_open";
     if (!path) TG_FAIL_NULL(TG_ERR_ARG, "[%s] path is NULL", call);
     try {
         Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
-        std::unique_ptr<FILE, file_closer> f(fopen(path, "rb"));
-        if (!f) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
+        const int fd = open_rdonly(path);
+        if (fd < 0) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
+        std::unique_ptr<FILE, file_closer> f(fdopen(fd, "rb"));
+        if (!f) {
+            const int e = errno;
+            close(fd);
+            TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(e));
+        }
         size_t file_size;
         if (!check_stat(call, ps.where, fileno(f.get()), &file_size)) return nullptr;
         std::unique_ptr<tg_gguf> g(new tg_gguf);
@@ -627,7 +639,7 @@ tg_gguf *tg_gguf_open_mmap(const char *path) {
     if (!path) TG_FAIL_NULL(TG_ERR_ARG, "[%s] path is NULL", call);
     try {
         Parser ps(call, tg_gguf_quote(path, strlen(path), 200) + ": ");
-        fd_closer fd{open(path, O_RDONLY | O_CLOEXEC)};
+        fd_closer fd{open_rdonly(path)};
         if (fd.fd < 0) TG_FAIL_NULL(TG_ERR_IO, "[%s] %scannot open: %s", call, ps.where.c_str(), strerror(errno));
         size_t file_size;
         if (!check_stat(call, ps.where, fd.fd, &file_size)) return nullptr;

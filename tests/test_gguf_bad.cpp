@@ -5,6 +5,7 @@
 // (run under ASan + UBSan), and with memory bounded by the file's size.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -320,6 +321,17 @@ TEST(GgufBadFile, FileErrors) {
         << tg_last_error();
     EXPECT_EQ(tg_gguf_open(::testing::TempDir().c_str()), nullptr);
     EXPECT_TRUE(has(tg_last_error(), "not a regular file")) << tg_last_error();
+    // a FIFO: refused without waiting for a writer (the open does not block: session 31's sweep
+    // found tg_gguf_open and tg_gguf_open_mmap hanging here; a regression hangs this test)
+    const std::string fifo = temp_path("fifo");
+    remove(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_EQ(tg_gguf_open(fifo.c_str()), nullptr);
+    EXPECT_TRUE(has(tg_last_error(), "not a regular file")) << tg_last_error();
+    EXPECT_EQ(tg_gguf_open_mmap(fifo.c_str()), nullptr);
+    EXPECT_TRUE(has(tg_last_error(), "[gguf_open_mmap]")) << tg_last_error();
+    EXPECT_TRUE(has(tg_last_error(), "not a regular file")) << tg_last_error();
+    remove(fifo.c_str());
     std::string path = temp_path("empty");
     write_file(path, {});
     EXPECT_EQ(tg_gguf_open(path.c_str()), nullptr);

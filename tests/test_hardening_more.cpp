@@ -8,7 +8,11 @@
 #include <random>
 #include <string>
 
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>  // mkfifo
+#include <unistd.h>
 
 #include "internal.h"  // tg_backend_cpu_set_fast
 #include "model.h"
@@ -647,6 +651,84 @@ TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
     EXPECT_EQ(s->n_past[0], 3);
     std::remove(good.c_str());
     std::remove(big.c_str());
+}
+
+// Session 31's bad-input sweep: a failed session_state_save_file removed its
+// path whatever it was (a device node, when running as root), and a failed
+// write over an existing state destroyed it. Now the state goes to a new file
+// renamed over the target: a FIFO, a device or a directory is refused and left
+// as it was; a write that fails (here: past RLIMIT_FSIZE) leaves the old file's
+// bytes and no temporary file; a symbolic link stays a link to the new state.
+std::vector<uint8_t> file_bytes(const std::string &path) {
+    std::vector<uint8_t> b;
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return b;
+    uint8_t chunk[4096];
+    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) b.insert(b.end(), chunk, chunk + n);
+    fclose(f);
+    return b;
+}
+
+TEST(HardeningMore, StateSaveNeverDestroysWhatWasThere) {
+    shipped_session ss("hybrid-recall.gguf", 2, 8);
+    ASSERT_NE(ss.s, nullptr) << tg_last_error();
+    tgm::session *s = ss.s;
+    const int32_t toks[3] = {256, 'a', 'b'};
+    std::vector<float> logits;
+    ASSERT_EQ(tgm::session_eval(s, 0, 1, toks, 3, false, &logits), TG_OK) << tg_last_error();
+    const std::string dir = ::testing::TempDir();
+
+    // not regular files: refused, still there
+    const std::string fifo = dir + "tinygml_save.fifo";
+    std::remove(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_EQ(tgm::session_state_save_file(s, -1, fifo.c_str()), TG_ERR_IO);
+    EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_save_file] ", 0), 0u) << tg_last_error();
+    EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();
+    struct stat sb;
+    EXPECT_TRUE(stat(fifo.c_str(), &sb) == 0 && S_ISFIFO(sb.st_mode)) << "the FIFO is gone";
+    std::remove(fifo.c_str());
+    EXPECT_EQ(tgm::session_state_save_file(s, -1, "/dev/null"), TG_ERR_IO);
+    EXPECT_TRUE(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    EXPECT_EQ(tgm::session_state_save_file(s, -1, dir.c_str()), TG_ERR_IO);  // a directory
+
+    // an existing state, then a save that cannot be written: the old bytes stay
+    const std::string path = dir + "tinygml_save_state.bin";
+    std::remove(path.c_str());
+    ASSERT_EQ(tgm::session_state_save_file(s, 0, path.c_str()), TG_OK) << tg_last_error();
+    const std::vector<uint8_t> before = file_bytes(path);
+    ASSERT_GT(before.size(), 64u);
+    std::vector<uint8_t> whole;
+    ASSERT_EQ(tgm::session_state_save(s, -1, &whole), TG_OK);
+    ASSERT_GT(whole.size(), 4096u + 64u);
+    {
+        struct rlimit old_lim;
+        ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+        void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal
+        struct rlimit lim = old_lim;
+        lim.rlim_cur = 4096;
+        ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+        const tg_status st = tgm::session_state_save_file(s, -1, path.c_str());
+        setrlimit(RLIMIT_FSIZE, &old_lim);
+        signal(SIGXFSZ, old_sig);
+        EXPECT_EQ(st, TG_ERR_IO);
+        EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_save_file] cannot write", 0), 0u) << tg_last_error();
+    }
+    EXPECT_EQ(file_bytes(path), before) << "a failed save changed the file that was there";
+    if (DIR *d = opendir(dir.c_str())) {  // no temporary file left beside it
+        for (struct dirent *e; (e = readdir(d)) != nullptr;)
+            EXPECT_NE(std::string(e->d_name).rfind("tinygml_save_state.bin.tmp-", 0), 0u) << e->d_name << " left behind";
+        closedir(d);
+    }
+    // a symbolic link: the state goes to its target, the link stays
+    const std::string link = dir + "tinygml_save_state.lnk";
+    std::remove(link.c_str());
+    ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+    EXPECT_EQ(tgm::session_state_save_file(s, -1, link.c_str()), TG_OK) << tg_last_error();
+    EXPECT_TRUE(lstat(link.c_str(), &sb) == 0 && S_ISLNK(sb.st_mode)) << "the link was replaced";
+    EXPECT_EQ(file_bytes(path), whole);
+    std::remove(link.c_str());
+    std::remove(path.c_str());
 }
 
 }  // namespace
