@@ -598,8 +598,11 @@ tg_status session_seq_cp(session *s, int src, int dst) {
 tg_status session_seq_keep(session *s, int seq) {
     tg_status st = check_seq(s, seq, false, "session_seq_keep");
     if (st != TG_OK) return st;
-    for (int q = 0; q < s->n_seq && st == TG_OK; q++)
-        if (q != seq) st = clear_seq(s, q);
+    for (int q = 0; q < s->n_seq; q++)  // every other sequence emptied, the first failure kept
+        if (q != seq) {
+            const tg_status sq = clear_seq(s, q);
+            if (st == TG_OK) st = sq;
+        }
     return st == TG_OK ? TG_OK
                        : tg_set_error(st, "[session_seq_keep] zeroing another sequence's state failed: %s",
                                       tg_last_error());
@@ -608,7 +611,10 @@ tg_status session_seq_keep(session *s, int seq) {
 tg_status session_clear(session *s) {
     tg_status st = check_seq(s, -1, true, "session_clear");
     if (st != TG_OK) return st;
-    for (int q = 0; q < s->n_seq && st == TG_OK; q++) st = clear_seq(s, q);
+    for (int q = 0; q < s->n_seq; q++) {  // every sequence emptied, the first failure kept
+        const tg_status sq = clear_seq(s, q);
+        if (st == TG_OK) st = sq;
+    }
     return st == TG_OK ? TG_OK : tg_set_error(st, "[session_clear] zeroing a sequence's state failed: %s", tg_last_error());
 }
 

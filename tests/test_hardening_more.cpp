@@ -4,6 +4,7 @@
 // written through every route, odd cpy overlaps. CPU backend.
 #include <algorithm>
 #include <climits>
+#include <functional>
 #include <cstring>
 #include <random>
 #include <string>
@@ -735,3 +736,45 @@ TEST(HardeningMore, StateSaveNeverDestroysWhatWasThere) {
 
 
 
+
+namespace {
+
+// Session 31's sweep: with the backend gone (as after a lost device) every
+// tensor write fails. session_reset / session_clear / session_seq_keep
+// reported that under "[tensor_set]", and session_seq_rm said "the sequence
+// is now empty" while its length stayed. Each now names its call, and the
+// sequences it clears have length 0 whatever the write did.
+TEST(HardeningMore, SequenceClearsAfterABackendFailureNameTheirCall) {
+    struct step {
+        const char *call;
+        std::function<tg_status(tgm::session *)> run;
+    };
+    const std::vector<step> steps = {
+        {"[session_reset] ", [](tgm::session *s) { return tgm::session_reset(s, 0); }},
+        {"[session_clear] ", [](tgm::session *s) { return tgm::session_clear(s); }},
+        {"[session_seq_keep] ", [](tgm::session *s) { return tgm::session_seq_keep(s, 1); }},
+        {"[session_seq_rm] ", [](tgm::session *s) { return tgm::session_seq_rm(s, 0, 1, -1); }},
+    };
+    for (const step &st : steps) {
+        SCOPED_TRACE(st.call);
+        shipped_session ss("hybrid-recall.gguf", 2, 32);
+        ASSERT_NE(ss.s, nullptr) << tg_last_error();
+        tgm::session *s = ss.s;
+        const int32_t toks[4] = {'a', '1', '=', 'p'};
+        std::vector<float> logits;
+        ASSERT_EQ(tgm::session_eval(s, 0, 1, toks, 4, false, &logits), TG_OK) << tg_last_error();
+        ASSERT_EQ(tgm::session_seq_cp(s, 0, 1), TG_OK) << tg_last_error();
+        tg_backend_free(ss.be);  // every tensor write fails from here
+        ss.be = nullptr;
+        EXPECT_NE(st.run(s), TG_OK);
+        EXPECT_EQ(std::string(tg_last_error()).rfind(st.call, 0), 0u) << tg_last_error();
+        // the sequences the call clears are empty (seq_keep: all but 1; seq_rm: 0, its replay failed)
+        const bool keeps1 = std::string(st.call) == "[session_seq_keep] " || std::string(st.call) == "[session_reset] " ||
+                            std::string(st.call) == "[session_seq_rm] ";
+        EXPECT_EQ(s->n_past[0], 0);
+        EXPECT_EQ(s->tokens[0].size(), 0u);
+        EXPECT_EQ(s->n_past[1], keeps1 ? 4 : 0);
+    }
+}
+
+}  // namespace
