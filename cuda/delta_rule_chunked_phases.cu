@@ -68,6 +68,26 @@ __device__ inline void stage_gates(float *sL, float *sB, const phase_args &a, in
     }
 }
 
+// The chunk's gate prefix by warp 0 (after the gates are staged and a barrier); FULL: then the
+// decays d0, dl and the factor tables by the same warp (chunk_decays). The caller's next barrier
+// publishes them.
+template <bool FULL>
+__device__ inline void prefix_by_warp0(float *sL, float *sSg, int *sZ, float *sD0, float *sDl, float *sEp, float *sEm,
+                                       int *sTab, int log_gate) {
+    if ((threadIdx.x >> 5) != 0) return;
+    gate_prefix(sL, sSg, sZ, log_gate);
+    if (FULL) {
+        __syncwarp();
+        chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+    }
+}
+// d(t, s), s >= 0: FULL by the factor tables where they hold (tab), else exactly.
+template <bool FULL>
+__device__ inline float phase_decay(const float *sL, const float *sSg, const int *sZ, const float *sEp, const float *sEm,
+                                    bool tab, int t, int s) {
+    return FULL ? decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : chunk_decay(sL, sSg, sZ, t, s);
+}
+
 // Phase 1, one block of 256 threads per (chunk, value head, sequence): Kd^T = (K (.) d(C-1, t))^T,
 // the chunk's decay gamma = d(C-1, -1); GATED_DELTA: A = beta K K^T (.) decay (s < t),
 // T = (I + A)^-1, W = T (beta d(t, -1) K), U = T (beta V); GATED_LINEAR: U = beta V.
@@ -83,7 +103,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     float *sL = sT + kC * kPS, *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
-    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
     const int hk = h / (a.Hv / a.Hk);
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
@@ -105,17 +125,11 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     }
     stage_gates(sL, sB, a, h, t0, b, n);
     __syncthreads();
-    if (warp == 0) {
-        gate_prefix(sL, sSg, sZ, a.log_gate);
-        if (FULL) {
-            __syncwarp();
-            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
-        }
-    }
+    prefix_by_warp0<FULL>(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab, a.log_gate);
     if (!FULL) norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
     __syncthreads();
     const bool tab = FULL && (*sTab & 1);
-    auto decay = [&](int t, int s) { return FULL ? decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : chunk_decay(sL, sSg, sZ, t, s); };
+    auto decay = [&](int t, int s) { return phase_decay<FULL>(sL, sSg, sZ, sEp, sEm, tab, t, s); };
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1), sDl[tid] = chunk_decay(sL, sSg, sZ, kC - 1, tid);
     if (tid == 0) a.gam[u] = chunk_decay(sL, sSg, sZ, kC - 1, -1);
     if (a.delta) {
@@ -440,7 +454,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
     float *sL = sV + kC * kVSC, *sSg = sL + kC, *sD0 = sSg + kC, *sDl = sD0 + kC, *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sS = sK;  // S_c blocks in place of K once P is made
-    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
     const int hk = h / (a.Hv / a.Hk);
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
@@ -463,17 +477,11 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
     }
     stage_gates(sL, nullptr, a, h, t0, b, n);
     __syncthreads();
-    if (warp == 0) {
-        gate_prefix(sL, sSg, sZ, a.log_gate);
-        if (FULL) {
-            __syncwarp();
-            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
-        }
-    }
+    prefix_by_warp0<FULL>(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab, a.log_gate);
     if (!FULL) norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
     __syncthreads();
     const bool tab = FULL && (*sTab & 1);
-    auto decay = [&](int t, int s) { return FULL ? decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : chunk_decay(sL, sSg, sZ, t, s); };
+    auto decay = [&](int t, int s) { return phase_decay<FULL>(sL, sSg, sZ, sEp, sEm, tab, t, s); };
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1);
     auto q_at = [&](int m, int k) { return lda_rows(sQ, QS, m, k); };
     {
