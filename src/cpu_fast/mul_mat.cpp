@@ -1,7 +1,7 @@
 // mul_mat.cpp - fast matrix product for weights a {K, M, A2, A3} (F32, F16 or
 // BF16, rows contiguous; quantized weights: mul_mat_q.cpp up to 4 tokens, or
-// any number with the VNNI table, else the panels below, dequantized per
-// block) and any b: b is converted to F32 once per mul_mat
+// any number with the VNNI table or a q_gemm kernel, else the panels below,
+// dequantized per block) and any b: b is converted to F32 once per mul_mat
 // (unless it already is F32 with contiguous rows).
 //   Up to 4 tokens (decode): every thread claims blocks of weight rows (about
 //     4 per thread, at least 32 rows) from the node's counter, so a matrix-vector product is split over weight rows
@@ -16,6 +16,7 @@
 // Blocks and tiles depend on the shapes only, so the results do not depend on
 // the thread count.
 #include "cpu_fast.h"
+#include "quant_act.h"
 
 namespace {
 
@@ -42,11 +43,14 @@ size_t panels_bytes(const tg_tensor *b, int w) {
 bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_contig(b) && b->nb[1] % 4 == 0; }
 
 // Quantized weights: up to 4 tokens take the integer path (mul_mat_q.cpp),
-// and so do more with the VNNI table (simd.h q_many); otherwise more tokens
-// take the panels below, each claimed weight block dequantized to F32 once
-// (as 16-bit weights are converted), faster there than maddubs and exact.
+// and so do more with the VNNI table (simd.h q_many) or a q_gemm kernel
+// (AVX2 Q4_0); otherwise more tokens take the panels below, each claimed
+// weight block dequantized to F32 once (as 16-bit weights are converted),
+// faster there than maddubs + madd and exact.
 bool quant_panels(const tg_tensor *dst) {
-    return tg_type_is_quantized(dst->src[0]->type) && dst->src[1]->ne[1] > 4 && !tg_simd_get().q_many;
+    const tg_simd &simd = tg_simd_get();
+    const tg_type t = dst->src[0]->type;
+    return tg_type_is_quantized(t) && dst->src[1]->ne[1] > 4 && !simd.q_many && !simd.q_gemm[tg_simd_qindex(t)];
 }
 
 int64_t plan(const tg_tensor *dst, int nth) {

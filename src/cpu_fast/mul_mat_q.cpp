@@ -1,7 +1,8 @@
 // mul_mat_q.cpp - fast mul_mat for quantized weights a {K, M, A2, A3} (Q8_0,
 // Q4_0, Q4_K) and up to 4 tokens of any b (F32/F16/BF16), or any number with
-// the VNNI table (simd.h q_many; otherwise more tokens take mul_mat.cpp's F32
-// panels with the weights dequantized per block), as ggml does it on the CPU:
+// the VNNI table (simd.h q_many) or a q_gemm kernel (the AVX2 table's Q4_0;
+// otherwise more tokens take mul_mat.cpp's F32 panels with the weights
+// dequantized per block), as ggml does it on the CPU:
 //   1. b's rows are quantized to 8 bits per block (simd.h q_quant, in the
 //      vector table's layout, quant_act.h): a small b (decode: up to
 //      k_own_values values) by every thread into its own scratch, so no
@@ -11,12 +12,14 @@
 //      matrix-vector product is split over weight rows, so decode uses every
 //      thread); each block meets each group of up to 4 tokens in turn in simd.h
 //      q_rows (integer dot products per block; the VNNI table takes 4 weight
-//      rows per pass against the same activation loads).
+//      rows per pass against the same activation loads), or, more than 4
+//      tokens with a q_gemm kernel, 8 rows at a time packed once into the
+//      thread's scratch and met by every token (simd_qgemm_impl.h).
 // The error against the exact product of the dequantized weights is the
 // activations' rounding: at most sum over blocks of (d_a / 2) * sum |w| over
 // the block (d_a = the block's absmax / 127), docs/ops.md. Groups and blocks
-// are fixed by the shapes, and q_rows' sums do not depend on the rows or
-// tokens beside them, so results do not depend on the thread count.
+// are fixed by the shapes, and q_rows' (q_gemm's) sums do not depend on the
+// rows or tokens beside them, so results do not depend on the thread count.
 #include "cpu_fast.h"
 #include "quant_act.h"
 
@@ -55,15 +58,22 @@ void quantize_rows(const tg_simd &simd, int qi, const tg_tensor *b, int64_t r0, 
     }
 }
 
-// scratch: the shared activations (a large b), then per thread K floats and
-// (a small b) its own activations
+// more than 4 tokens through the table's q_gemm kernel (simd.h)
+bool use_gemm(const tg_simd &simd, const tg_tensor *a, const tg_tensor *b) {
+    return b->ne[1] > 4 && !simd.q_many && simd.q_gemm[tg_simd_qindex(a->type)];
+}
+
+// scratch: the shared activations (a large b), then per thread K floats,
+// (a small b) its own activations and (q_gemm) its packed weight rows
 struct scratch {
-    size_t arb, shared, per_thread;
+    size_t arb, shared, per_thread, pack;
     scratch(const tg_simd &simd, const tg_tensor *a, const tg_tensor *b) {
-        arb = simd.q_act_bytes(tg_simd_qindex(a->type), a->ne[0]);
+        const int qi = tg_simd_qindex(a->type);
+        arb = simd.q_act_bytes(qi, a->ne[0]);
         const size_t all = tg_align64(arb * (size_t)tg_nrows(b));
         shared = own_act(b) ? 0 : all;
-        per_thread = tg_align64((size_t)a->ne[0] * 4) + (own_act(b) ? all : 0);
+        pack = use_gemm(simd, a, b) ? tg_align64(simd.q_gemm_scratch(qi, a->ne[0])) : 0;
+        per_thread = tg_align64((size_t)a->ne[0] * 4) + (own_act(b) ? all : 0) + pack;
     }
 };
 
@@ -87,6 +97,7 @@ void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     const scratch s(simd, a, b);
     char *mine = (char *)c.work + s.shared + (size_t)c.ith * s.per_thread;
     float *tmp = (float *)mine;
+    void *pack = mine + s.per_thread - s.pack;
 
     // 1. b's rows as 8-bit blocks
     char *act = (char *)c.work;
@@ -100,15 +111,24 @@ void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c) {
         c.sync();
     }
 
-    // 2. blocks of weight rows x all tokens of one (i2, i3)
+    // 2. blocks of weight rows x all tokens of one (i2, i3); q_gemm takes
+    // them 8 rows at a time
     auto rows = simd.q_rows[qi];
-    const int64_t nblocks = K / tg_type_block_size(a->type), mbs = row_block(M, c.nth), nmb = (M + mbs - 1) / mbs;
+    const bool gemm = s.pack != 0;
+    const int64_t nblocks = K / tg_type_block_size(a->type);
+    const int64_t mbs = gemm ? (row_block(M, c.nth) + 7) / 8 * 8 : row_block(M, c.nth), nmb = (M + mbs - 1) / mbs;
     const size_t ldo = dst->nb[1] / 4;
     for (int64_t item = c.claim(); item < nmb * B2 * B3; item = c.claim()) {
         const int64_t mb = item % nmb, bi = item / nmb, i2 = bi % B2, i3 = bi / B2;
         const char *abase = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
         float *obase = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
         const int64_t m0 = mb * mbs, m1 = m0 + mbs < M ? m0 + mbs : M;
+        if (gemm) {
+            for (int64_t m = m0; m < m1; m += 8)
+                simd.q_gemm[qi](abase + m * a->nb[1], a->nb[1], m1 - m < 8 ? (int)(m1 - m) : 8,
+                                act + (size_t)(bi * N) * s.arb, s.arb, N, nblocks, obase + m, ldo, pack);
+            continue;
+        }
         for (int64_t n = 0; n < N; n += 4) {
             const int C = N - n < 4 ? (int)(N - n) : 4;
             rows(abase + m0 * a->nb[1], a->nb[1], m1 - m0, act + (size_t)(bi * N + n) * s.arb, s.arb, nblocks,

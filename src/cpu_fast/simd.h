@@ -78,6 +78,18 @@ struct tg_simd {
     // q_rows also for more than 4 tokens (groups of 4): faster than the
     // dequantized weights in the F32 panels (mul_mat.cpp) with VNNI
     bool q_many;
+    // Quantized weights against many tokens (prompts) where that beats the
+    // F32 panels: the AVX2 table's Q4_0 (simd_qgemm_impl.h); NULL entries
+    // elsewhere. R (1..8) weight rows (row r at w + r*ldw bytes, nblocks
+    // blocks) against N activation rows in q_quant's layout (row n at act +
+    // n*act_stride):
+    //   out[r + n*ldo] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]
+    // the integer sums exact, scaled and added in F32 per row over the blocks
+    // in order (not q_rows' order: the two may differ by F32 rounding), the
+    // same for any other rows or tokens. scratch: q_gemm_scratch(qi, K) bytes.
+    void (*q_gemm[3])(const void *w, size_t ldw, int R, const void *act, size_t act_stride, int64_t N,
+                      int64_t nblocks, float *out, size_t ldo, void *scratch);
+    size_t (*q_gemm_scratch)(int qi, int64_t K);
 
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],

@@ -362,6 +362,7 @@ float dot(const float *a, const float *b, int64_t n) {
 float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
 
 #include "simd_quant_impl.h"  // q_quant, q_rows: quantized rows against 8-bit activations
+#include "simd_qgemm_impl.h"  // q_gemm: Q4_0 weights against many tokens (AVX2)
 
 // ---------------------------------------------------------------------------
 // Delta rule token
@@ -663,6 +664,13 @@ const tg_simd k_table = {
     true,
 #else
     false,
+#endif
+#if defined(TG_HAVE_Q_GEMM)
+    {nullptr, q4_gemm, nullptr},
+    q_gemm_scratch,
+#else
+    {nullptr, nullptr, nullptr},
+    nullptr,
 #endif
     dr_token,
     {{attn<float, float>, attn<float, f16_t>, attn<float, bf16_t>},

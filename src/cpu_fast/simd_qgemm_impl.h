@@ -1,0 +1,140 @@
+// simd_qgemm_impl.h - part of simd_impl.h (included by it, inside its
+// anonymous namespace, after simd_quant_impl.h, whose helpers it uses): the
+// AVX2 table's quantized weights against many tokens (simd.h q_gemm), for
+// prompts. Not a header of its own: no include guard, nothing to include
+// first.
+//
+// Why a kernel of its own: on AVX2 a signed 8-bit dot product is maddubs
+// (32 products into 16 int16 pair sums) then madd (int16 pairs into int32),
+// two multiplies on the one pipe that has them: 16 products per cycle, the
+// same as F32 FMA, so q_rows gains nothing over dequantized F32 panels at
+// many tokens. Q4_0 weights are small enough to skip most of the madds:
+// with the weights as the signed side (the nibble - 8, in [-8, 7]) and the
+// activations as the unsigned side (q + 128, in [1, 255]), a pair sum is at
+// most 2 * 255 * 8 = 4080 in magnitude, so the int16 pair sums of a whole
+// block (8 maddubs of 4 values per row) add up to at most 32640 and one madd
+// per block and token is left: ~28 products per multiply-pipe cycle.
+//
+// Layout: 8 weight rows of one block interleaved (q4_pack: slice j holds
+// values 4j..4j+3 of each row, one 32-bit lane per row), so that one
+// broadcast of a token's 4 activation bytes meets 8 rows at once and every
+// int32 lane of the result is one row. The + 128 is taken back per row and
+// block: sum_i (q_i + 128) w_i = sum_i q_i w_i + 128 sum_i w_i, the last term
+// packed with the weights (wsum).
+// Per output: sum over blocks in order of (d_w d_a) * exact integer, one F32
+// FMA per block, the same for any other rows or tokens of the call (each
+// lane and token has its accumulator), so results do not depend on the
+// row or token grouping.
+
+#if defined(TG_SIMD_AVX2)
+struct q4_pack_block {
+    int8_t q[8][32];  // q[j][4 r + i] = weight 4 j + i of row r (nibble - 8)
+    int32_t wsum[8];  // 128 * the sum of row r's 32 weights
+    float d[8];       // row r's scale
+};
+static_assert(sizeof(q4_pack_block) == 320, "q4 pack block size");
+
+// dword transpose: v[r] lane j -> v[j] lane r (8 x 8 32-bit values)
+inline void transpose8_epi32(__m256i v[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
+}
+
+// R (1..8) Q4_0 rows of nb blocks into nb pack blocks (rows past R: zero)
+void q4_pack(const void *w, size_t ldw, int R, int64_t nb, q4_pack_block *dst) {
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i v[8];
+        alignas(16) uint16_t dh[8];
+        for (int r = 0; r < 8; r++) {
+            if (r < R) {
+                const tg_block_q4_0 *blk = (const tg_block_q4_0 *)((const char *)w + (size_t)r * ldw) + b;
+                v[r] = _mm256_sub_epi8(nibbles(blk->qs), _mm256_set1_epi8(8));
+                dh[r] = blk->d;
+            } else {
+                v[r] = _mm256_setzero_si256();
+                dh[r] = 0;
+            }
+        }
+        transpose8_epi32(v);
+        __m256i s = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            _mm256_storeu_si256((__m256i *)dst[b].q[j], v[j]);
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ones8, v[j]));
+        }
+        _mm256_storeu_si256((__m256i *)dst[b].wsum, _mm256_slli_epi32(_mm256_madd_epi16(s, ones16), 7));
+        _mm256_storeu_ps(dst[b].d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh)));
+    }
+}
+
+// C (1..4) tokens (tg_act_q8 rows at act + c * as) against 8 packed rows;
+// rows r < R stored at out[r + c * ldo]
+template <int C>
+void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as, float *out, size_t ldo, int R) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones16 = _mm256_set1_epi16(1);
+    __m256 acc[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const tg_act_q8 *a[C];
+        __m256i s[C];
+        for (int c = 0; c < C; c++) a[c] = (const tg_act_q8 *)(act + c * as) + b, s[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)p[b].q[j]);
+            for (int c = 0; c < C; c++) {
+                int32_t q4;
+                memcpy(&q4, a[c]->qs + 4 * j, 4);
+                const __m256i av = _mm256_xor_si256(_mm256_set1_epi32(q4), flip);
+                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(av, x));
+            }
+        }
+        const __m256i ws = _mm256_loadu_si256((const __m256i *)p[b].wsum);
+        const __m256 dw = _mm256_loadu_ps(p[b].d);
+        for (int c = 0; c < C; c++) {
+            const __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones16), ws);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(a[c]->d)), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        if (R == 8) {
+            _mm256_storeu_ps(out + c * ldo, acc[c]);
+        } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, acc[c]);
+            for (int r = 0; r < R; r++) out[r + c * ldo] = t[r];
+        }
+    }
+}
+
+size_t q_gemm_scratch(int qi, int64_t K) { return qi == 1 ? (size_t)(K / 32) * sizeof(q4_pack_block) : 0; }
+
+// simd.h q_gemm for Q4_0: the R rows packed once into scratch, then every
+// group of up to 4 tokens streams the pack
+void q4_gemm(const void *w, size_t ldw, int R, const void *act, size_t as, int64_t N, int64_t nb, float *out,
+             size_t ldo, void *scratch) {
+    q4_pack_block *p = (q4_pack_block *)scratch;
+    q4_pack(w, ldw, R, nb, p);
+    const char *a = (const char *)act;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) q4_gemm_tile<4>(p, nb, a + n * as, as, out + n * ldo, ldo, R);
+    switch (N - n) {
+        case 1: q4_gemm_tile<1>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        case 2: q4_gemm_tile<2>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        case 3: q4_gemm_tile<3>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        default: break;
+    }
+}
+#define TG_HAVE_Q_GEMM 1
+#endif

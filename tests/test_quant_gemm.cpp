@@ -1,0 +1,196 @@
+// test_quant_gemm.cpp - the vector tables' q_gemm kernels (simd.h: quantized
+// weights against many tokens; the AVX2 table's Q4_0, simd_qgemm_impl.h),
+// alone and through mul_mat:
+//  - exact on integers: unit weight scales and integer activations with a
+//    127 in every block (so d_a = 1 and q_a = x), for 1..8 rows, 1..9 tokens
+//    and 1..9 blocks, so every output must equal the exact dot product of the
+//    decoded weights; weights in a buffer of exactly R rows and a scratch of
+//    exactly q_gemm_scratch bytes (a read or write past either is an ASan
+//    report), outputs at a stride of R + 3 with sentinels in the gaps;
+//  - the int16 pair sums at their limit: every weight -8 against every
+//    activation 127 (and -127), the sums the kernel's bound was written for;
+//  - through mul_mat with 5..33 tokens: the kernel is the path taken, and
+//    its outputs agree with each token's q_rows result (the decode path, 1
+//    token at a time) within F32 rounding of the same integers.
+#include "cpu_fast/cpu_fast.h"
+#include "cpu_fast/quant_act.h"
+#include "internal.h"
+#include "quant_util.h"
+#include "test_util.h"
+
+using namespace qtu;
+
+namespace {
+
+struct gemm_table {
+    const tg_simd *t;
+    int qi;
+};
+
+std::vector<gemm_table> gemm_tables() {
+    const tg_simd *t[4];
+    const int n = tg_simd_runnable(t, nullptr);
+    std::vector<gemm_table> v;
+    for (int i = 0; i < n; i++)
+        for (int qi = 0; qi < 3; qi++)
+            if (t[i]->q_gemm[qi]) v.push_back({t[i], qi});
+    return v;
+}
+
+tg_type qtype(int qi) { return qi == 0 ? TG_TYPE_Q8_0 : qi == 1 ? TG_TYPE_Q4_0 : TG_TYPE_Q4_K; }
+
+// unit scales (F16 1.0) in every block of R rows of nb blocks
+void unit_scales(tg_type qt, std::vector<uint8_t> *w, int64_t R, int64_t nb) {
+    const size_t row = tg_row_size(qt, nb * tg_type_block_size(qt)), bb = tg_type_size(qt);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = &(*w)[(size_t)r * row + (size_t)b * bb];
+            blk[0] = 0x00, blk[1] = 0x3c;
+            if (qt == TG_TYPE_Q4_K) blk[2] = 0x00, blk[3] = 0x3c;
+        }
+}
+
+// Runs the kernel on R rows x N tokens of integer activations x and checks
+// every output against the exact integer dot product.
+void check_exact(const gemm_table &g, const std::vector<uint8_t> &w, int64_t R, const std::vector<float> &x,
+                 int64_t N, int64_t nb) {
+    const tg_type qt = qtype(g.qi);
+    const int64_t K = nb * tg_type_block_size(qt);
+    const size_t row = tg_row_size(qt, K), arb = g.t->q_act_bytes(g.qi, K), as = arb + 64;
+    std::vector<uint8_t> act(as * (size_t)N, 0xee);
+    for (int64_t n = 0; n < N; n++) g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * as]);
+    const float sentinel = 1234.5f;
+    const size_t ldo = (size_t)R + 3;
+    std::vector<float> out(ldo * (size_t)N + 5, sentinel);
+    std::vector<uint8_t> scratch(g.t->q_gemm_scratch(g.qi, K));
+    std::vector<uint8_t> wr(w.begin(), w.begin() + (ptrdiff_t)(row * (size_t)R));  // exactly R rows
+    g.t->q_gemm[g.qi](wr.data(), row, (int)R, act.data(), as, N, nb, out.data(), ldo, scratch.data());
+    for (int64_t n = 0; n < N; n++)
+        for (size_t r = 0; r < ldo; r++) {
+            const float got = out[r + (size_t)n * ldo];
+            if (r >= (size_t)R) {
+                ASSERT_EQ(sentinel, got) << "wrote past row " << R << " at " << r << ", token " << n;
+                continue;
+            }
+            const std::vector<double> wd = decode(qt, &wr[r * row], K);
+            double want = 0;
+            for (int64_t k = 0; k < K; k++) want += wd[(size_t)k] * x[(size_t)(n * K + k)];
+            ASSERT_EQ(want, (double)got) << "row " << r << " token " << n;
+        }
+    for (size_t i = ldo * (size_t)N; i < out.size(); i++) ASSERT_EQ(sentinel, out[i]) << "past the end";
+}
+
+class QuantGemm : public ::testing::TestWithParam<int> {
+  protected:
+    void SetUp() override {
+        if (gemm_tables().empty()) GTEST_SKIP() << "no vector table of this CPU has a q_gemm kernel";
+    }
+    gemm_table table() const { return gemm_tables()[(size_t)GetParam()]; }
+};
+
+TEST_P(QuantGemm, ExactOnIntegers) {
+    const gemm_table g = table();
+    const tg_type qt = qtype(g.qi);
+    const int64_t bs = tg_type_block_size(qt);
+    std::mt19937 rng(31);
+    for (int64_t nb : {1, 2, 3, 5, 9})
+        for (int64_t R = 1; R <= 8; R++)
+            for (int64_t N = 1; N <= 9; N++) {
+                SCOPED_TRACE("blocks " + std::to_string(nb) + " rows " + std::to_string(R) + " tokens " +
+                             std::to_string(N));
+                const int64_t K = nb * bs;
+                std::vector<uint8_t> w(tg_row_size(qt, K) * (size_t)R);
+                for (auto &v : w) v = (uint8_t)rng();
+                unit_scales(qt, &w, R, nb);
+                std::vector<float> x((size_t)(N * K));
+                for (auto &v : x) v = (float)((int)(rng() % 255) - 127);
+                for (int64_t b = 0; b < (int64_t)x.size() / bs; b++)
+                    x[(size_t)(b * bs + (int64_t)(rng() % (uint32_t)bs))] = rng() % 2 ? 127.0f : -127.0f;
+                check_exact(g, w, R, x, N, nb);
+                if (HasFatalFailure()) return;
+            }
+}
+
+// The largest int16 pair sums: Q4_0 weights all -8 (nibble 0) against
+// activations all 127 or all -127, and the largest positive (7 against 127).
+TEST_P(QuantGemm, PairSumsAtTheirLimit) {
+    const gemm_table g = table();
+    const tg_type qt = qtype(g.qi);
+    const int64_t nb = 3, K = nb * tg_type_block_size(qt), R = 8, N = 6;
+    for (uint8_t nib : {0x00, 0xff, 0x0f})
+        for (float a : {127.0f, -127.0f}) {
+            SCOPED_TRACE("weight bytes " + std::to_string(nib) + " activations " + std::to_string(a));
+            std::vector<uint8_t> w(tg_row_size(qt, K) * (size_t)R, nib);
+            unit_scales(qt, &w, R, nb);
+            std::vector<float> x((size_t)(N * K), a);
+            for (int64_t n = 1; n < N; n += 2) x[(size_t)(n * K + 3)] = -a;  // mixed signs in some tokens
+            check_exact(g, w, R, x, N, nb);
+        }
+}
+
+// mul_mat with more than 4 tokens takes the kernel, and each output agrees
+// with the decode path's (q_rows, one token at a time) up to the F32
+// rounding of the same integer sums (both sum d_w d_a * integer per block).
+TEST_P(QuantGemm, MulMatTakesItAndAgreesWithTheDecodePath) {
+    const gemm_table g = table();
+    const tg_simd *t = g.t;
+    tg_simd_force(t);
+    const tg_type qt = qtype(g.qi);
+    std::mt19937 rng(77);
+    for (int64_t N : {5, 8, 33})
+        for (int64_t M : {8, 13, 70}) {
+            SCOPED_TRACE("tokens " + std::to_string(N) + " rows " + std::to_string(M));
+            const int64_t K = 7 * tg_type_block_size(qt);
+            const std::vector<uint8_t> q = quantized(qt, weights(rng, K, M));
+            const std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
+            std::vector<float> out[2];
+            for (int pass = 0; pass < 2; pass++) {
+                // pass 0: all N tokens in one product; pass 1: a product per token
+                tg_init_params ip = {1 << 20, nullptr, true};
+                tg_context *ctx = tg_init(ip);
+                tg_backend *be = tg_backend_cpu(2);
+                tg_tensor *a = tg_new_tensor_2d(ctx, qt, K, M);
+                tg_tensor *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, pass ? 1 : N);
+                tg_tensor *y = tg_mul_mat(ctx, a, b);
+                tg_graph *gr = tg_graph_new(ctx);
+                tg_graph_expand(gr, y);
+                tg_buffer *buf = tg_backend_alloc(be, ctx);
+                ASSERT_TRUE(buf) << tg_last_error();
+                tg_tensor_set(a, q.data(), 0, q.size());
+                if (pass == 0) EXPECT_GE(tg_op_get(TG_OP_MUL_MAT).cpu_fast->plan(y, 2), 0);
+                for (int64_t n = 0; n < (pass ? N : 1); n++) {
+                    tg_tensor_set(b, &x[(size_t)(n * K)], 0, (size_t)(K * (pass ? 1 : N)) * 4);
+                    if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);  // NaN
+                    ASSERT_EQ(TG_OK, tg_graph_compute(be, gr)) << tg_last_error();
+                    std::vector<float> o((size_t)tg_nelements(y));
+                    tg_tensor_get(y, o.data(), 0, o.size() * 4);
+                    out[pass].insert(out[pass].end(), o.begin(), o.end());
+                }
+                tg_buffer_free(buf);
+                tg_backend_free(be);
+                tg_free(ctx);
+            }
+            ASSERT_EQ(out[0].size(), (size_t)(M * N));
+            ASSERT_EQ(out[1].size(), (size_t)(M * N));
+            const std::vector<double> wd = decode(qt, q.data(), K * M);
+            for (size_t i = 0; i < out[0].size(); i++) {
+                const int64_t m = (int64_t)i % M, n = (int64_t)i / M;
+                double mag = 0;  // sum |w x|: the scale of the F32 rounding of either order
+                for (int64_t k = 0; k < K; k++) mag += std::fabs(wd[(size_t)(m * K + k)] * x[(size_t)(n * K + k)]);
+                const double tol = 1e-5 * mag;
+                ASSERT_TRUE(std::fabs((double)out[0][i] - out[1][i]) <= tol)  // NaN fails
+                    << "output " << i << ": many tokens " << out[0][i] << ", one token " << out[1][i];
+            }
+        }
+    tg_simd_force(nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tables, QuantGemm, ::testing::Range(0, std::max(1, (int)gemm_tables().size())),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                             const std::vector<gemm_table> v = gemm_tables();
+                             if (v.empty()) return std::string("none");
+                             const gemm_table &g = v[(size_t)i.param];
+                             return std::string(g.t->name) + "_" + tg_type_name(qtype(g.qi));
+                         });
+
+}  // namespace
