@@ -362,7 +362,7 @@ float dot(const float *a, const float *b, int64_t n) {
 float sumsq(const float *x, int64_t n) { return dot(x, x, n); }
 
 #include "simd_quant_impl.h"  // q_quant, q_rows: quantized rows against 8-bit activations
-#include "simd_qgemm_impl.h"  // q_gemm: Q4_0 weights against many tokens (AVX2)
+#include "simd_qgemm_impl.h"  // q_gemm: Q4_0 / Q4_K weights against many tokens (AVX2)
 
 // ---------------------------------------------------------------------------
 // Delta rule token
@@ -666,7 +666,7 @@ const tg_simd k_table = {
     false,
 #endif
 #if defined(TG_HAVE_Q_GEMM)
-    {nullptr, q4_gemm, nullptr},
+    {nullptr, q4_gemm, q4k_gemm},
     q_gemm_scratch,
 #else
     {nullptr, nullptr, nullptr},

@@ -118,23 +118,142 @@ void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as
     }
 }
 
-size_t q_gemm_scratch(int qi, int64_t K) { return qi == 1 ? (size_t)(K / 32) * sizeof(q4_pack_block) : 0; }
+// Q4_K: the nibbles are unsigned (x = d sc_j q - dmin m_j), so they are the
+// unsigned side and the activations (tg_act_q8k) the signed one: a pair sum is
+// at most 2 * 15 * 127 = 3810, a sub-block's 8 maddubs at most 30480 per
+// int16 lane. One madd per sub-block and token multiplies the lanes by the
+// row's 6-bit scale sc_j into an int32 sum over the super-block (at most
+// 8 * 63 * 32 * 15 * 127 < 2^31); the mins meet the activations' sub-block
+// sums in 4 more madds per super-block and token.
+struct q4k_pack_block {
+    uint8_t q[8][8][32];  // q[j][s][4 r + i] = value 4 s + i of sub-block j of row r
+    int16_t sc[8][16];    // sc[j][2 r], sc[j][2 r + 1] = sub-block j's scale of row r
+    int16_t mn[4][16];    // mn[p][2 r + h] = sub-block 2 p + h's min of row r
+    float d[8], dmin[8];
+};
+static_assert(sizeof(q4k_pack_block) == 2496, "q4_k pack block size");
 
-// simd.h q_gemm for Q4_0: the R rows packed once into scratch, then every
-// group of up to 4 tokens streams the pack
+void q4k_pack(const void *w, size_t ldw, int R, int64_t nb, q4k_pack_block *dst) {
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const tg_block_q4_k *blk[8];
+        alignas(16) uint16_t dh[8], mh[8];
+        for (int r = 0; r < 8; r++) {
+            blk[r] = r < R ? (const tg_block_q4_k *)((const char *)w + (size_t)r * ldw) + b : nullptr;
+            dh[r] = blk[r] ? blk[r]->d : 0;
+            mh[r] = blk[r] ? blk[r]->dmin : 0;
+            for (int j = 0; j < 8; j++) {
+                int sc = 0, m = 0;
+                if (blk[r]) k4_scale_min(j, blk[r]->scales, &sc, &m);
+                dst[b].sc[j][2 * r] = dst[b].sc[j][2 * r + 1] = (int16_t)sc;
+                dst[b].mn[j / 2][2 * r + j % 2] = (int16_t)m;
+            }
+        }
+        for (int g = 0; g < 4; g++) {
+            __m256i lo[8], hi[8];
+            for (int r = 0; r < 8; r++) {
+                const __m256i v = blk[r] ? load32(blk[r]->qs + 32 * g) : _mm256_setzero_si256();
+                lo[r] = _mm256_and_si256(v, low4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+            }
+            transpose8_epi32(lo);
+            transpose8_epi32(hi);
+            for (int s = 0; s < 8; s++) {
+                _mm256_storeu_si256((__m256i *)dst[b].q[2 * g][s], lo[s]);
+                _mm256_storeu_si256((__m256i *)dst[b].q[2 * g + 1][s], hi[s]);
+            }
+        }
+        _mm256_storeu_ps(dst[b].d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh)));
+        _mm256_storeu_ps(dst[b].dmin, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)mh)));
+    }
+}
+
+template <int C>
+void q4k_gemm_tile(const q4k_pack_block *p, int64_t nb, const char *act, size_t as, float *out, size_t ldo, int R) {
+    __m256 acc[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const tg_act_q8k *a[C];
+        __m256i isum[C];
+        for (int c = 0; c < C; c++) a[c] = (const tg_act_q8k *)(act + c * as) + b, isum[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i s[C];
+            for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+            for (int k = 0; k < 8; k++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)p[b].q[j][k]);
+                for (int c = 0; c < C; c++) {
+                    int32_t q4;
+                    memcpy(&q4, a[c]->qs + 32 * j + 4 * k, 4);
+                    s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(x, _mm256_set1_epi32(q4)));
+                }
+            }
+            const __m256i sc = _mm256_loadu_si256((const __m256i *)p[b].sc[j]);
+            for (int c = 0; c < C; c++) isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s[c], sc));
+        }
+        const __m256 d = _mm256_loadu_ps(p[b].d), dmin = _mm256_loadu_ps(p[b].dmin);
+        for (int c = 0; c < C; c++) {
+            // the mins against the sub-block sums (bsums per 16, paired)
+            __m256i msum = _mm256_setzero_si256();
+            for (int q = 0; q < 4; q++) {
+                const int16_t *bs = a[c]->bsums + 4 * q;
+                const int32_t pair = (int32_t)(uint16_t)(int16_t)(bs[0] + bs[1]) |
+                                     (int32_t)((uint32_t)(uint16_t)(int16_t)(bs[2] + bs[3]) << 16);
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)p[b].mn[q]),
+                                                                _mm256_set1_epi32(pair)));
+            }
+            const __m256 da = _mm256_set1_ps(a[c]->d);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_mul_ps(d, da), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, da), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        if (R == 8) {
+            _mm256_storeu_ps(out + c * ldo, acc[c]);
+        } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, acc[c]);
+            for (int r = 0; r < R; r++) out[r + c * ldo] = t[r];
+        }
+    }
+}
+
+size_t q_gemm_scratch(int qi, int64_t K) {
+    return qi == 1 ? (size_t)(K / 32) * sizeof(q4_pack_block)
+           : qi == 2 ? (size_t)(K / TG_QK_K) * sizeof(q4k_pack_block)
+                     : 0;
+}
+
+// every group of up to 4 tokens against the packed rows
+template <typename P, void (*Tile4)(const P *, int64_t, const char *, size_t, float *, size_t, int),
+          void (*Tile3)(const P *, int64_t, const char *, size_t, float *, size_t, int),
+          void (*Tile2)(const P *, int64_t, const char *, size_t, float *, size_t, int),
+          void (*Tile1)(const P *, int64_t, const char *, size_t, float *, size_t, int)>
+void gemm_tokens(const P *p, int64_t nb, const char *a, size_t as, int64_t N, float *out, size_t ldo, int R) {
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) Tile4(p, nb, a + n * as, as, out + n * ldo, ldo, R);
+    switch (N - n) {
+        case 1: Tile1(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        case 2: Tile2(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        case 3: Tile3(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
+        default: break;
+    }
+}
+
+// simd.h q_gemm (Q4_0, Q4_K): the R rows packed once into scratch, then
+// every group of up to 4 tokens streams the pack
 void q4_gemm(const void *w, size_t ldw, int R, const void *act, size_t as, int64_t N, int64_t nb, float *out,
              size_t ldo, void *scratch) {
     q4_pack_block *p = (q4_pack_block *)scratch;
     q4_pack(w, ldw, R, nb, p);
-    const char *a = (const char *)act;
-    int64_t n = 0;
-    for (; n + 4 <= N; n += 4) q4_gemm_tile<4>(p, nb, a + n * as, as, out + n * ldo, ldo, R);
-    switch (N - n) {
-        case 1: q4_gemm_tile<1>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
-        case 2: q4_gemm_tile<2>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
-        case 3: q4_gemm_tile<3>(p, nb, a + n * as, as, out + n * ldo, ldo, R); break;
-        default: break;
-    }
+    gemm_tokens<q4_pack_block, q4_gemm_tile<4>, q4_gemm_tile<3>, q4_gemm_tile<2>, q4_gemm_tile<1>>(
+        p, nb, (const char *)act, as, N, out, ldo, R);
+}
+void q4k_gemm(const void *w, size_t ldw, int R, const void *act, size_t as, int64_t N, int64_t nb, float *out,
+              size_t ldo, void *scratch) {
+    q4k_pack_block *p = (q4k_pack_block *)scratch;
+    q4k_pack(w, ldw, R, nb, p);
+    gemm_tokens<q4k_pack_block, q4k_gemm_tile<4>, q4k_gemm_tile<3>, q4k_gemm_tile<2>, q4k_gemm_tile<1>>(
+        p, nb, (const char *)act, as, N, out, ldo, R);
 }
 #define TG_HAVE_Q_GEMM 1
 #endif
