@@ -189,7 +189,10 @@ TEST_P(CpuFast, MulMat) {
     const mm shapes[] = {{1, 5, 3, 1}, {7, 9, 1, 1}, {16, 4, 4, 1}, {33, 37, 6, 2}, {100, 13, 37, 1}, {257, 70, 5, 1},
                          {40, 45, 1, 1}, {96, 103, 1, 1},  // N = 1, row blocks of 32 with 13- and 7-row tails
                          {117, 11, 3, 1},  // K: whole 4-vector steps, then 3 (AVX-512) or 2 (AVX2) vectors, a tail of 5
-                         {2048, 67, 4, 1}};  // an LLM-sized K with 4 tokens
+                         {2048, 67, 4, 1},  // an LLM-sized K with 4 tokens
+                         // prompts: row blocks of 30 or 32 ending in passes of 5, 2 and 3 rows
+                         // (AVX2's panels take 6 rows a pass), an LLM-sized K with 40 tokens
+                         {64, 65, 9, 1}, {50, 92, 17, 1}, {20, 33, 7, 1}, {768, 61, 40, 1}};
     for (tg_type at : k_types)
         for (const mm &s : shapes) {
             const std::string name = std::string("mul_mat ") + tg_type_name(at) + " K" + std::to_string(s.K) + " M" +

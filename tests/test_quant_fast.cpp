@@ -5,8 +5,9 @@
 //    every output is an exact integer (the integer sums are exact), for 1..9
 //    rows, 1..4 tokens, 1..9 blocks, with sentinels around the outputs;
 //  - mul_mat with Q8_0/Q4_0/Q4_K weights (N <= 4, and any N with the VNNI
-//    table: the integer path of mul_mat_q.cpp; N > 4 otherwise: the F32
-//    panels with dequantized weight blocks), on
+//    table: the integer path of mul_mat_q.cpp; N > 4 otherwise: the AVX2
+//    q_gemm kernels for Q4_0 / Q4_K, else the F32 panels with dequantized
+//    weight blocks), on
 //    every vector table this CPU runs, at odd sizes (K a multiple of the block but not of the vector
 //    width, M odd, N 1..17), b contiguous, strided, transposed, F16, broadcast
 //    over dims 2/3, a as a whole-row view; 1 to 4 threads;

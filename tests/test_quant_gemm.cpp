@@ -1,6 +1,6 @@
-// test_quant_gemm.cpp - the vector tables' q_gemm kernels (simd.h: quantized
-// weights against many tokens; the AVX2 table's Q4_0, simd_qgemm_impl.h),
-// alone and through mul_mat:
+// test_quant_gemm.cpp - the vector tables' prompt kernels for quantized
+// weights (simd.h q_gemm: many tokens, the AVX2 table's Q4_0 and Q4_K; and
+// q_dequant: the F32 panels' weight blocks; simd_qgemm_impl.h):
 //  - exact on integers: unit weight scales and integer activations with a
 //    127 in every block (so d_a = 1 and q_a = x), for 1..8 rows, 1..9 tokens
 //    and 1..9 blocks, so every output must equal the exact dot product of the
@@ -11,7 +11,8 @@
 //    activation 127 (and -127), the sums the kernel's bound was written for;
 //  - through mul_mat with 5..33 tokens: the kernel is the path taken, and
 //    its outputs agree with each token's q_rows result (the decode path, 1
-//    token at a time) within F32 rounding of the same integers.
+//    token at a time) within F32 rounding of the same integers;
+//  - q_dequant bit for bit against tg_dequantize_row.
 #include "cpu_fast/cpu_fast.h"
 #include "cpu_fast/quant_act.h"
 #include "internal.h"
@@ -193,6 +194,38 @@ TEST_P(QuantGemm, MulMatTakesItAndAgreesWithTheDecodePath) {
             }
         }
     tg_simd_force(nullptr);
+}
+
+// q_dequant (the F32 panels' weight blocks) gives tg_dequantize_row's bits:
+// random blocks with every scale bit pattern but NaN's (subnormal and inf
+// scales included), outputs poisoned, a sentinel after the last.
+TEST(QuantDequant, SameBitsAsTheReference) {
+    const tg_simd *t[4];
+    const int n = tg_simd_runnable(t, nullptr);
+    int checked = 0;
+    std::mt19937 rng(5);
+    for (int i = 0; i < n; i++)
+        for (int qi = 0; qi < 3; qi++) {
+            if (!t[i]->q_dequant[qi]) continue;
+            const tg_type qt = qtype(qi);
+            SCOPED_TRACE(std::string(t[i]->name) + " " + tg_type_name(qt));
+            for (int64_t nb : {1, 2, 7, 64}) {
+                const int64_t K = nb * tg_type_block_size(qt);
+                std::vector<uint8_t> w(tg_row_size(qt, K));
+                for (auto &v : w) v = (uint8_t)rng();
+                const size_t bb = tg_type_size(qt);
+                for (int64_t b = 0; b < nb; b++)
+                    if ((w[(size_t)b * bb + 1] & 0x7c) == 0x7c) w[(size_t)b * bb] = 0;  // inf, not NaN
+                std::vector<float> want((size_t)K), got((size_t)K + 1, NAN);
+                got[(size_t)K] = 1234.5f;
+                tg_dequantize_row(qt, w.data(), want.data(), K);
+                t[i]->q_dequant[qi](w.data(), got.data(), nb);
+                ASSERT_EQ(0, memcmp(want.data(), got.data(), (size_t)K * 4)) << nb << " blocks";
+                ASSERT_EQ(1234.5f, got[(size_t)K]) << "wrote past the row";
+                checked++;
+            }
+        }
+    if (!checked) GTEST_SKIP() << "no vector table of this CPU has a q_dequant entry";
 }
 
 INSTANTIATE_TEST_SUITE_P(Tables, QuantGemm, ::testing::Range(0, std::max(1, (int)gemm_tables().size())),

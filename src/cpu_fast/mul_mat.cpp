@@ -10,9 +10,10 @@
 //     lane-wise FMA over K in 4 partials, lanes added in a fixed tree (a
 //     blocked sum, error ~ eps * K / width per term), the same for 1..4 tokens.
 //   More than 4 tokens (prompt): the tokens are packed k-major in panels of
-//     2*width once, each claimed block of 32 weight rows is converted to F32
-//     once, then simd.h mm_panel broadcasts weights against token vectors (no
-//     horizontal sums; one FMA chain per output, in k order).
+//     2*width once, each claimed block of weight rows (32, or 30: whole
+//     passes of simd.h panel_rows) is converted to F32 once, then simd.h
+//     mm_panel broadcasts weights against token vectors (no horizontal sums;
+//     one FMA chain per output, in k order).
 // Blocks and tiles depend on the shapes only, so the results do not depend on
 // the thread count.
 #include "cpu_fast.h"
@@ -31,6 +32,10 @@ int64_t decode_rows(int64_t M, int nth) {
     const int64_t mbs = (M + 4 * nth - 1) / (4 * nth);
     return mbs < k_mb ? k_mb : (mbs + 3) / 4 * 4;
 }
+
+// more than 4 tokens: weight rows per claimed block, whole passes of the
+// table's panel_rows (30 for AVX2's 6, 32 otherwise), at most k_mb
+int64_t panel_block(const tg_simd &simd) { return k_mb / simd.panel_rows * simd.panel_rows; }
 
 // more than 4 tokens: b packed k-major in panels of P = 2*width tokens
 int64_t panel_width(int w) { return 2 * (int64_t)w; }
@@ -103,7 +108,7 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
 
     if (N > 4) {
         // pack the tokens k-major, a panel per item (static split), then
-        // every thread claims blocks of 32 weight rows x all tokens
+        // every thread claims blocks of panel_block weight rows x all tokens
         const int64_t P = panel_width(simd.width), np = (N + P - 1) / P;
         for (int64_t it = c.ith; it < np * B2 * B3; it += c.nth) {
             const int64_t p = it % np, bi = it / np, n0 = p * P;
@@ -118,18 +123,21 @@ void run(const tg_tensor *dst, const tg_cpu_ctx &c) {
             }
         }
         c.sync();
-        const int64_t nmb = (M + k_mb - 1) / k_mb;
+        const int64_t pb = panel_block(simd), nmb = (M + pb - 1) / pb;
         for (int64_t item = c.claim(); item < nmb * B2 * B3; item = c.claim()) {
             const int64_t mb = item % nmb, bi = item / nmb, i2 = bi % B2, i3 = bi / B2;
             const char *abase = (const char *)a->data + (i2 / r2) * a->nb[2] + (i3 / r3) * a->nb[3];
             float *obase = (float *)((char *)dst->data + i2 * dst->nb[2] + i3 * dst->nb[3]);
-            const int64_t m0 = mb * k_mb, m1 = m0 + k_mb < M ? m0 + k_mb : M;
+            const int64_t m0 = mb * pb, m1 = m0 + pb < M ? m0 + pb : M;
             const float *w = (const float *)(abase + m0 * lda * ts);
             size_t wld = lda;
             if (a->type != TG_TYPE_F32) {
                 // the block's 16-bit weight rows as F32 once
+                const int qi = tg_simd_qindex(a->type);
                 for (int64_t m = m0; m < m1; m++)
-                    if (tg_type_is_quantized(a->type))
+                    if (qi >= 0 && simd.q_dequant[qi])
+                        simd.q_dequant[qi](abase + m * lda * ts, wblock + (m - m0) * K, K / tg_type_block_size(a->type));
+                    else if (qi >= 0)
                         tg_dequantize_row(a->type, abase + m * lda * ts, wblock + (m - m0) * K, K);
                     else
                         simd.to_f32[tg_simd_type_index(a->type)](abase + m * lda * ts, wblock + (m - m0) * K, K);

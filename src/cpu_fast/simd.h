@@ -40,7 +40,7 @@ struct tg_simd {
     //   out[r + j*ldo] = sum_k a[r*lda + k] * bp[k*P + j]   for j < nj
     // (sums in k order, one FMA chain per output).
     void (*mm_panel)(const float *a, size_t lda, const float *bp, int64_t K, float *out, size_t ldo, int R, int nj);
-    int panel_rows;  // 8 with 32 vector registers, else 4
+    int panel_rows;  // 8 with 32 vector registers (AVX-512), 6 with AVX2's 16, else 4
     // y[i] += s * x[i], x of the indexed type
     void (*axpy[3])(float *y, const void *x, float s, int64_t n);
     // conversions of n contiguous values
@@ -90,6 +90,10 @@ struct tg_simd {
     void (*q_gemm[3])(const void *w, size_t ldw, int R, const void *act, size_t act_stride, int64_t N,
                       int64_t nblocks, float *out, size_t ldo, void *scratch);
     size_t (*q_gemm_scratch)(int qi, int64_t K);
+    // nblocks blocks of quantized weights to F32, the same values as
+    // tg_dequantize_row (x = d * q, one F32 product each); NULL entries:
+    // use tg_dequantize_row
+    void (*q_dequant[3])(const void *w, float *x, int64_t nblocks);
 
     // One token of the delta rule for one (value head, sequence), on a state
     // held as Dv rows of Dkp floats, row j at S + j*lds (S_j[i] = S[i][j],

@@ -283,9 +283,11 @@ void mm_panel(const float *a, size_t lda, const float *bp, int64_t K, float *out
         case 2: panel<2>(a, lda, bp, K, out, ldo, nj); return;
         case 3: panel<3>(a, lda, bp, K, out, ldo, nj); return;
         case 4: panel<4>(a, lda, bp, K, out, ldo, nj); return;
-#if defined(TG_SIMD_AVX512)
+#if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
         case 5: panel<5>(a, lda, bp, K, out, ldo, nj); return;
         case 6: panel<6>(a, lda, bp, K, out, ldo, nj); return;
+#endif
+#if defined(TG_SIMD_AVX512)
         case 7: panel<7>(a, lda, bp, K, out, ldo, nj); return;
         case 8: panel<8>(a, lda, bp, K, out, ldo, nj); return;
 #endif
@@ -645,6 +647,8 @@ const tg_simd k_table = {
     mm_panel,
 #if defined(TG_SIMD_AVX512)
     8,
+#elif defined(TG_SIMD_AVX2)
+    6,
 #else
     4,
 #endif
@@ -671,6 +675,11 @@ const tg_simd k_table = {
 #else
     {nullptr, nullptr, nullptr},
     nullptr,
+#endif
+#if defined(TG_HAVE_Q_DEQUANT)
+    {q8_dequant, nullptr, nullptr},
+#else
+    {nullptr, nullptr, nullptr},
 #endif
     dr_token,
     {{attn<float, float>, attn<float, f16_t>, attn<float, bf16_t>},

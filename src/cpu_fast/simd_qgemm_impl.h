@@ -257,3 +257,20 @@ void q4k_gemm(const void *w, size_t ldw, int R, const void *act, size_t as, int6
 }
 #define TG_HAVE_Q_GEMM 1
 #endif
+
+#if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
+// simd.h q_dequant for Q8_0 (the F32 panels' weight blocks, mul_mat.cpp)
+void q8_dequant(const void *w, float *x, int64_t nb) {
+    const tg_block_q8_0 *blk = (const tg_block_q8_0 *)w;
+    for (int64_t b = 0; b < nb; b++, x += 32) {
+        const __m256 d = _mm256_set1_ps(half_to_f32(blk[b].d));
+        const __m256i q = load32(blk[b].qs);
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        _mm256_storeu_ps(x, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+        _mm256_storeu_ps(x + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+        _mm256_storeu_ps(x + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+        _mm256_storeu_ps(x + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+    }
+}
+#define TG_HAVE_Q_DEQUANT 1
+#endif
