@@ -1,6 +1,7 @@
 // backend.cpp - buffer registry, backend buffers, tensor set/get, backend
 // selection.
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -14,17 +15,21 @@
 static std::mutex g_reg_mutex;
 static std::unordered_map<uint64_t, tg_buffer_entry> g_registry;
 static uint64_t g_next_buffer_id = 1;
+static std::atomic<uint64_t> g_registry_gen{1};  // changes with every add and remove
 
 uint64_t tg_registry_add(tg_backend *be, void *base, size_t size, bool read_only) {
     std::lock_guard<std::mutex> lock(g_reg_mutex);
     uint64_t id = g_next_buffer_id++;
     g_registry[id] = tg_buffer_entry{be, base, size, read_only};
+    g_registry_gen.fetch_add(1, std::memory_order_release);
     return id;
 }
 void tg_registry_remove(uint64_t id) {
     std::lock_guard<std::mutex> lock(g_reg_mutex);
     g_registry.erase(id);
+    g_registry_gen.fetch_add(1, std::memory_order_release);
 }
+uint64_t tg_registry_generation() { return g_registry_gen.load(std::memory_order_acquire); }
 bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out) {
     std::lock_guard<std::mutex> lock(g_reg_mutex);
     auto it = g_registry.find(id);

@@ -54,6 +54,7 @@ tg_status tg_graph_expand(tg_graph *g, tg_tensor *t) {
     std::sort(g->leafs.begin(), g->leafs.end(), by_id);
     if (std::find(g->outputs.begin(), g->outputs.end(), t) == g->outputs.end()) g->outputs.push_back(t);
     g->plan.valid = false;
+    g->checked.valid = false;
     return TG_OK;
 }
 
@@ -129,6 +130,51 @@ static tg_status check_writes(const std::vector<tg_tensor *> &nodes) {
     return TG_OK;
 }
 
+// Every leaf's placement as g->checked records it
+static bool leafs_as_checked(const tg_graph *g) {
+    const std::vector<tg_graph_checked::leaf> &c = g->checked.leafs;
+    if (c.size() != g->leafs.size()) return false;
+    for (size_t i = 0; i < c.size(); i++) {
+        const tg_tensor *t = g->leafs[i];
+        if (t->data != c[i].data || t->buffer_id != c[i].buffer_id || t->mem != c[i].mem || t->device != c[i].device)
+            return false;
+    }
+    return true;
+}
+
+// The checks before a compute: leaf storage, a kernel for every op, no
+// in-place write to read-only memory. Skipped while g->checked still holds.
+static tg_status check_inputs(tg_backend *b, tg_graph *g) {
+    tg_graph_checked &c = g->checked;
+    const uint64_t gen = tg_registry_generation();  // read first: a change during the checks is seen next time
+    if (c.valid && c.backend == b && c.mem == b->mem && c.device == b->device && c.registry_gen == gen &&
+        leafs_as_checked(g))
+        return TG_OK;
+    c.valid = false;
+    tg_status s;
+    for (const tg_tensor *t : g->leafs)
+        if ((s = check_leaf(b, t)) != TG_OK) return s;
+    for (const tg_tensor *t : g->nodes)
+        if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
+            return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
+    if ((s = check_writes(g->nodes)) != TG_OK) return s;
+    try {
+        c.leafs.resize(g->leafs.size());
+    } catch (...) {
+        return TG_OK;  // checked, just not recorded
+    }
+    for (size_t i = 0; i < g->leafs.size(); i++) {
+        const tg_tensor *t = g->leafs[i];
+        c.leafs[i] = {t->data, t->buffer_id, t->mem, t->device};
+    }
+    c.backend = b;
+    c.mem = b->mem;
+    c.device = b->device;
+    c.registry_gen = gen;
+    c.valid = true;
+    return TG_OK;
+}
+
 void tg_graph_mark_prechecks(const std::vector<tg_tensor *> &nodes) {
     std::vector<tg_tensor *> written;  // few: the caches, states and cpy targets
     for (tg_tensor *t : nodes) {
@@ -164,12 +210,7 @@ tg_status tg_graph_compute(tg_backend *b, tg_graph *g) {
     if (!g) return tg_err(TG_ERR_ARG, "[graph_compute] graph is NULL");
     s = tg_graph_check_live("graph_compute", g);
     if (s != TG_OK) return s;
-    for (const tg_tensor *t : g->leafs)
-        if ((s = check_leaf(b, t)) != TG_OK) return s;
-    for (const tg_tensor *t : g->nodes)
-        if (!tg_op_get(t->op).cpu && b->mem == TG_MEM_HOST)
-            return tg_err(TG_ERR_UNSUPPORTED, "[graph_compute] op %s has no CPU kernel", tg_op_get(t->op).name);
-    if ((s = check_writes(g->nodes)) != TG_OK) return s;
+    if ((s = check_inputs(b, g)) != TG_OK) return s;
     const bool planned = g->plan.valid && g->plan.node_offset.size() == g->nodes.size();
     if (!planned && (s = tg_plan_graph(g, "graph_compute")) != TG_OK) return s;
     tg_graph_mark_prechecks(g->nodes);

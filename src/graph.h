@@ -45,6 +45,28 @@ struct tg_plan {
     tg_graph_stats stats{};
 };
 
+// What tg_graph_compute last found true of a graph before running it: every
+// leaf has live storage in the backend's memory, every op a kernel there, no
+// node writes read-only memory in place. Still true while the backend, the
+// storage registry's generation (tg_registry_generation) and each leaf's
+// placement are as recorded; tg_graph_expand clears it. A decode step's
+// graph is computed again and again with ~150 leaves: this saves a locked
+// registry lookup per leaf per step.
+struct tg_graph_checked {
+    struct leaf {
+        const void *data;
+        uint64_t buffer_id;
+        tg_mem mem;
+        int device;
+    };
+    bool valid = false;
+    const tg_backend *backend = nullptr;
+    tg_mem mem = TG_MEM_NONE;
+    int device = -1;
+    uint64_t registry_gen = 0;
+    std::vector<leaf> leafs;  // g->leafs' placements, in order
+};
+
 struct tg_graph {
     tg_context *ctx = nullptr;
     std::vector<tg_tensor *> outputs;
@@ -52,6 +74,7 @@ struct tg_graph {
     std::vector<tg_tensor *> leafs;  // op NONE
     std::vector<std::pair<const tg_context *, uint64_t>> ctxs;  // contexts (and generations) of its tensors
     tg_plan plan;
+    tg_graph_checked checked;
 };
 
 // Set each node's precheck flag (see tg_tensor::precheck): a check input is

@@ -289,6 +289,9 @@ uint64_t tg_registry_add(tg_backend *be, void *base, size_t size, bool read_only
 bool tg_storage_read_only(const tg_tensor *t);
 void tg_registry_remove(uint64_t id);
 bool tg_registry_lookup(uint64_t id, tg_buffer_entry *out);
+// Changes with every add and remove (so a lookup that succeeded still would
+// while it is the same).
+uint64_t tg_registry_generation();
 // Storage check used by tensor_set/get and graph_compute: the tensor has data
 // and its buffer is still live. Sets "[call] ..." on failure.
 tg_status tg_check_storage(const char *call, const tg_tensor *t, tg_backend **owner);
