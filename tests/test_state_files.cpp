@@ -51,6 +51,7 @@ TEST(HardeningMore, StateFilesThatAreNotRegularOrTooLargeAreRefused) {
     const std::string fifo = ::testing::TempDir() + "tinygml_hardening_state.fifo";
     std::remove(fifo.c_str());
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    tgt::watchdog dog(60);  // a regression blocks in the open: fail fast
     EXPECT_EQ(tgm::session_state_load_file(s, -1, fifo.c_str()), TG_ERR_IO);
     EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();
     std::remove(fifo.c_str());
@@ -110,6 +111,7 @@ TEST(HardeningMore, StateSaveNeverDestroysWhatWasThere) {
     const std::string fifo = dir + "tinygml_save.fifo";
     std::remove(fifo.c_str());
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    tgt::watchdog dog(60);  // a regression blocks in the open: fail fast
     EXPECT_EQ(tgm::session_state_save_file(s, -1, fifo.c_str()), TG_ERR_IO);
     EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_save_file] ", 0), 0u) << tg_last_error();
     EXPECT_NE(std::string(tg_last_error()).find("not a regular file"), std::string::npos) << tg_last_error();

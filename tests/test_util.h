@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>  // alarm
+
 #include "tinygml.h"
 
 // ASan reports a too-large allocation and exits rather than throwing
@@ -26,6 +28,17 @@
 #define EXPECT_ERR_NAMES(call) EXPECT_EQ(std::string(tg_last_error()).rfind("[" call "]", 0), 0u) << tg_last_error()
 
 namespace tgt {
+
+// A case that would block forever if the code under test regressed (an open
+// of a FIFO waiting for a writer): SIGALRM ends the test binary after
+// `seconds` (its default action), so ctest reports a failure at once instead
+// of waiting out its 600 s timeout.
+struct watchdog {
+    explicit watchdog(unsigned seconds) { alarm(seconds); }
+    ~watchdog() { alarm(0); }
+    watchdog(const watchdog &) = delete;
+    watchdog &operator=(const watchdog &) = delete;
+};
 
 // TG_TEST_SMALL=1 (the compute-sanitizer runs): the CUDA tests shrink their shapes.
 inline bool small() {
