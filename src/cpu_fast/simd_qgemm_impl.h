@@ -80,6 +80,19 @@ void q4_pack(const void *w, size_t ldw, int R, int64_t nb, q4_pack_block *dst) {
     }
 }
 
+// lanes r < R of acc[c] to out[r + c * ldo]
+template <int C> inline void store_rows(const __m256 *acc, float *out, size_t ldo, int R) {
+    for (int c = 0; c < C; c++) {
+        if (R == 8) {
+            _mm256_storeu_ps(out + c * ldo, acc[c]);
+        } else {
+            alignas(32) float t[8];
+            _mm256_store_ps(t, acc[c]);
+            for (int r = 0; r < R; r++) out[r + c * ldo] = t[r];
+        }
+    }
+}
+
 // C (1..4) tokens (tg_act_q8 rows at act + c * as) against 8 packed rows;
 // rows r < R stored at out[r + c * ldo]
 template <int C>
@@ -107,15 +120,7 @@ void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(a[c]->d)), acc[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        if (R == 8) {
-            _mm256_storeu_ps(out + c * ldo, acc[c]);
-        } else {
-            alignas(32) float t[8];
-            _mm256_store_ps(t, acc[c]);
-            for (int r = 0; r < R; r++) out[r + c * ldo] = t[r];
-        }
-    }
+    store_rows<C>(acc, out, ldo, R);
 }
 
 // Q4_K: the nibbles are unsigned (x = d sc_j q - dmin m_j), so they are the
@@ -206,15 +211,7 @@ void q4k_gemm_tile(const q4k_pack_block *p, int64_t nb, const char *act, size_t 
             acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, da), acc[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        if (R == 8) {
-            _mm256_storeu_ps(out + c * ldo, acc[c]);
-        } else {
-            alignas(32) float t[8];
-            _mm256_store_ps(t, acc[c]);
-            for (int r = 0; r < R; r++) out[r + c * ldo] = t[r];
-        }
-    }
+    store_rows<C>(acc, out, ldo, R);
 }
 
 size_t q_gemm_scratch(int qi, int64_t K) {
