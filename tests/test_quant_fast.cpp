@@ -216,35 +216,37 @@ TEST(QuantFastRef, ReferenceMatchesOracle) {
     }
 }
 
-// A NaN in b poisons its own column (its activation block's scale) only.
+// A NaN in b poisons its own column (its activation block's scale) only:
+// 3 tokens (q_rows) and 6, 9 (q_gemm where the table has it, else the panels).
 TEST_P(QuantFast, NaNInBReachesItsColumnOnly) {
     forced use(table());
-    for (tg_type t : k_qtypes) {
-        SCOPED_TRACE(tg_type_name(t));
-        std::mt19937 rng(3);
-        const int64_t K = tg_type_block_size(t) * 2, M = 9, N = 3;
-        const std::vector<uint8_t> q = quantized(t, weights(rng, K, M));
-        std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
-        x[(size_t)(1 * K + 5)] = NAN;  // column 1
-        tg_init_params ip = {1 << 20, nullptr, true};
-        tg_context *ctx = tg_init(ip);
-        tg_backend *be = tg_backend_cpu(2);
-        tg_tensor *a = tg_new_tensor_2d(ctx, t, K, M), *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N);
-        tg_tensor *y = tg_mul_mat(ctx, a, b);
-        tg_graph *g = tg_graph_new(ctx);
-        tg_graph_expand(g, y);
-        tg_buffer *buf = tg_backend_alloc(be, ctx);
-        tg_tensor_set(a, q.data(), 0, q.size());
-        tg_tensor_set(b, x.data(), 0, x.size() * 4);
-        ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
-        std::vector<float> out((size_t)(M * N));
-        tg_tensor_get(y, out.data(), 0, out.size() * 4);
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t m = 0; m < M; m++) EXPECT_EQ(n == 1, std::isnan(out[(size_t)(n * M + m)])) << m << " " << n;
-        tg_buffer_free(buf);
-        tg_backend_free(be);
-        tg_free(ctx);
-    }
+    for (tg_type t : k_qtypes)
+        for (int64_t N : {3, 6, 9}) {
+            SCOPED_TRACE(std::string(tg_type_name(t)) + " tokens " + std::to_string(N));
+            std::mt19937 rng(3);
+            const int64_t K = tg_type_block_size(t) * 2, M = 9;
+            const std::vector<uint8_t> q = quantized(t, weights(rng, K, M));
+            std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
+            x[(size_t)(1 * K + 5)] = NAN;  // column 1
+            tg_init_params ip = {1 << 20, nullptr, true};
+            tg_context *ctx = tg_init(ip);
+            tg_backend *be = tg_backend_cpu(2);
+            tg_tensor *a = tg_new_tensor_2d(ctx, t, K, M), *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, N);
+            tg_tensor *y = tg_mul_mat(ctx, a, b);
+            tg_graph *g = tg_graph_new(ctx);
+            tg_graph_expand(g, y);
+            tg_buffer *buf = tg_backend_alloc(be, ctx);
+            tg_tensor_set(a, q.data(), 0, q.size());
+            tg_tensor_set(b, x.data(), 0, x.size() * 4);
+            ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+            std::vector<float> out((size_t)(M * N));
+            tg_tensor_get(y, out.data(), 0, out.size() * 4);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t m = 0; m < M; m++) EXPECT_EQ(n == 1, std::isnan(out[(size_t)(n * M + m)])) << m << " " << n;
+            tg_buffer_free(buf);
+            tg_backend_free(be);
+            tg_free(ctx);
+        }
 }
 
 // The q_rows kernels alone. Weights: random quants with unit scales (F16

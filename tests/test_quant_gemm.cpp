@@ -9,9 +9,10 @@
 //    report), outputs at a stride of R + 3 with sentinels in the gaps;
 //  - the int16 pair sums at their limit: every weight -8 against every
 //    activation 127 (and -127), the sums the kernel's bound was written for;
-//  - through mul_mat with 5..33 tokens: the kernel is the path taken, and
-//    its outputs agree with each token's q_rows result (the decode path, 1
-//    token at a time) within F32 rounding of the same integers;
+//  - through mul_mat with 5..33 tokens: the same bits as the kernel called
+//    directly (so it is the path taken), and within F32 rounding of the
+//    decode path (q_rows, 1 token a product), weights whole rows or a view;
+//  - an infinite weight scale: NaN in its row only, as on the decode path;
 //  - q_dequant bit for bit against tg_dequantize_row.
 #include "cpu_fast/cpu_fast.h"
 #include "cpu_fast/quant_act.h"
@@ -139,61 +140,132 @@ TEST_P(QuantGemm, PairSumsAtTheirLimit) {
         }
 }
 
-// mul_mat with more than 4 tokens takes the kernel, and each output agrees
-// with the decode path's (q_rows, one token at a time) up to the F32
-// rounding of the same integer sums (both sum d_w d_a * integer per block).
+struct forced {
+    explicit forced(const tg_simd *t) { tg_simd_force(t); }
+    ~forced() { tg_simd_force(nullptr); }
+};
+
+// mul_mat of weights q (rows of K: with skip 1, a is a view of rows 1..M of
+// M + 1 rows; views of quantized rows keep whole rows) and x (N rows of K),
+// `per_call` tokens per compute (N: one product; 1: a product per token, the
+// decode path); outputs {M, N}, poisoned with NaN before each compute.
+std::vector<float> mul_mat_out(tg_type qt, const std::vector<uint8_t> &q, int64_t K, int64_t M, int64_t skip,
+                               const std::vector<float> &x, int64_t N, int64_t per_call) {
+    std::vector<float> out;
+    tg_init_params ip = {1 << 20, nullptr, true};
+    tg_context *ctx = tg_init(ip);
+    tg_backend *be = tg_backend_cpu(2);
+    const size_t row = tg_row_size(qt, K);
+    tg_tensor *aroot = tg_new_tensor_2d(ctx, qt, K, M + skip);
+    tg_tensor *a = skip ? tg_view_2d(ctx, aroot, K, M, row, row) : aroot;
+    EXPECT_TRUE(a) << tg_last_error();
+    tg_tensor *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, per_call);
+    tg_tensor *y = tg_mul_mat(ctx, a, b);
+    tg_graph *gr = tg_graph_new(ctx);
+    tg_graph_expand(gr, y);
+    tg_buffer *buf = tg_backend_alloc(be, ctx);
+    EXPECT_TRUE(buf) << tg_last_error();
+    if (buf) {
+        EXPECT_EQ(TG_OK, tg_tensor_set(aroot, q.data(), 0, q.size())) << tg_last_error();
+        for (int64_t n = 0; n < N; n += per_call) {
+            tg_tensor_set(b, &x[(size_t)(n * K)], 0, (size_t)(K * per_call) * 4);
+            if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);  // NaN
+            EXPECT_EQ(TG_OK, tg_graph_compute(be, gr)) << tg_last_error();
+            std::vector<float> o((size_t)tg_nelements(y));
+            tg_tensor_get(y, o.data(), 0, o.size() * 4);
+            out.insert(out.end(), o.begin(), o.end());
+        }
+        tg_buffer_free(buf);
+    }
+    tg_backend_free(be);
+    tg_free(ctx);
+    return out;
+}
+
+// The kernel called directly on the same rows and activations (q_quant of
+// each token, then q_gemm 8 rows at a time): {M, N}
+std::vector<float> kernel_out(const gemm_table &g, const std::vector<uint8_t> &q, int64_t K, int64_t M,
+                              int64_t skip, const std::vector<float> &x, int64_t N) {
+    const tg_type qt = qtype(g.qi);
+    const size_t ldw = tg_row_size(qt, K), arb = g.t->q_act_bytes(g.qi, K);
+    std::vector<uint8_t> act(arb * (size_t)N), scratch(g.t->q_gemm_scratch(g.qi, K));
+    for (int64_t n = 0; n < N; n++) g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * arb]);
+    std::vector<float> out((size_t)(M * N), NAN);
+    for (int64_t m = 0; m < M; m += 8)
+        g.t->q_gemm[g.qi](&q[(size_t)(m + skip) * ldw], ldw, (int)std::min<int64_t>(8, M - m), act.data(), arb, N,
+                          K / tg_type_block_size(qt), &out[(size_t)m], (size_t)M, scratch.data());
+    return out;
+}
+
+// mul_mat with more than 4 tokens takes the kernel (the same bits as the
+// kernel called directly: the F32 panels would differ), and each output
+// agrees with the decode path's (q_rows, one token per product) up to the
+// F32 rounding of the same integer sums. Weights a whole tensor or a view of
+// its rows 1..; b small (quantized by every thread) and large (split over
+// the threads).
 TEST_P(QuantGemm, MulMatTakesItAndAgreesWithTheDecodePath) {
     const gemm_table g = table();
-    const tg_simd *t = g.t;
-    tg_simd_force(t);
+    forced use(g.t);
     const tg_type qt = qtype(g.qi);
     std::mt19937 rng(77);
-    for (int64_t N : {5, 8, 33})
-        for (int64_t M : {8, 13, 70}) {
-            SCOPED_TRACE("tokens " + std::to_string(N) + " rows " + std::to_string(M));
-            const int64_t K = 7 * tg_type_block_size(qt);
-            const std::vector<uint8_t> q = quantized(qt, weights(rng, K, M));
-            const std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
-            std::vector<float> out[2];
-            for (int pass = 0; pass < 2; pass++) {
-                // pass 0: all N tokens in one product; pass 1: a product per token
-                tg_init_params ip = {1 << 20, nullptr, true};
-                tg_context *ctx = tg_init(ip);
-                tg_backend *be = tg_backend_cpu(2);
-                tg_tensor *a = tg_new_tensor_2d(ctx, qt, K, M);
-                tg_tensor *b = tg_new_tensor_2d(ctx, TG_TYPE_F32, K, pass ? 1 : N);
-                tg_tensor *y = tg_mul_mat(ctx, a, b);
-                tg_graph *gr = tg_graph_new(ctx);
-                tg_graph_expand(gr, y);
-                tg_buffer *buf = tg_backend_alloc(be, ctx);
-                ASSERT_TRUE(buf) << tg_last_error();
-                tg_tensor_set(a, q.data(), 0, q.size());
-                if (pass == 0) EXPECT_GE(tg_op_get(TG_OP_MUL_MAT).cpu_fast->plan(y, 2), 0);
-                for (int64_t n = 0; n < (pass ? N : 1); n++) {
-                    tg_tensor_set(b, &x[(size_t)(n * K)], 0, (size_t)(K * (pass ? 1 : N)) * 4);
-                    if (be->compute_buf) memset(be->compute_buf, 0xff, be->compute_size);  // NaN
-                    ASSERT_EQ(TG_OK, tg_graph_compute(be, gr)) << tg_last_error();
-                    std::vector<float> o((size_t)tg_nelements(y));
-                    tg_tensor_get(y, o.data(), 0, o.size() * 4);
-                    out[pass].insert(out[pass].end(), o.begin(), o.end());
-                }
-                tg_buffer_free(buf);
-                tg_backend_free(be);
-                tg_free(ctx);
-            }
-            ASSERT_EQ(out[0].size(), (size_t)(M * N));
-            ASSERT_EQ(out[1].size(), (size_t)(M * N));
-            const std::vector<double> wd = decode(qt, q.data(), K * M);
-            for (size_t i = 0; i < out[0].size(); i++) {
-                const int64_t m = (int64_t)i % M, n = (int64_t)i / M;
-                double mag = 0;  // sum |w x|: the scale of the F32 rounding of either order
-                for (int64_t k = 0; k < K; k++) mag += std::fabs(wd[(size_t)(m * K + k)] * x[(size_t)(n * K + k)]);
-                const double tol = 1e-5 * mag;
-                ASSERT_TRUE(std::fabs((double)out[0][i] - out[1][i]) <= tol)  // NaN fails
-                    << "output " << i << ": many tokens " << out[0][i] << ", one token " << out[1][i];
-            }
+    struct shape {
+        int64_t blocks, M, N, skip;
+    };
+    const int64_t bs = tg_type_block_size(qt);
+    const shape shapes[] = {{7 * 32 / bs + 1, 8, 5, 0}, {7 * 32 / bs + 1, 13, 8, 1}, {7 * 32 / bs + 1, 70, 33, 0},
+                            {1024 / bs, 21, 33, 0},  // K N > 16384: b quantized split over the threads
+                            {2, 9, 6, 1}};
+    for (const shape &sh : shapes) {
+        const int64_t K = sh.blocks * bs, M = sh.M, N = sh.N;
+        SCOPED_TRACE("K " + std::to_string(K) + " rows " + std::to_string(M) + " tokens " + std::to_string(N) +
+                     (sh.skip ? " a view" : ""));
+        const std::vector<uint8_t> q = quantized(qt, weights(rng, K, M + sh.skip));
+        const std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
+        const std::vector<float> many = mul_mat_out(qt, q, K, M, sh.skip, x, N, N);
+        const std::vector<float> one = mul_mat_out(qt, q, K, M, sh.skip, x, N, 1);
+        const std::vector<float> direct = kernel_out(g, q, K, M, sh.skip, x, N);
+        ASSERT_EQ(many.size(), (size_t)(M * N));
+        ASSERT_EQ(one.size(), (size_t)(M * N));
+        EXPECT_EQ(0, memcmp(many.data(), direct.data(), many.size() * 4)) << "mul_mat did not take q_gemm";
+        for (size_t i = 0; i < many.size(); i++) {
+            const int64_t m = (int64_t)i % M, n = (int64_t)i / M;
+            const std::vector<double> wd = decode(qt, &q[(size_t)(m + sh.skip) * tg_row_size(qt, K)], K);
+            double mag = 0;  // sum |w x|: the scale of the F32 rounding of either order
+            for (int64_t k = 0; k < K; k++) mag += std::fabs(wd[(size_t)k] * x[(size_t)(n * K + k)]);
+            ASSERT_TRUE(std::fabs((double)many[i] - one[i]) <= 1e-5 * mag)  // NaN fails
+                << "output " << i << ": many tokens " << many[i] << ", one token " << one[i];
         }
-    tg_simd_force(nullptr);
+    }
+}
+
+// A block with an infinite weight scale: its row is NaN for every token, as
+// in the dequantized product (whose weights d q are NaN at q = 0 and of both
+// signs), and on the decode path for d; the other rows finite. (The decode
+// path's Q4_K gives +-inf for an infinite dmin: its mins term is dmin d_a
+// times an integer sum; left as it is, docs/ops.md.)
+TEST_P(QuantGemm, InfiniteWeightScaleGivesNaN) {
+    const gemm_table g = table();
+    forced use(g.t);
+    const tg_type qt = qtype(g.qi);
+    std::mt19937 rng(9);
+    const int64_t bs = tg_type_block_size(qt), K = (qt == TG_TYPE_Q4_K ? 2 : 5) * bs, M = 11, N = 6;
+    for (int which = 0; which < (qt == TG_TYPE_Q4_K ? 2 : 1); which++) {  // Q4_K: d, then dmin
+        SCOPED_TRACE(which ? "dmin inf" : "d inf");
+        std::vector<uint8_t> q = quantized(qt, weights(rng, K, M));
+        const size_t row = tg_row_size(qt, K), blk = tg_type_size(qt);
+        uint8_t *d = &q[3 * row + blk + 2 * (size_t)which];  // row 3, block 1
+        d[0] = 0x00, d[1] = 0x7c;  // +inf
+        const std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
+        for (int64_t per_call : {N, (int64_t)1}) {
+            if (per_call == 1 && which == 1) continue;  // the decode path's inf, above
+            const std::vector<float> out = mul_mat_out(qt, q, K, M, 0, x, N, per_call);
+            ASSERT_EQ(out.size(), (size_t)(M * N));
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t m = 0; m < M; m++)
+                    EXPECT_EQ(m == 3, std::isnan(out[(size_t)(n * M + m)]))
+                        << "row " << m << " token " << n << " (" << per_call << " per product): " << out[(size_t)(n * M + m)];
+        }
+    }
 }
 
 // q_dequant (the F32 panels' weight blocks) gives tg_dequantize_row's bits:

@@ -49,13 +49,14 @@ bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_c
 
 // Quantized weights: up to 4 tokens take the integer path (mul_mat_q.cpp),
 // and so do more with the VNNI table (simd.h q_many) or a q_gemm kernel
-// (AVX2 Q4_0); otherwise more tokens take the panels below, each claimed
+// (AVX2 Q4_0 and Q4_K); otherwise more tokens take the panels below, each claimed
 // weight block dequantized to F32 once (as 16-bit weights are converted),
 // faster there than maddubs + madd and exact.
 bool quant_panels(const tg_tensor *dst) {
     const tg_simd &simd = tg_simd_get();
     const tg_type t = dst->src[0]->type;
-    return tg_type_is_quantized(t) && dst->src[1]->ne[1] > 4 && !simd.q_many && !simd.q_gemm[tg_simd_qindex(t)];
+    const int qi = tg_simd_qindex(t);  // every quantized type has one (quant_act.h)
+    return tg_type_is_quantized(t) && dst->src[1]->ne[1] > 4 && !simd.q_many && !(qi >= 0 && simd.q_gemm[qi]);
 }
 
 int64_t plan(const tg_tensor *dst, int nth) {

@@ -1,7 +1,7 @@
 // mul_mat_q.cpp - fast mul_mat for quantized weights a {K, M, A2, A3} (Q8_0,
 // Q4_0, Q4_K) and up to 4 tokens of any b (F32/F16/BF16), or any number with
-// the VNNI table (simd.h q_many) or a q_gemm kernel (the AVX2 table's Q4_0;
-// otherwise more tokens take mul_mat.cpp's F32 panels with the weights
+// the VNNI table (simd.h q_many) or a q_gemm kernel (the AVX2 table's Q4_0
+// and Q4_K; otherwise more tokens take mul_mat.cpp's F32 panels with the weights
 // dequantized per block), as ggml does it on the CPU:
 //   1. b's rows are quantized to 8 bits per block (simd.h q_quant, in the
 //      vector table's layout, quant_act.h): a small b (decode: up to

@@ -79,14 +79,14 @@ struct tg_simd {
     // dequantized weights in the F32 panels (mul_mat.cpp) with VNNI
     bool q_many;
     // Quantized weights against many tokens (prompts) where that beats the
-    // F32 panels: the AVX2 table's Q4_0 (simd_qgemm_impl.h); NULL entries
-    // elsewhere. R (1..8) weight rows (row r at w + r*ldw bytes, nblocks
-    // blocks) against N activation rows in q_quant's layout (row n at act +
-    // n*act_stride):
-    //   out[r + n*ldo] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]
-    // the integer sums exact, scaled and added in F32 per row over the blocks
-    // in order (not q_rows' order: the two may differ by F32 rounding), the
-    // same for any other rows or tokens. scratch: q_gemm_scratch(qi, K) bytes.
+    // F32 panels: the AVX2 table's Q4_0 and Q4_K (simd_qgemm_impl.h); NULL
+    // entries elsewhere. R (1..8) weight rows (row r at w + r*ldw bytes,
+    // nblocks blocks) against N activation rows in q_quant's layout (row n
+    // at act + n*act_stride): the same sums as q_rows (Q4_K's mins
+    // included), the integer parts exact in int32, scaled and added in F32
+    // per row over the blocks in order (not q_rows' order: the two may
+    // differ by F32 rounding), the same for any other rows or tokens; an
+    // infinite weight scale gives NaN. scratch: q_gemm_scratch(qi, K) bytes.
     void (*q_gemm[3])(const void *w, size_t ldw, int R, const void *act, size_t act_stride, int64_t N,
                       int64_t nblocks, float *out, size_t ldo, void *scratch);
     size_t (*q_gemm_scratch)(int qi, int64_t K);

@@ -21,10 +21,12 @@
 // int32 lane of the result is one row. The + 128 is taken back per row and
 // block: sum_i (q_i + 128) w_i = sum_i q_i w_i + 128 sum_i w_i, the last term
 // packed with the weights (wsum).
-// Per output: sum over blocks in order of (d_w d_a) * exact integer, one F32
-// FMA per block, the same for any other rows or tokens of the call (each
-// lane and token has its accumulator), so results do not depend on the
-// row or token grouping.
+// Per output: sum over blocks in order of (d_w d_a) * integer sum (exact in
+// int32; Q4_K's super-block sums can pass 2^24 and round in the conversion
+// to F32), one F32 FMA per block, the same for any other rows or tokens of
+// the call (each lane and token has its accumulator), so results do not
+// depend on the row or token grouping. A block with an infinite weight scale
+// gives NaN, as the reference's dequantized product does.
 
 #if defined(TG_SIMD_AVX2)
 struct q4_pack_block {
@@ -53,6 +55,16 @@ inline void transpose8_epi32(__m256i v[8]) {
     }
 }
 
+// F16 scales to F32 with an infinite one made NaN: the reference's weights
+// d * q of such a block are NaN (q = 0) or of both signs, so its products
+// are NaN; an inf scale times the block's integer sum would be +-inf instead
+inline __m256 scales_f32(const uint16_t *h) {
+    const __m256 d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h));
+    const __m256 inf = _mm256_set1_ps(INFINITY);
+    const __m256 is_inf = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), d), inf, _CMP_EQ_OQ);
+    return _mm256_blendv_ps(d, _mm256_set1_ps(NAN), is_inf);
+}
+
 // R (1..8) Q4_0 rows of nb blocks into nb pack blocks (rows past R: zero)
 void q4_pack(const void *w, size_t ldw, int R, int64_t nb, q4_pack_block *dst) {
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
@@ -76,7 +88,7 @@ void q4_pack(const void *w, size_t ldw, int R, int64_t nb, q4_pack_block *dst) {
             s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ones8, v[j]));
         }
         _mm256_storeu_si256((__m256i *)dst[b].wsum, _mm256_slli_epi32(_mm256_madd_epi16(s, ones16), 7));
-        _mm256_storeu_ps(dst[b].d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh)));
+        _mm256_storeu_ps(dst[b].d, scales_f32(dh));
     }
 }
 
@@ -168,8 +180,8 @@ void q4k_pack(const void *w, size_t ldw, int R, int64_t nb, q4k_pack_block *dst)
                 _mm256_storeu_si256((__m256i *)dst[b].q[2 * g + 1][s], hi[s]);
             }
         }
-        _mm256_storeu_ps(dst[b].d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh)));
-        _mm256_storeu_ps(dst[b].dmin, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)mh)));
+        _mm256_storeu_ps(dst[b].d, scales_f32(dh));
+        _mm256_storeu_ps(dst[b].dmin, scales_f32(mh));
     }
 }
 
