@@ -379,6 +379,7 @@ tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path) {
     const char *call = "gguf_write";
     if (!w) return tg_err(TG_ERR_ARG, "[%s] the writer is NULL", call);
     if (!path) return tg_err(TG_ERR_ARG, "[%s] path is NULL", call);
+    if (!*path) return tg_err(TG_ERR_ARG, "[%s] path is empty", call);
     Out o;
     std::vector<uint64_t> offsets;
     uint64_t data_size = 0;

@@ -564,6 +564,8 @@ TEST(GgufWriter, FailedWriteLeavesWhatWasThere) {
     }
     EXPECT_EQ(temporaries_of(fifo), 0);
     remove(fifo.c_str());
+    EXPECT_EQ(tg_gguf_write(w.get(), ""), TG_ERR_ARG);  // not a temporary file in the working directory
+    EXPECT_STREQ(tg_last_error(), "[gguf_write] path is empty");
 }
 
 // The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid, but
