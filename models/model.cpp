@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -102,13 +103,25 @@ tg_status read_hparams(loader &L, hparams &hp) {
             return fail(TG_ERR_FORMAT, "[model_load] ssm.head_count_k %d does not divide ssm.head_count_v %d",
                         hp.ssm_hk, hp.ssm_hv);
     }
-    uint32_t tok;
-    if (tg_gguf_find_key(L.g, "tokenizer.ggml.bos_token_id") >= 0 &&
-        tg_gguf_get_u32(L.g, "tokenizer.ggml.bos_token_id", &tok) == TG_OK)
-        hp.bos = (int)tok;
-    if (tg_gguf_find_key(L.g, "tokenizer.ggml.eos_token_id") >= 0 &&
-        tg_gguf_get_u32(L.g, "tokenizer.ggml.eos_token_id", &tok) == TG_OK)
-        hp.eos = (int)tok;
+    // BOS / EOS: absent keys keep 256 / 257; a present one must be a token id
+    // of any integer type (checked against the vocabulary once it is known).
+    // A value of another type or a negative one (int32 -1 for "none") is an
+    // error, as in llama.cpp (its loader throws on a key of the wrong type),
+    // not silently replaced by the default.
+    const struct {
+        const char *key;
+        int *id;
+    } special[] = {{"tokenizer.ggml.bos_token_id", &hp.bos}, {"tokenizer.ggml.eos_token_id", &hp.eos}};
+    for (const auto &sp : special) {
+        if (tg_gguf_find_key(L.g, sp.key) < 0) continue;
+        int64_t v;
+        if (tg_gguf_get_i64(L.g, sp.key, &v) != TG_OK)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s': %s", sp.key, tg_last_error());
+        if (v < 0 || v > INT32_MAX)
+            return fail(TG_ERR_FORMAT, "[model_load] key '%s' = %lld is not a token id (leave the key out for the "
+                        "default, %d)", sp.key, (long long)v, *sp.id);
+        *sp.id = (int)v;
+    }
     return TG_OK;
 }
 
@@ -119,9 +132,10 @@ tg_status read_hparams(loader &L, hparams &hp) {
 // synthetic models) are taken as byte-level, as before.
 tg_status check_vocab(tg_gguf *g, const hparams &hp) {
     const char *model = nullptr;
-    if (tg_gguf_find_key(g, "tokenizer.ggml.model") < 0 || tg_gguf_get_str(g, "tokenizer.ggml.model", &model) != TG_OK ||
-        strcmp(model, "gpt2") != 0)
-        return TG_OK;
+    if (tg_gguf_find_key(g, "tokenizer.ggml.model") < 0) return TG_OK;
+    if (tg_gguf_get_str(g, "tokenizer.ggml.model", &model) != TG_OK)
+        return fail(TG_ERR_FORMAT, "[model_load] key 'tokenizer.ggml.model': %s", tg_last_error());
+    if (strcmp(model, "gpt2") != 0) return TG_OK;
     uint64_t n_tok = 0, n_merges = 0;
     tg_gguf_type et;
     if (tg_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n_tok, nullptr) != TG_OK || et != TG_GGUF_STRING)
@@ -130,7 +144,9 @@ tg_status check_vocab(tg_gguf *g, const hparams &hp) {
         return fail(TG_ERR_FORMAT, "[model_load] tokenizer.ggml.tokens has %llu entries, the vocabulary %d",
                     (unsigned long long)n_tok, hp.n_vocab);
     if (tg_gguf_find_key(g, "tokenizer.ggml.merges") >= 0 &&
-        tg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merges, nullptr) == TG_OK && n_merges > 0)
+        (tg_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n_merges, nullptr) != TG_OK || et != TG_GGUF_STRING))
+        return fail(TG_ERR_FORMAT, "[model_load] tokenizer.ggml.merges must be an array of strings");
+    if (n_merges > 0)
         return fail(TG_ERR_UNSUPPORTED,
                     "[model_load] tokenizer 'gpt2' with %llu merges: tinygml's tokenizer is byte-level "
                     "(256 byte tokens, no merges)",

@@ -277,7 +277,9 @@ void sample_top_p(std::vector<candidate> &c, float p);
 // Keep the candidates with probability >= p * the largest probability. p <= 0:
 // all; p > 1 acts as 1.
 void sample_min_p(std::vector<candidate> &c, float p);
-// Draw one id from softmax(logit / temp) of a non-empty list, with one rng().
+// Draw one id from softmax(logit / temp) of a non-empty list, with one rng()
+// (-1 for an empty one). temp below sampler::kMinTemp or NaN: greedy, the
+// largest logit (smallest id on ties), as the sampler.
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);
 // Greedy without a penalty: the id of the largest finite logit of n, the
 // smallest on ties; -1 when none is finite (n <= 0 included). SSE2 where the

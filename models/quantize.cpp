@@ -2,6 +2,7 @@
 #include "quantize.h"
 
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -142,6 +143,10 @@ tg_status quantize_file(const char *in_path, const char *out_path, tg_type t, FI
     if (!tg_type_is_quantized(t))
         return tg_set_error(TG_ERR_ARG, "[quantize] type %s is not q8_0, q4_0 or q4_k",
                             tg_type_name(t) ? tg_type_name(t) : "(invalid)");
+    // the same file under another name (./m.gguf, a link): the write would replace the input
+    struct stat si, so;
+    if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return tg_set_error(TG_ERR_ARG, "[quantize] the output '%s' is the input file '%s'", out_path, in_path);
     std::unique_ptr<tg_gguf, gguf_del> g(tg_gguf_open(in_path));
     if (!g) return tg_set_error(TG_ERR_FORMAT, "[quantize] %s", tg_last_error());
     std::unique_ptr<tg_gguf_writer, writer_del> w(tg_gguf_writer_new());

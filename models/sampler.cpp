@@ -80,6 +80,12 @@ void sample_min_p(std::vector<candidate> &c, float p) {
 
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng) {
     if (c.empty()) return -1;
+    if (!(temp >= sampler::kMinTemp)) {
+        // the sampler's greedy rule: 0, a negative or a NaN temp made every
+        // weight NaN or inverted the softmax, and the least likely id was drawn
+        (void)rng();  // still one rng() per draw
+        return std::min_element(c.begin(), c.end(), before)->id;
+    }
     double mx = c[0].logit;
     for (const candidate &x : c) mx = std::max(mx, x.logit);
     std::vector<double> w(c.size());

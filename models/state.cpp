@@ -302,7 +302,7 @@ tg_status session_state_save_file(session *s, int seq, const char *path) {
     if (!path) return tg_set_error(TG_ERR_ARG, "[%s] path is NULL", who);
     std::vector<uint8_t> buf;
     tg_status st = session_state_save(s, seq, &buf);
-    if (st != TG_OK) return st;
+    if (st != TG_OK) return tg_set_error(st, "[%s] %s", who, tg_last_error());
     std::string target = path;
     struct stat sb;
     if (stat(path, &sb) == 0) {

@@ -481,7 +481,9 @@ int main(int argc, char **argv) {
         tg_backend_free(be);
         return rc;
     }
-    std::vector<int32_t> prompt = tgm::tokenize(o.prompt, true);
+    // BOS is the model's (tokenizer.ggml.bos_token_id), as -i's conversation starts
+    std::vector<int32_t> prompt = tgm::tokenize(o.prompt, false);
+    prompt.insert(prompt.begin(), m->hp.bos);
     // The prompt fills positions [0, P); the n-th generated token is sampled
     // from the logits of position P + n - 2 and never fed back.
     const long long need = (long long)prompt.size() + std::max(o.n_predict - 1, 0);

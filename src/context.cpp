@@ -431,7 +431,8 @@ tg_tensor *tg_view_4d(tg_context *ctx, tg_tensor *a, int64_t ne0, int64_t ne1, i
 tg_tensor *tg_reshape(tg_context *ctx, tg_tensor *a, int n_dims, const int64_t *ne) {
     if (!tg_check_not_null("reshape", "a", a)) return nullptr;
     if (!tg_is_contiguous(a)) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] a %s is not contiguous", tg_shape_str(a).c_str());
-    if (n_dims < 1 || n_dims > TG_MAX_DIMS || !ne) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] n_dims %d not in [1, 4]", n_dims);
+    if (n_dims < 1 || n_dims > TG_MAX_DIMS) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] n_dims %d not in [1, 4]", n_dims);
+    if (!ne) TG_FAIL_NULL(TG_ERR_ARG, "[reshape] ne is NULL");
     int64_t n = 1;
     for (int i = 0; i < n_dims; i++) {
         if (ne[i] < 1 || __builtin_mul_overflow(n, ne[i], &n))

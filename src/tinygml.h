@@ -600,7 +600,10 @@ TG_API tg_status tg_gguf_add_tensor(tg_gguf_writer *w, const char *name, tg_type
 typedef tg_status (*tg_gguf_fill_fn)(void *user, void *dst, size_t offset, size_t n);
 TG_API tg_status tg_gguf_add_tensor_fill(tg_gguf_writer *w, const char *name, tg_type type, int n_dims,
                                          const int64_t *ne, tg_gguf_fill_fn fill, void *user);
-// Write the file (IO error: the partial file is removed).
+// Write the file: to PATH.tmp-PID-N, renamed over path once complete (a link
+// is followed). An IO or fill error removes the temporary file and leaves
+// what was at path as it was; a path that is not a regular file (a FIFO, a
+// device, a directory) is refused (TG_ERR_IO), never opened.
 TG_API tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path);
 // Write into a malloc'ed buffer; the caller frees *data with tg_gguf_free_memory.
 TG_API tg_status tg_gguf_write_memory(const tg_gguf_writer *w, void **data, size_t *size);

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -470,6 +472,100 @@ TEST(GgufWriter, WriteToBadPathFails) {
     EXPECT_EQ(st, TG_ERR_IO);
     EXPECT_TRUE(has(tg_last_error(), "write failed")) << tg_last_error();
     EXPECT_NE(access(path.c_str(), F_OK), 0) << "the partial file was left behind";
+}
+
+namespace {
+std::string read_all(const std::string &path) {
+    FILE *f = fopen(path.c_str(), "rb");
+    if (!f) return "(missing)";
+    std::string s;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    fclose(f);
+    return s;
+}
+// Files in path's directory whose name starts with path's name + ".tmp-".
+int temporaries_of(const std::string &path) {
+    const std::filesystem::path p(path);
+    int n = 0;
+    for (const auto &e : std::filesystem::directory_iterator(p.parent_path()))
+        n += e.path().filename().string().rfind(p.filename().string() + ".tmp-", 0) == 0;
+    return n;
+}
+tg_status fill_fails(void *, void *, size_t, size_t) { return tg_set_error(TG_ERR_IO, "[test_fill] no data"); }
+}  // namespace
+
+// A failed write never destroys what was at the path (session 32's sweep: the
+// writer truncated the target first and removed it on an error, so a full
+// disk or a failing fill lost an existing model, tinygml-quantize's output
+// included), and a path that is not a regular file is refused, never opened
+// (a FIFO hung the open: tinygml-synth -o FIFO, tinygml-quantize IN FIFO q8_0).
+TEST(GgufWriter, FailedWriteLeavesWhatWasThere) {
+    WriterPtr w(tg_gguf_writer_new());
+    std::vector<float> x(4096, 1.0f);
+    const int64_t ne[1] = {4096};
+    ASSERT_EQ(tg_gguf_add_tensor(w.get(), "x", TG_TYPE_F32, 1, ne, x.data()), TG_OK);
+    const std::string path = temp_path("precious");
+    const std::string old = "an existing file, not to be lost";
+    write_file(path, std::vector<uint8_t>(old.begin(), old.end()));
+    ASSERT_EQ(chmod(path.c_str(), 0640), 0);
+    // a write that fails midway (file size limit)
+    struct rlimit old_lim;
+    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    struct rlimit lim = old_lim;
+    lim.rlim_cur = 1000;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    tg_status st = tg_gguf_write(w.get(), path.c_str());
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+    signal(SIGXFSZ, old_handler);
+    EXPECT_EQ(st, TG_ERR_IO);
+    EXPECT_TRUE(has(tg_last_error(), ("[gguf_write] '" + path + "': write failed").c_str())) << tg_last_error();
+    EXPECT_EQ(read_all(path), old);
+    EXPECT_EQ(temporaries_of(path), 0);
+    // a fill that fails: its own status and message, the file as it was
+    WriterPtr wf(tg_gguf_writer_new());
+    ASSERT_EQ(tg_gguf_add_tensor_fill(wf.get(), "x", TG_TYPE_F32, 1, ne, fill_fails, nullptr), TG_OK);
+    EXPECT_EQ(tg_gguf_write(wf.get(), path.c_str()), TG_ERR_IO);
+    EXPECT_TRUE(has(tg_last_error(), "[gguf_write] tensor 'x': fill failed at byte 0: [test_fill] no data"))
+        << tg_last_error();
+    EXPECT_EQ(read_all(path), old);
+    EXPECT_EQ(temporaries_of(path), 0);
+    // a write that succeeds replaces it, keeping its permissions
+    ASSERT_EQ(tg_gguf_write(w.get(), path.c_str()), TG_OK) << tg_last_error();
+    GgufPtr g(tg_gguf_open(path.c_str()));
+    ASSERT_TRUE(g) << tg_last_error();
+    EXPECT_EQ(tg_gguf_n_tensors(g.get()), 1);
+    struct stat sb;
+    ASSERT_EQ(stat(path.c_str(), &sb), 0);
+    EXPECT_EQ(sb.st_mode & 07777, 0640u);
+    EXPECT_EQ(temporaries_of(path), 0);
+    // through a link: the target is written, the link stays a link
+    const std::string link = temp_path("link");
+    ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+    write_file(path, std::vector<uint8_t>(old.begin(), old.end()));
+    ASSERT_EQ(tg_gguf_write(w.get(), link.c_str()), TG_OK) << tg_last_error();
+    struct stat lb;
+    ASSERT_EQ(lstat(link.c_str(), &lb), 0);
+    EXPECT_TRUE(S_ISLNK(lb.st_mode));
+    EXPECT_NE(read_all(path), old);
+    remove(link.c_str());
+    remove(path.c_str());
+    // not regular files: refused at once, left in place (a regression hangs on the FIFO)
+    const std::string fifo = temp_path("fifo_out");
+    remove(fifo.c_str());
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    for (const std::string &p : {fifo, std::string("/dev/null"), ::testing::TempDir()}) {
+        SCOPED_TRACE(p);
+        EXPECT_EQ(tg_gguf_write(w.get(), p.c_str()), TG_ERR_IO);
+        EXPECT_TRUE(has(tg_last_error(), "not a regular file")) << tg_last_error();
+        ASSERT_EQ(stat(p.c_str(), &sb), 0);
+        EXPECT_FALSE(S_ISREG(sb.st_mode));
+    }
+    EXPECT_EQ(temporaries_of(fifo), 0);
+    remove(fifo.c_str());
+    EXPECT_EQ(tg_gguf_write(w.get(), ""), TG_ERR_ARG);  // not a temporary file in the working directory
+    EXPECT_STREQ(tg_last_error(), "[gguf_write] path is empty");
 }
 
 // The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid, but

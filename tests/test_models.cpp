@@ -236,4 +236,92 @@ TEST(Models, ImpossibleMetadataIsAClearError) {
     tg_backend_free(be);
 }
 
+// Session 32's sweep: tokenizer keys of the wrong type were skipped silently:
+// a bos_token_id of int32 -1 (or a string, a float, a u64 past 2^32) loaded
+// with BOS 256, a u32 0xFFFFFFFF was reported as id -1, a non-string
+// tokenizer.ggml.model meant "no vocabulary" and a merges key that is not an
+// array "no merges". Each is now an error naming its key, as llama.cpp's
+// loader throws on a key of the wrong type; ids of any integer type load.
+TEST(Models, TokenizerKeysOfTheWrongTypeAreErrors) {
+    using tgt::toy_config;
+    auto with = [](std::function<void(tg_gguf_writer *)> f) {
+        return [f] {
+            tg_gguf_writer *w = tgt::toy_model_writer(toy_config{}, 1);
+            f(w);
+            return w;
+        };
+    };
+    auto gpt2 = [](tg_gguf_writer *w) {
+        std::vector<std::string> t;
+        for (int b = 0; b < 256; b++) t.push_back(tgm::byte_token_text(b));
+        t.push_back("<s>");
+        t.push_back("</s>");
+        std::vector<const char *> p;
+        for (const auto &x : t) p.push_back(x.c_str());
+        tg_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+        tg_gguf_set_arr_str(w, "tokenizer.ggml.tokens", p.size(), p.data());
+    };
+    const char *bos = "tokenizer.ggml.bos_token_id", *eos = "tokenizer.ggml.eos_token_id";
+    std::vector<bad_case> cases = {
+        {"bos int32 -1", with([=](tg_gguf_writer *w) { tg_gguf_set_i32(w, bos, -1); }),
+         "key 'tokenizer.ggml.bos_token_id' = -1 is not a token id"},
+        {"bos string", with([=](tg_gguf_writer *w) { tg_gguf_set_str(w, bos, "256"); }),
+         "key 'tokenizer.ggml.bos_token_id': [gguf_get_i64]"},
+        {"eos float", with([=](tg_gguf_writer *w) { tg_gguf_set_f32(w, eos, 257.0f); }),
+         "key 'tokenizer.ggml.eos_token_id': [gguf_get_i64]"},
+        {"eos u64 past int64", with([=](tg_gguf_writer *w) { tg_gguf_set_u64(w, eos, ~0ull); }),
+         "key 'tokenizer.ggml.eos_token_id': [gguf_get_i64]"},
+        {"eos u32 max", with([=](tg_gguf_writer *w) { tg_gguf_set_u32(w, eos, 0xffffffffu); }),
+         "key 'tokenizer.ggml.eos_token_id' = 4294967295 is not a token id"},
+        {"eos past the vocabulary", with([=](tg_gguf_writer *w) { tg_gguf_set_u32(w, eos, 258); }),
+         "bos/eos ids 256/258 outside the vocabulary of 258"},
+        {"model not a string", with([](tg_gguf_writer *w) { tg_gguf_set_u32(w, "tokenizer.ggml.model", 2); }),
+         "key 'tokenizer.ggml.model': [gguf_get_str]"},
+        {"merges a string", with([=](tg_gguf_writer *w) {
+             gpt2(w);
+             tg_gguf_set_str(w, "tokenizer.ggml.merges", "a b");
+         }),
+         "tokenizer.ggml.merges must be an array of strings"},
+        {"merges of ints", with([=](tg_gguf_writer *w) {
+             gpt2(w);
+             tg_gguf_set_arr(w, "tokenizer.ggml.merges", TG_GGUF_INT32, 0, nullptr);
+         }),
+         "tokenizer.ggml.merges must be an array of strings"},
+    };
+    tg_backend *be = tg_backend_cpu(1);
+    for (auto &c : cases) {
+        std::string path = tgt::write_temp_model(c.make(), "bad_tok");
+        ASSERT_FALSE(path.empty()) << c.name << ": " << tg_last_error();
+        tgm::model *m = tgm::model_load(path.c_str(), be);
+        EXPECT_EQ(m, nullptr) << c.name;
+        EXPECT_EQ(std::string(tg_last_error()).rfind("[model_load]", 0), 0u) << c.name << ": " << tg_last_error();
+        EXPECT_NE(strstr(tg_last_error(), c.fragment), nullptr) << c.name << ": " << tg_last_error();
+        tgm::model_free(m);
+        std::remove(path.c_str());
+    }
+    // ids of other integer types, and an empty merges list, load
+    struct {
+        std::function<tg_gguf_writer *()> make;
+        int bos, eos;
+    } good[] = {
+        {with([=](tg_gguf_writer *w) { tg_gguf_set_i32(w, bos, 256), tg_gguf_set_u16(w, eos, 1); }), 256, 1},
+        {with([=](tg_gguf_writer *w) { tg_gguf_set_i64(w, bos, 2), tg_gguf_set_u8(w, eos, 3); }), 2, 3},
+        {with([=](tg_gguf_writer *w) {
+             gpt2(w);
+             tg_gguf_set_arr_str(w, "tokenizer.ggml.merges", 0, nullptr);
+         }),
+         256, 257},
+    };
+    for (auto &g : good) {
+        std::string path = tgt::write_temp_model(g.make(), "good_tok");
+        tgm::model *m = tgm::model_load(path.c_str(), be);
+        ASSERT_NE(m, nullptr) << tg_last_error();
+        EXPECT_EQ(m->hp.bos, g.bos);
+        EXPECT_EQ(m->hp.eos, g.eos);
+        tgm::model_free(m);
+        std::remove(path.c_str());
+    }
+    tg_backend_free(be);
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 // the source rows (F32 and F16 sources, rows larger than one 4 MiB fill piece
 // and pieces ending mid-row), that kept tensors and every key/value come back
 // unchanged, and its errors (bad type, missing input, unwritable output).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -167,6 +168,31 @@ TEST(QuantizeTool, Errors) {
     const std::string src = std::string(TG_SOURCE_DIR) + "/models/llama-recall.gguf";
     EXPECT_NE(TG_OK, tgm::quantize_file(src.c_str(), "/no/such/dir/out.gguf", TG_TYPE_Q8_0, nullptr, nullptr));
     EXPECT_NE(nullptr, strstr(tg_last_error(), "[quantize]")) << tg_last_error();
+    // the input under another name (a link; ./x for x): refused, the input as it was (the tool's
+    // own check compared the strings only, and the write replaced the input)
+    const std::string in = temp("alias_in"), link = temp("alias_link");
+    {
+        FILE *a = fopen(src.c_str(), "rb"), *b = fopen(in.c_str(), "wb");
+        ASSERT_TRUE(a && b);
+        char buf[65536];
+        for (size_t n; (n = fread(buf, 1, sizeof buf, a)) > 0;) ASSERT_EQ(n, fwrite(buf, 1, n, b));
+        fclose(a);
+        fclose(b);
+    }
+    ASSERT_EQ(0, symlink(in.c_str(), link.c_str()));
+    struct stat before, after;
+    ASSERT_EQ(0, stat(in.c_str(), &before));
+    const std::string dot = in.substr(0, in.rfind('/') + 1) + "./" + in.substr(in.rfind('/') + 1);
+    for (const std::string &out_alias : {link, dot}) {
+        EXPECT_EQ(TG_ERR_ARG, tgm::quantize_file(in.c_str(), out_alias.c_str(), TG_TYPE_Q8_0, nullptr, nullptr));
+        EXPECT_NE(nullptr, strstr(tg_last_error(), "is the input file")) << tg_last_error();
+        ASSERT_EQ(0, stat(in.c_str(), &after));
+        EXPECT_EQ(before.st_ino, after.st_ino);
+        EXPECT_EQ(before.st_size, after.st_size);
+        EXPECT_EQ(before.st_mtime, after.st_mtime);
+    }
+    std::remove(link.c_str());
+    std::remove(in.c_str());
     tg_type t;
     EXPECT_TRUE(tgm::quantize_type_from_name("Q4_K", &t));
     EXPECT_EQ(TG_TYPE_Q4_K, t);

@@ -486,6 +486,23 @@ TEST(Sampler, TinyTemperatureIsGreedy) {
     }
 }
 
+// sample_draw itself (public, model.h) follows the same rule: a temp of 0, a
+// negative one or NaN drew the least likely candidate (session 32's sweep:
+// every weight NaN, or the softmax inverted), now the largest logit; one
+// rng() per draw either way.
+TEST(Sampler, DrawWithATemperatureBelowTheMinimumIsGreedy) {
+    const float l[5] = {1, 5, 3, -2, 5};
+    std::vector<tgm::candidate> c = tgm::sample_candidates(l, 5);
+    for (float t : {0.0f, -0.0f, -1.0f, 5e-5f, kNaN, -kInf}) {
+        std::mt19937_64 rng(7), ref(7);
+        EXPECT_EQ(tgm::sample_draw(c, t, rng), 1) << "temp " << t;  // 5, the smaller id of the tie
+        ref();
+        EXPECT_EQ(rng(), ref()) << "temp " << t << ": one rng() per draw";
+    }
+    std::mt19937_64 rng(7);
+    EXPECT_EQ(tgm::sample_draw({}, 0.0f, rng), -1);
+}
+
 // Greedy and sampled draws skip NaN, +inf and -inf logits wherever they are
 // (index 0 included), whatever the stages, and a row with no finite logit
 // gives -1.

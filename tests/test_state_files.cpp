@@ -121,6 +121,14 @@ TEST(HardeningMore, StateSaveNeverDestroysWhatWasThere) {
     EXPECT_EQ(tgm::session_state_save_file(s, -1, "/dev/null"), TG_ERR_IO);
     EXPECT_TRUE(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
     EXPECT_EQ(tgm::session_state_save_file(s, -1, dir.c_str()), TG_ERR_IO);  // a directory
+    // bad arguments name this call, not session_state_save (session 32's sweep)
+    const std::string unused = dir + "tinygml_save_unused.bin";
+    EXPECT_EQ(tgm::session_state_save_file(s, 2, unused.c_str()), TG_ERR_ARG);
+    EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_save_file] [session_state_save] sequence 2 outside", 0),
+              0u) << tg_last_error();
+    EXPECT_EQ(tgm::session_state_save_file(nullptr, 0, unused.c_str()), TG_ERR_ARG);
+    EXPECT_EQ(std::string(tg_last_error()).rfind("[session_state_save_file] ", 0), 0u) << tg_last_error();
+    EXPECT_NE(access(unused.c_str(), F_OK), 0);
 
     // an existing state, then a save that cannot be written: the old bytes stay
     const std::string path = dir + "tinygml_save_state.bin";

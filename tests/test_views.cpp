@@ -261,6 +261,7 @@ TEST(ViewsMisuse, ReshapePermuteTranspose) {
     EXPECT_TRUE(fails(tg_reshape(h.ctx, a, 0, ne_bad), "[reshape]"));
     EXPECT_TRUE(fails(tg_reshape(h.ctx, a, 5, ne_bad), "[reshape]"));
     EXPECT_TRUE(fails(tg_reshape(h.ctx, a, 2, nullptr), "[reshape]"));
+    EXPECT_STREQ(tg_last_error(), "[reshape] ne is NULL");  // was "n_dims 2 not in [1, 4]"
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, tg_transpose(h.ctx, a), 4, 6), "[reshape]"));  // not contiguous
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, tg_view_2d(h.ctx, a, 5, 4, 24, 0), 4, 5), "[reshape]"));
     EXPECT_TRUE(fails(tg_reshape_2d(h.ctx, nullptr, 4, 6), "[reshape]"));

@@ -3,6 +3,7 @@
 // tokens), their weights are byte for byte those they were trained with, and
 // tinygml still reads files with the old keys ("tinygml-bytes") to the same
 // logits. A "gpt2" vocabulary that is not byte-level is refused.
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -266,6 +267,47 @@ TEST(ShippedVocab, NonByteGpt2VocabularyIsRefused) {
         std::remove(path.c_str());
     }
     tg_backend_free(be);
+}
+
+// tinygml-run's prompt starts with the model's BOS (tokenizer.ggml.bos_token_id),
+// as its -i conversation does and as its docs promise (-i's reply to a line is
+// what a plain run of the conversation so far prints). Session 32's sweep: the
+// plain run fed token 256 whatever the file said. The prompt cache it writes
+// holds the tokens it fed.
+TEST(ShippedVocab, CliPromptStartsWithTheModelsBos) {
+#ifndef TG_RUN_BIN
+    GTEST_SKIP() << "tinygml-run is not built";
+#else
+    tg_gguf_writer *w = tgt::toy_model_writer(tgt::toy_config{}, 5);
+    ASSERT_EQ(tg_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1), TG_OK);
+    ASSERT_EQ(tg_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2), TG_OK);
+    const std::string model = tgt::write_temp_model(w, "bos1");
+    ASSERT_FALSE(model.empty()) << tg_last_error();
+    const std::string cache = ::testing::TempDir() + "tinygml_bos1_cache.bin";
+    std::remove(cache.c_str());
+    const std::string cmd = std::string("\"") + TG_RUN_BIN + "\" -m \"" + model +
+                            "\" -p ab -n 1 --temp 0 --device cpu -q --prompt-cache \"" + cache + "\" >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    // the cache: the prompt but its last token, in the CLI's default cache types
+    tg_backend *be = tg_backend_cpu(1);
+    tgm::model *m = tgm::model_load(model.c_str(), be);
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    EXPECT_EQ(m->hp.bos, 1);
+    tgm::session_params sp;
+    sp.n_ctx = 3, sp.type_k = TG_TYPE_F16, sp.type_v = TG_TYPE_F16;
+    tgm::session *s = tgm::session_new(m, sp);
+    ASSERT_NE(s, nullptr) << tg_last_error();
+    std::vector<uint8_t> bytes;
+    std::vector<int32_t> toks;
+    ASSERT_EQ(tgm::session_state_read_file(s, cache.c_str(), &bytes), TG_OK) << tg_last_error();
+    ASSERT_EQ(tgm::session_state_tokens(s, bytes.data(), bytes.size(), &toks), TG_OK) << tg_last_error();
+    EXPECT_EQ(toks, (std::vector<int32_t>{1, 'a'}));
+    tgm::session_free(s);
+    tgm::model_free(m);
+    tg_backend_free(be);
+    std::remove(cache.c_str());
+    std::remove(model.c_str());
+#endif
 }
 
 }  // namespace
