@@ -14,11 +14,27 @@
 #include <random>
 
 #include "gguf_builder.h"
+#include "test_util.h"
 
 using namespace gguf_test;
 
 // ---------------------------------------------------------------------------
 // Round trips
+
+// tg_gguf_write with the process's file size limit at `limit` bytes (SIGXFSZ
+// ignored, so a write past it fails with EFBIG), both restored after.
+static tg_status write_under_size_limit(tg_gguf_writer *w, const std::string &path, rlim_t limit) {
+    struct rlimit old_lim;
+    if (getrlimit(RLIMIT_FSIZE, &old_lim) != 0) return TG_ERR_IO;
+    struct rlimit lim = old_lim;
+    lim.rlim_cur = limit;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &lim) != 0) return TG_ERR_IO;
+    const tg_status st = tg_gguf_write(w, path.c_str());
+    setrlimit(RLIMIT_FSIZE, &old_lim);
+    signal(SIGXFSZ, old_handler);
+    return st;
+}
 
 TEST(GgufRoundTrip, AllScalarTypes) {
     WriterPtr w(tg_gguf_writer_new());
@@ -460,15 +476,7 @@ TEST(GgufWriter, WriteToBadPathFails) {
     int64_t ne[1] = {1024};
     ASSERT_EQ(tg_gguf_add_tensor(w.get(), "x", TG_TYPE_F32, 1, ne, x), TG_OK);
     std::string path = temp_path("full");
-    struct rlimit old_lim;
-    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
-    struct rlimit lim = old_lim;
-    lim.rlim_cur = 1000;
-    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    tg_status st = tg_gguf_write(w.get(), path.c_str());
-    setrlimit(RLIMIT_FSIZE, &old_lim);
-    signal(SIGXFSZ, old_handler);
+    const tg_status st = write_under_size_limit(w.get(), path, 1000);
     EXPECT_EQ(st, TG_ERR_IO);
     EXPECT_TRUE(has(tg_last_error(), "write failed")) << tg_last_error();
     EXPECT_NE(access(path.c_str(), F_OK), 0) << "the partial file was left behind";
@@ -510,15 +518,7 @@ TEST(GgufWriter, FailedWriteLeavesWhatWasThere) {
     write_file(path, std::vector<uint8_t>(old.begin(), old.end()));
     ASSERT_EQ(chmod(path.c_str(), 0640), 0);
     // a write that fails midway (file size limit)
-    struct rlimit old_lim;
-    ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
-    struct rlimit lim = old_lim;
-    lim.rlim_cur = 1000;
-    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    tg_status st = tg_gguf_write(w.get(), path.c_str());
-    setrlimit(RLIMIT_FSIZE, &old_lim);
-    signal(SIGXFSZ, old_handler);
+    const tg_status st = write_under_size_limit(w.get(), path, 1000);
     EXPECT_EQ(st, TG_ERR_IO);
     EXPECT_TRUE(has(tg_last_error(), ("[gguf_write] '" + path + "': write failed").c_str())) << tg_last_error();
     EXPECT_EQ(read_all(path), old);
@@ -551,10 +551,11 @@ TEST(GgufWriter, FailedWriteLeavesWhatWasThere) {
     EXPECT_NE(read_all(path), old);
     remove(link.c_str());
     remove(path.c_str());
-    // not regular files: refused at once, left in place (a regression hangs on the FIFO)
+    // not regular files: refused at once, left in place
     const std::string fifo = temp_path("fifo_out");
     remove(fifo.c_str());
     ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    tgt::watchdog dog(60);  // a regression blocks in the open: fail fast
     for (const std::string &p : {fifo, std::string("/dev/null"), ::testing::TempDir()}) {
         SCOPED_TRACE(p);
         EXPECT_EQ(tg_gguf_write(w.get(), p.c_str()), TG_ERR_IO);

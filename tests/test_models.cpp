@@ -152,6 +152,20 @@ struct bad_case {
     const char *fragment;
 };
 
+// Each case's file fails model_load with "[model_load] ..." naming its fragment.
+void expect_load_fails(const std::vector<bad_case> &cases, tg_backend *be, const char *stem) {
+    for (auto &c : cases) {
+        std::string path = tgt::write_temp_model(c.make(), stem);
+        ASSERT_FALSE(path.empty()) << c.name << ": " << tg_last_error();
+        tgm::model *m = tgm::model_load(path.c_str(), be);
+        EXPECT_EQ(m, nullptr) << c.name;
+        EXPECT_EQ(std::string(tg_last_error()).rfind("[model_load]", 0), 0u) << c.name << ": " << tg_last_error();
+        EXPECT_NE(strstr(tg_last_error(), c.fragment), nullptr) << c.name << ": " << tg_last_error();
+        tgm::model_free(m);
+        std::remove(path.c_str());
+    }
+}
+
 TEST(Models, ImpossibleMetadataIsAClearError) {
     using tgt::toy_config;
     std::vector<bad_case> cases = {
@@ -221,16 +235,7 @@ TEST(Models, ImpossibleMetadataIsAClearError) {
          "llama.context_length"},
     };
     tg_backend *be = tg_backend_cpu(1);
-    for (auto &c : cases) {
-        std::string path = tgt::write_temp_model(c.make(), "bad");
-        ASSERT_FALSE(path.empty()) << c.name << ": " << tg_last_error();
-        tgm::model *m = tgm::model_load(path.c_str(), be);
-        EXPECT_EQ(m, nullptr) << c.name;
-        EXPECT_EQ(std::string(tg_last_error()).rfind("[model_load]", 0), 0u) << c.name << ": " << tg_last_error();
-        EXPECT_NE(strstr(tg_last_error(), c.fragment), nullptr) << c.name << ": " << tg_last_error();
-        tgm::model_free(m);
-        std::remove(path.c_str());
-    }
+    expect_load_fails(cases, be, "bad");
     EXPECT_EQ(tgm::model_load("/nonexistent/model.gguf", be), nullptr);
     EXPECT_NE(strstr(tg_last_error(), "cannot open"), nullptr) << tg_last_error();
     tg_backend_free(be);
@@ -289,16 +294,7 @@ TEST(Models, TokenizerKeysOfTheWrongTypeAreErrors) {
          "tokenizer.ggml.merges must be an array of strings"},
     };
     tg_backend *be = tg_backend_cpu(1);
-    for (auto &c : cases) {
-        std::string path = tgt::write_temp_model(c.make(), "bad_tok");
-        ASSERT_FALSE(path.empty()) << c.name << ": " << tg_last_error();
-        tgm::model *m = tgm::model_load(path.c_str(), be);
-        EXPECT_EQ(m, nullptr) << c.name;
-        EXPECT_EQ(std::string(tg_last_error()).rfind("[model_load]", 0), 0u) << c.name << ": " << tg_last_error();
-        EXPECT_NE(strstr(tg_last_error(), c.fragment), nullptr) << c.name << ": " << tg_last_error();
-        tgm::model_free(m);
-        std::remove(path.c_str());
-    }
+    expect_load_fails(cases, be, "bad_tok");
     // ids of other integer types, and an empty merges list, load
     struct {
         std::function<tg_gguf_writer *()> make;
