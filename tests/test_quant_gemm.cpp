@@ -61,7 +61,10 @@ void check_exact(const gemm_table &g, const std::vector<uint8_t> &w, int64_t R, 
     const int64_t K = nb * tg_type_block_size(qt);
     const size_t row = tg_row_size(qt, K), arb = g.t->q_act_bytes(g.qi, K), as = arb + 64;
     std::vector<uint8_t> act(as * (size_t)N, 0xee);
-    for (int64_t n = 0; n < N; n++) g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * as]);
+    for (int64_t n = 0; n < N; n++) {
+        g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * as]);
+        if (g.t->q_gemm_act[g.qi]) g.t->q_gemm_act[g.qi](&act[(size_t)n * as], K);
+    }
     const float sentinel = 1234.5f;
     const size_t ldo = (size_t)R + 3;
     std::vector<float> out(ldo * (size_t)N + 5, sentinel);
@@ -182,14 +185,17 @@ std::vector<float> mul_mat_out(tg_type qt, const std::vector<uint8_t> &q, int64_
     return out;
 }
 
-// The kernel called directly on the same rows and activations (q_quant of
-// each token, then q_gemm 8 rows at a time): {M, N}
+// The kernel called directly on the same rows and activations (q_quant and
+// q_gemm_act of each token, then q_gemm 8 rows at a time): {M, N}
 std::vector<float> kernel_out(const gemm_table &g, const std::vector<uint8_t> &q, int64_t K, int64_t M,
                               int64_t skip, const std::vector<float> &x, int64_t N) {
     const tg_type qt = qtype(g.qi);
     const size_t ldw = tg_row_size(qt, K), arb = g.t->q_act_bytes(g.qi, K);
     std::vector<uint8_t> act(arb * (size_t)N), scratch(g.t->q_gemm_scratch(g.qi, K));
-    for (int64_t n = 0; n < N; n++) g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * arb]);
+    for (int64_t n = 0; n < N; n++) {
+        g.t->q_quant[g.qi](&x[(size_t)(n * K)], K, &act[(size_t)n * arb]);
+        if (g.t->q_gemm_act[g.qi]) g.t->q_gemm_act[g.qi](&act[(size_t)n * arb], K);
+    }
     std::vector<float> out((size_t)(M * N), NAN);
     for (int64_t m = 0; m < M; m += 8)
         g.t->q_gemm[g.qi](&q[(size_t)(m + skip) * ldw], ldw, (int)std::min<int64_t>(8, M - m), act.data(), arb, N,

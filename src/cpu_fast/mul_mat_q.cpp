@@ -39,9 +39,10 @@ int64_t row_block(int64_t M, int nth) {
 }
 
 // Quantizes b's rows [r0, r1) (row r = n + N * (i2 + B2 * i3)) into act +
-// r * arb, through tmp (K floats) when b is not F32 with contiguous rows.
+// r * arb, through tmp (K floats) when b is not F32 with contiguous rows;
+// then prep (q_gemm_act, when not NULL) on each row.
 void quantize_rows(const tg_simd &simd, int qi, const tg_tensor *b, int64_t r0, int64_t r1, char *act, size_t arb,
-                   float *tmp) {
+                   float *tmp, void (*prep)(void *, int64_t)) {
     const int64_t K = b->ne[0], N = b->ne[1], B2 = b->ne[2];
     for (int64_t r = r0; r < r1; r++) {
         const int64_t n = r % N, i2 = (r / N) % B2, i3 = r / (N * B2);
@@ -55,6 +56,7 @@ void quantize_rows(const tg_simd &simd, int qi, const tg_tensor *b, int64_t r0, 
             x = tmp;
         }
         simd.q_quant[qi](x, K, act + (size_t)r * arb);
+        if (prep) prep(act + (size_t)r * arb, K);
     }
 }
 
@@ -99,15 +101,16 @@ void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c) {
     float *tmp = (float *)mine;
     void *pack = mine + s.per_thread - s.pack;
 
-    // 1. b's rows as 8-bit blocks
+    // 1. b's rows as 8-bit blocks (for q_gemm in its form)
     char *act = (char *)c.work;
+    void (*prep)(void *, int64_t) = s.pack ? simd.q_gemm_act[qi] : nullptr;
     if (own_act(b)) {
         act = mine + tg_align64((size_t)K * 4);
-        quantize_rows(simd, qi, b, 0, tg_nrows(b), act, s.arb, tmp);
+        quantize_rows(simd, qi, b, 0, tg_nrows(b), act, s.arb, tmp, prep);
     } else {
         int64_t r0, r1;
         tg_split_rows(tg_nrows(b), c.ith, c.nth, &r0, &r1);
-        quantize_rows(simd, qi, b, r0, r1, act, s.arb, tmp);
+        quantize_rows(simd, qi, b, r0, r1, act, s.arb, tmp, prep);
         c.sync();
     }
 

@@ -87,9 +87,12 @@ struct tg_simd {
     // per row over the blocks in order (not q_rows' order: the two may
     // differ by F32 rounding), the same for any other rows or tokens; an
     // infinite weight scale gives NaN. scratch: q_gemm_scratch(qi, K) bytes.
+    // The activations are q_quant's rows, then q_gemm_act's in-place change
+    // of each row (when the entry is not NULL: Q4_0's bytes become q + 128).
     void (*q_gemm[3])(const void *w, size_t ldw, int R, const void *act, size_t act_stride, int64_t N,
                       int64_t nblocks, float *out, size_t ldo, void *scratch);
     size_t (*q_gemm_scratch)(int qi, int64_t K);
+    void (*q_gemm_act[3])(void *act, int64_t K);
     // nblocks blocks of quantized weights to F32, the same values as
     // tg_dequantize_row (x = d * q, one F32 product each); NULL entries:
     // use tg_dequantize_row

@@ -672,9 +672,11 @@ const tg_simd k_table = {
 #if defined(TG_HAVE_Q_GEMM)
     {nullptr, q4_gemm, q4k_gemm},
     q_gemm_scratch,
+    {nullptr, q4_gemm_act, nullptr},
 #else
     {nullptr, nullptr, nullptr},
     nullptr,
+    {nullptr, nullptr, nullptr},
 #endif
 #if defined(TG_HAVE_Q_DEQUANT)
     {q8_dequant, nullptr, nullptr},

@@ -10,7 +10,8 @@
 // same as F32 FMA, so q_rows gains nothing over dequantized F32 panels at
 // many tokens. Q4_0 weights are small enough to skip most of the madds:
 // with the weights as the signed side (the nibble - 8, in [-8, 7]) and the
-// activations as the unsigned side (q + 128, in [1, 255]), a pair sum is at
+// activations as the unsigned side (q + 128, in [1, 255]: each row's bytes
+// flipped once by q4_gemm_act after q_quant), a pair sum is at
 // most 2 * 255 * 8 = 4080 in magnitude, so the int16 pair sums of a whole
 // block (8 maddubs of 4 values per row) add up to at most 32640 and one madd
 // per block and token is left: ~28 products per multiply-pipe cycle.
@@ -105,11 +106,21 @@ template <int C> inline void store_rows(const __m256 *acc, float *out, size_t ld
     }
 }
 
-// C (1..4) tokens (tg_act_q8 rows at act + c * as) against 8 packed rows;
-// rows r < R stored at out[r + c * ldo]
+// simd.h q_gemm_act for Q4_0: a tg_act_q8 row's bytes q -> q + 128 (as
+// unsigned bytes: the sign bit flipped), once per row instead of once per
+// broadcast
+void q4_gemm_act(void *act, int64_t K) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    tg_act_q8 *a = (tg_act_q8 *)act;
+    for (int64_t b = 0; b < K / 32; b++)
+        _mm256_storeu_si256((__m256i *)a[b].qs, _mm256_xor_si256(load32(a[b].qs), flip));
+}
+
+// C (1..4) tokens (tg_act_q8 rows at act + c * as, after q4_gemm_act)
+// against 8 packed rows; rows r < R stored at out[r + c * ldo]
 template <int C>
 void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as, float *out, size_t ldo, int R) {
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones16 = _mm256_set1_epi16(1);
+    const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -121,8 +132,7 @@ void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as
             for (int c = 0; c < C; c++) {
                 int32_t q4;
                 memcpy(&q4, a[c]->qs + 4 * j, 4);
-                const __m256i av = _mm256_xor_si256(_mm256_set1_epi32(q4), flip);
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(av, x));
+                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(_mm256_set1_epi32(q4), x));
             }
         }
         const __m256i ws = _mm256_loadu_si256((const __m256i *)p[b].wsum);
