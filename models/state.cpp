@@ -10,17 +10,16 @@
 //   trailer u64 FNV-1a 64 of every byte before it
 // Loading parses and checks everything (sizes, checksum, identity, types,
 // ranges) before it writes any byte of the session.
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "file_replace.h"
 #include "model.h"
 
 namespace tgm {
@@ -291,48 +290,20 @@ tg_status session_state_tokens(const session *s, const uint8_t *data, size_t siz
     return TG_OK;
 }
 
-// Written to a new file beside the target (path + ".tmp-PID-N", created
-// exclusively), then renamed over it: a failed save leaves the file that was
-// there as it was and removes only its own temporary file. Only a regular
-// file (or none) is a target: a FIFO would block the open, and a device or a
-// directory is never replaced or removed. A symbolic link is followed (its
-// target is written, the link stays).
+// Written beside the target and renamed over it (src/file_replace.h): a
+// failed save leaves the file that was there as it was; only a regular file
+// (or none) is a target; a symbolic link is followed.
 tg_status session_state_save_file(session *s, int seq, const char *path) {
     const char *who = "session_state_save_file";
     if (!path) return tg_set_error(TG_ERR_ARG, "[%s] path is NULL", who);
     std::vector<uint8_t> buf;
     tg_status st = session_state_save(s, seq, &buf);
     if (st != TG_OK) return tg_set_error(st, "[%s] %s", who, tg_last_error());
-    std::string target = path;
-    struct stat sb;
-    if (stat(path, &sb) == 0) {
-        if (!S_ISREG(sb.st_mode)) return tg_set_error(TG_ERR_IO, "[%s] '%s' is not a regular file", who, path);
-        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-            char *real = realpath(path, nullptr);
-            if (!real) return tg_set_error(TG_ERR_IO, "[%s] cannot resolve the link '%s': %s", who, path, strerror(errno));
-            target = real;
-            free(real);
-        }
-    }
-    static std::atomic<unsigned> counter{0};
-    const std::string tmp = target + ".tmp-" + std::to_string((long)getpid()) + "-" + std::to_string(counter++);
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return tg_set_error(TG_ERR_IO, "[%s] cannot create '%s': %s", who, tmp.c_str(), strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        std::remove(tmp.c_str());
-        return tg_set_error(TG_ERR_IO, "[%s] cannot write '%s': %s", who, tmp.c_str(), strerror(e));
-    }
-    bool ok = fwrite(buf.data(), 1, buf.size(), f) == buf.size();
-    int err = ok ? 0 : errno;
-    if (fclose(f) != 0 && ok) ok = false, err = errno;
-    if (ok && rename(tmp.c_str(), target.c_str()) != 0) ok = false, err = errno;
-    if (!ok) {
-        std::remove(tmp.c_str());
-        return tg_set_error(TG_ERR_IO, "[%s] cannot write '%s': %s", who, path, strerror(err));
-    }
+    tg_file_replace out;
+    if ((st = tg_file_replace_open(who, path, &out)) != TG_OK) return st;
+    const bool ok = fwrite(buf.data(), 1, buf.size(), out.f) == buf.size();
+    const int err = tg_file_replace_finish(&out, ok, ok ? 0 : errno);
+    if (!ok || err != 0) return tg_set_error(TG_ERR_IO, "[%s] cannot write '%s': %s", who, path, strerror(err));
     return TG_OK;
 }
 

@@ -4,11 +4,7 @@
 // the order added, zero padding to the alignment, then each tensor's bytes
 // padded with zeros to the alignment (offsets relative to the data section).
 // Everything a reader would reject is refused at set/add time instead.
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -17,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "file_replace.h"
 #include "gguf_impl.h"
 
 struct tg_gguf_writer_tensor {
@@ -385,35 +382,10 @@ tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path) {
     uint64_t data_size = 0;
     tg_status st = build(call, w, &o, &offsets, &data_size);
     if (st != TG_OK) return st;
-    // Written to a new file beside the target, renamed over it at the end: a
-    // failed write leaves a file that was there as it was. Only a regular file
-    // (or none) is a target: opening a FIFO would wait for a reader, and a
-    // device or a directory is never replaced. A link is followed.
-    std::string target = path;
-    struct stat sb;
-    const bool existed = stat(path, &sb) == 0;
-    if (existed) {
-        if (!S_ISREG(sb.st_mode)) return tg_err(TG_ERR_IO, "[%s] '%s': not a regular file", call, path);
-        struct stat lb;
-        if (lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode)) {
-            char *real = realpath(path, nullptr);
-            if (!real) return tg_err(TG_ERR_IO, "[%s] '%s': cannot resolve the link: %s", call, path, strerror(errno));
-            target = real;
-            free(real);
-        }
-    }
-    static std::atomic<unsigned> counter{0};
-    const std::string tmp = target + ".tmp-" + std::to_string((long)getpid()) + "-" + std::to_string(counter++);
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return tg_err(TG_ERR_IO, "[%s] '%s': cannot open for writing: %s", call, path, strerror(errno));
-    if (existed) (void)fchmod(fd, sb.st_mode & 07777);  // the replaced file's permissions
-    FILE *f = fdopen(fd, "wb");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        remove(tmp.c_str());
-        return tg_err(TG_ERR_IO, "[%s] '%s': cannot open for writing: %s", call, path, strerror(e));
-    }
+    // written beside the target and renamed over it (file_replace.h)
+    tg_file_replace out;
+    if ((st = tg_file_replace_open(call, path, &out)) != TG_OK) return st;
+    FILE *f = out.f;
     bool ok = write_all(f, o.b.data(), o.b.size());
     int err = ok ? 0 : errno;
     tg_status fill_st = TG_OK;
@@ -445,20 +417,8 @@ tg_status tg_gguf_write(const tg_gguf_writer *w, const char *path) {
         if (ok && !write_zeros(f, (a - t.nbytes % a) % a)) ok = false;
         if (!ok && fill_st == TG_OK && err == 0) err = errno;
     }
-    if (ok && fflush(f) != 0) {
-        ok = false;
-        err = errno;
-    }
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
-    if (ok && rename(tmp.c_str(), target.c_str()) != 0) {
-        ok = false;
-        err = errno;
-    }
-    if (!ok) {
-        remove(tmp.c_str());  // only the temporary file: what was at path stays
+    err = tg_file_replace_finish(&out, ok, err);
+    if (!ok || err != 0) {
         if (fill_st != TG_OK) return fill_st;  // the fill's own message
         return tg_err(TG_ERR_IO, "[%s] '%s': write failed: %s", call, path, strerror(err));
     }

@@ -47,8 +47,8 @@ struct tg_plan {
 
 // What tg_graph_compute last found true of a graph before running it: every
 // leaf has live storage in the backend's memory, every op a kernel there, no
-// node writes read-only memory in place. Still true while the backend, the
-// storage registry's generation (tg_registry_generation) and each leaf's
+// node writes read-only memory in place. Still true while the backend's
+// memory kind and device, the storage registry's generation (tg_registry_generation) and each leaf's
 // placement are as recorded; tg_graph_expand clears it. A decode step's
 // graph is computed again and again with ~150 leaves: this saves a locked
 // registry lookup per leaf per step.
@@ -60,8 +60,7 @@ struct tg_graph_checked {
         int device;
     };
     bool valid = false;
-    const tg_backend *backend = nullptr;
-    tg_mem mem = TG_MEM_NONE;
+    tg_mem mem = TG_MEM_NONE;  // the backend's memory kind and device: all the checks ask of it
     int device = -1;
     uint64_t registry_gen = 0;
     std::vector<leaf> leafs;  // g->leafs' placements, in order

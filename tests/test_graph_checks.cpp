@@ -29,7 +29,20 @@ struct add_graph {
         g = tg_graph_new(ctx);
         tg_graph_expand(g, y);
     }
-    ~add_graph() { tg_free(ctx); }
+    tg_buffer *buf = nullptr;  // the inputs' storage (computed_on)
+    ~add_graph() {
+        if (buf) tg_buffer_free(buf);
+        tg_free(ctx);
+    }
+    // Inputs stored on be and set, the graph computed twice there (the second
+    // compute runs on the recorded checks).
+    void computed_on(tg_backend *be, float av, float bv) {
+        buf = tg_backend_alloc(be, ctx);
+        ASSERT_NE(buf, nullptr) << tg_last_error();
+        set(av, bv);
+        ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+        ASSERT_EQ(TG_OK, tg_graph_compute(be, g)) << tg_last_error();
+    }
     void set(float av, float bv) {
         std::vector<float> x(8, av), z(8, bv);
         x[3] = av * 2;
@@ -46,8 +59,8 @@ struct add_graph {
 TEST(GraphChecks, RecomputesSeeNewInputs) {
     add_graph f;
     tg_backend *be = tg_backend_cpu(2);
-    tg_buffer *buf = tg_backend_alloc(be, f.ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
+    f.buf = tg_backend_alloc(be, f.ctx);
+    ASSERT_NE(f.buf, nullptr) << tg_last_error();
     for (int i = 0; i < 50; i++) {
         f.set((float)i, 0.5f);
         ASSERT_EQ(TG_OK, tg_graph_compute(be, f.g)) << tg_last_error();
@@ -55,7 +68,6 @@ TEST(GraphChecks, RecomputesSeeNewInputs) {
         ASSERT_EQ((float)i + 0.5f, o[0]) << "compute " << i;
         ASSERT_EQ((float)(2 * i) + 0.5f, o[3]) << "compute " << i;
     }
-    tg_buffer_free(buf);
     tg_backend_free(be);
 }
 
@@ -64,23 +76,16 @@ TEST(GraphChecks, RecomputesSeeNewInputs) {
 TEST(GraphChecks, FreedInputBufferRefusedAfterASuccess) {
     add_graph f;
     tg_backend *be = tg_backend_cpu(1);
-    tg_buffer *buf = tg_backend_alloc(be, f.ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    f.set(1.0f, 2.0f);
-    ASSERT_EQ(TG_OK, tg_graph_compute(be, f.g)) << tg_last_error();
-    ASSERT_EQ(TG_OK, tg_graph_compute(be, f.g)) << tg_last_error();
+    ASSERT_NO_FATAL_FAILURE(f.computed_on(be, 1.0f, 2.0f));
     const std::vector<float> before = f.out();
-    tg_buffer_free(buf);
+    tg_buffer_free(f.buf);
+    f.buf = nullptr;
     EXPECT_EQ(TG_ERR_ARG, tg_graph_compute(be, f.g));
     EXPECT_TRUE(has(tg_last_error(), "[graph_compute] tensor 'a': its buffer was freed")) << tg_last_error();
     EXPECT_TRUE(f.out() == before) << "a refused compute changed the previous result";
     // new storage for the inputs: computes again
-    buf = tg_backend_alloc(be, f.ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    f.set(3.0f, 4.0f);
-    ASSERT_EQ(TG_OK, tg_graph_compute(be, f.g)) << tg_last_error();
+    ASSERT_NO_FATAL_FAILURE(f.computed_on(be, 3.0f, 4.0f));
     EXPECT_EQ(7.0f, f.out()[0]);
-    tg_buffer_free(buf);
     tg_backend_free(be);
 }
 
@@ -94,18 +99,13 @@ TEST(GraphChecks, AnotherMemoryKindIsCheckedAgain) {
     add_graph f;
     tg_backend *cpu = tg_backend_cpu(1), *gpu = tg_backend_cuda(0);
     ASSERT_NE(gpu, nullptr) << tg_last_error();
-    tg_buffer *buf = tg_backend_alloc(cpu, f.ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    f.set(1.0f, 1.0f);
-    ASSERT_EQ(TG_OK, tg_graph_compute(cpu, f.g)) << tg_last_error();
-    ASSERT_EQ(TG_OK, tg_graph_compute(cpu, f.g)) << tg_last_error();
+    ASSERT_NO_FATAL_FAILURE(f.computed_on(cpu, 1.0f, 1.0f));
     EXPECT_EQ(TG_ERR_ARG, tg_graph_compute(gpu, f.g));
     EXPECT_TRUE(has(tg_last_error(), "lives in host memory, but the backend is")) << tg_last_error();
     EXPECT_EQ(2.0f, f.out()[0]) << "a refused compute changed the previous result";
     f.set(2.0f, 1.0f);
     ASSERT_EQ(TG_OK, tg_graph_compute(cpu, f.g)) << tg_last_error();
     EXPECT_EQ(3.0f, f.out()[0]);
-    tg_buffer_free(buf);
     tg_backend_free(gpu);
     tg_backend_free(cpu);
 }
@@ -115,10 +115,7 @@ TEST(GraphChecks, AnotherMemoryKindIsCheckedAgain) {
 TEST(GraphChecks, ExpandedLeafWithoutStorageRefused) {
     add_graph f;
     tg_backend *be = tg_backend_cpu(1);
-    tg_buffer *buf = tg_backend_alloc(be, f.ctx);
-    ASSERT_NE(buf, nullptr) << tg_last_error();
-    f.set(1.0f, 2.0f);
-    ASSERT_EQ(TG_OK, tg_graph_compute(be, f.g)) << tg_last_error();
+    ASSERT_NO_FATAL_FAILURE(f.computed_on(be, 1.0f, 2.0f));
     tg_tensor *c = tg_new_tensor_1d(f.ctx, TG_TYPE_F32, 8);
     tg_set_name(c, "c");
     tg_tensor *z = tg_mul(f.ctx, f.y, c);
@@ -135,7 +132,6 @@ TEST(GraphChecks, ExpandedLeafWithoutStorageRefused) {
     ASSERT_EQ(TG_OK, tg_tensor_get(z, &z0, 0, 4));
     EXPECT_EQ(6.0f, z0);
     tg_buffer_free(buf2);
-    tg_buffer_free(buf);
     tg_backend_free(be);
 }
 

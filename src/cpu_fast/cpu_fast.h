@@ -15,6 +15,10 @@ extern const tg_cpu_fast tg_fast_rope, tg_fast_rope_kv_update, tg_fast_delta_rul
 
 // mul_mat with quantized weights (mul_mat_q.cpp), reached through tg_fast_mul_mat
 // (and a group of them through tg_mul_mat_group_run).
+// Whether the integer path takes a quantized product of this many tokens:
+// up to 4, or any number with the VNNI table or a q_gemm kernel for the type
+// (otherwise mul_mat.cpp's F32 panels take it).
+bool tg_mul_mat_q_takes(const tg_tensor *dst);
 int64_t tg_mul_mat_q_plan(const tg_tensor *dst, int nth);
 void tg_mul_mat_q_run(const tg_tensor *dst, const tg_cpu_ctx &c);
 size_t tg_mul_mat_q_group_work(const tg_tensor *first, int nth);

@@ -53,10 +53,7 @@ bool b_in_place(const tg_tensor *b) { return b->type == TG_TYPE_F32 && tg_rows_c
 // weight block dequantized to F32 once (as 16-bit weights are converted),
 // faster there than maddubs + madd and exact.
 bool quant_panels(const tg_tensor *dst) {
-    const tg_simd &simd = tg_simd_get();
-    const tg_type t = dst->src[0]->type;
-    const int qi = tg_simd_qindex(t);  // every quantized type has one (quant_act.h)
-    return tg_type_is_quantized(t) && dst->src[1]->ne[1] > 4 && !simd.q_many && !(qi >= 0 && simd.q_gemm[qi]);
+    return tg_type_is_quantized(dst->src[0]->type) && !tg_mul_mat_q_takes(dst);
 }
 
 int64_t plan(const tg_tensor *dst, int nth) {

@@ -62,7 +62,8 @@ void quantize_rows(const tg_simd &simd, int qi, const tg_tensor *b, int64_t r0, 
 
 // more than 4 tokens through the table's q_gemm kernel (simd.h)
 bool use_gemm(const tg_simd &simd, const tg_tensor *a, const tg_tensor *b) {
-    return b->ne[1] > 4 && !simd.q_many && simd.q_gemm[tg_simd_qindex(a->type)];
+    const int qi = tg_simd_qindex(a->type);
+    return b->ne[1] > 4 && !simd.q_many && qi >= 0 && simd.q_gemm[qi];
 }
 
 // scratch: the shared activations (a large b), then per thread K floats,
@@ -80,6 +81,12 @@ struct scratch {
 };
 
 }  // namespace
+
+bool tg_mul_mat_q_takes(const tg_tensor *dst) {
+    const tg_simd &simd = tg_simd_get();
+    const tg_tensor *a = dst->src[0], *b = dst->src[1];
+    return b->ne[1] <= 4 || simd.q_many || use_gemm(simd, a, b);
+}
 
 int64_t tg_mul_mat_q_plan(const tg_tensor *dst, int nth) {
     const tg_tensor *a = dst->src[0], *b = dst->src[1];
