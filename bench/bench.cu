@@ -562,13 +562,13 @@ int main(int argc, char **argv) {
     bench_delta("gdn.prefill/3p", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases);
     bench_delta("gdn.prefill.bf16/3p", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases, BF);
     bench_delta("gla.prefill/3p", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases);
-    // the chunk-parallel form's compile-time kernels (knob delta_chunk_phase_full, not the default
-    // until run on a GPU) against the generic ones of the rows above
-    tg_cuda_sig_knobs phase_full = dflt, phases_full = phases;
-    phase_full.delta_chunk_phase_full = 1, phases_full.delta_chunk_phase_full = 1;
-    bench_delta("gdn.long/full", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phase_full, BF);
-    bench_delta("gdn.prefill.bf16/3p-full", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_full, BF);
-    bench_delta("gla.prefill/3p-full", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_full);
+    // the chunk-parallel form's generic kernels at D128 (knob delta_chunk_phase_full 2: before
+    // session 32's default) against the compile-time ones of the rows above
+    tg_cuda_sig_knobs phase_gen = dflt, phases_gen = phases;
+    phase_gen.delta_chunk_phase_full = 2, phases_gen.delta_chunk_phase_full = 2;
+    bench_delta("gdn.long/3p-generic", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phase_gen, BF);
+    bench_delta("gdn.prefill.bf16/3p-generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_gen, BF);
+    bench_delta("gla.prefill/3p-generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_gen);
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

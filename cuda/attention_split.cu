@@ -407,8 +407,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         if (*st != TG_OK) return true;
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
-    // compile-time head dims (knob attn_split_dc 1: not yet run on a GPU, off by default)
-    const int dc = impl->sig.attn_split_dc == 1 && D == Dv && (D == 64 || D == 128) ? (int)D : 0;
+    // compile-time head dims where D = Dv is 64 or 128 (knob attn_split_dc 2: the runtime-D kernel)
+    const int dc = impl->sig.attn_split_dc != 2 && D == Dv && (D == 64 || D == 128) ? (int)D : 0;
     static const char *const names[2][2][2] = {{{"split1", "split1/pre"}, {"split", "split/pre"}},
                                                {{"split1/dc", "split1/pre/dc"}, {"split/dc", "split/pre/dc"}}};
     impl->sig_last[TG_CUDA_SIG_ATTN] = names[dc != 0][nsplit > 1][A.rows_pre ? 1 : 0];

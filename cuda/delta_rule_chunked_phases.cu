@@ -572,9 +572,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     a.v_vec = rows16(dst->src[2], c.Dv, 0);
     // compile-time sizes where Dk = Dv = 128 with 16-byte rows: the prep and output kernels' FULL
     // instances, and the state pass in registers (delta_state128_kernel) where two load buffers fit;
-    // taken only with knob delta_chunk_phase_full 1 (not yet run on a GPU), never with
-    // delta_chunk_generic 1
-    const bool full = cu->sig.delta_chunk_phase_full == 1 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
+    // not with knob delta_chunk_phase_full 2 or delta_chunk_generic 1
+    const bool full = cu->sig.delta_chunk_phase_full != 2 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
                       c.Dv == 128 && a.qk_vec && a.v_vec;
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
     using state_fn = void (*)(phase_args);

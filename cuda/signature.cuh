@@ -67,11 +67,10 @@ struct tg_cuda_sig_knobs {
     // where delta_chunk_phase_full allows), 1 the generic kernels always
     // (before / after in bench).
     int delta_chunk_generic = 0;
-    // chunk-parallel form where Dk = Dv = 128: 1 its compile-time prep /
-    // output kernels and the state pass in registers, 0 the generic kernels.
-    // Off by default: written in session 31 when no GPU could be had, so
-    // never run on one yet (tests and bench rows set it; docs/ops.md). Env
-    // TG_CUDA_DELTA_PHASE_FULL.
+    // chunk-parallel form where Dk = Dv = 128: 0 auto and 1 its compile-time
+    // prep / output kernels and the state pass in registers, 2 the generic
+    // kernels (before / after: gdn.long 3,076 -> 1,600 us on the H200,
+    // session 32; docs/ops.md). Env TG_CUDA_DELTA_PHASE_FULL (0: off).
     int delta_chunk_phase_full = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
@@ -133,11 +132,11 @@ struct tg_cuda_sig_knobs {
     // TG_CUDA_ATTN_CLUSTER, bench A/B). Results do not depend on it beyond
     // the order of the merge's sums.
     int attn_cluster = 0;
-    // the split kernel (cuda/attention_split.cu): 1 its instances with the
-    // head dim fixed at compile time where D = Dv is 64 or 128 (32-bit index
-    // arithmetic, whole unrolled rows; the same bits), 0 the runtime-D kernel
-    // only. Off by default: written in session 31 when no GPU could be had,
-    // so not yet run on one. Env TG_CUDA_ATTN_SPLIT_DC.
+    // the split kernel (cuda/attention_split.cu): 0 auto and 1 its instances
+    // with the head dim fixed at compile time where D = Dv is 64 or 128
+    // (32-bit index arithmetic, whole unrolled rows; the same bits), 2 the
+    // runtime-D kernel only (attn.decode.f16 23.5 -> 18.4 us, session 32).
+    // Env TG_CUDA_ATTN_SPLIT_DC (0: off).
     int attn_split_dc = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of

@@ -343,12 +343,13 @@ void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 
 // One run of case c on gpu with the knob attn_split set to knob (0 auto, 1
-// split and combine, 2 cluster) and attn_split_dc to dc: the path taken, the
+// split and combine, 2 cluster) and attn_split_dc to dc (0 auto: the
+// compile-time head dims where they apply, 2 the runtime-D kernel): the path taken, the
 // output's tail, and every sampled query against float64; the output into
 // *out when out is given.
 void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr) {
     SCOPED_TRACE(std::string(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto") +
-                 (dc ? ", compile-time head dims" : ""));
+                 (dc == 2 ? ", runtime head dims" : ""));
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu)->attn_split = knob;
     tg_cuda_knobs(gpu)->attn_split_dc = dc;
@@ -379,7 +380,7 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, 
     path = tg_cuda_sig_last(gpu, TG_CUDA_SIG_ATTN);
     // "/dc": the split kernel's compile-time head dims, where D = Dv is 64 or 128 and the knob asks
     if (path.rfind("split", 0) == 0)
-        EXPECT_EQ(path.find("/dc") != std::string::npos, dc == 1 && c.D == c.Dv && (c.D == 64 || c.D == 128)) << path;
+        EXPECT_EQ(path.find("/dc") != std::string::npos, dc != 2 && c.D == c.Dv && (c.D == 64 || c.D == 128)) << path;
     // "/pre": rows read before the wait for the kernel before (no node here
     // writes the caches: rows below the positions qualify), not checked here
     // (test_cuda_attn_pre.cpp)
@@ -450,12 +451,12 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
     // the split kernel's compile-time head dims (knob attn_split_dc) give the runtime kernel's bits
     if (!strcmp(c.path, "decode") || !strncmp(c.path, "split", 5)) {
         std::vector<float> rt, ct;
-        check_attention(gpu.get(), c, 1, 0, &rt);
+        check_attention(gpu.get(), c, 1, 2, &rt);
         if (HasFatalFailure()) return;
-        check_attention(gpu.get(), c, 1, 1, &ct);
+        check_attention(gpu.get(), c, 1, 0, &ct);
         if (HasFatalFailure()) return;
         ASSERT_EQ(rt.size(), ct.size());
-        EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "attn_split_dc 1 changed the bits";
+        EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "compile-time head dims changed the bits";
     }
     if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);
