@@ -22,7 +22,7 @@ fail_build() {
     exit 2
 }
 
-srcs=(tests/fuzz/gguf_fuzz.cpp src/gguf_read.cpp src/gguf_get.cpp src/gguf_write.cpp src/error.cpp)
+srcs=(tests/fuzz/gguf_fuzz.cpp src/gguf_read.cpp src/gguf_get.cpp src/gguf_write.cpp src/file_replace.cpp src/error.cpp)
 echo "fuzz: building $out/gguf_fuzz with $cxx"
 "$cxx" "${flags[@]}" -fsanitize=fuzzer,address,undefined -I"$root/src" "${srcs[@]/#/$root/}" \
     -o "$out/gguf_fuzz" || fail_build
