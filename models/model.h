@@ -261,7 +261,7 @@ struct candidate {
     int32_t id;
     double logit;
 };
-// The finite logits of [0, n_vocab), in id order.
+// The finite logits of [0, n_vocab), in id order (none for NULL logits).
 std::vector<candidate> sample_candidates(const float *logits, int n_vocab);
 // llama.cpp's penalty_repeat: each candidate whose id is among the last
 // last_n history tokens (< 0: all of them) gets logit / penalty when the
@@ -282,7 +282,7 @@ void sample_min_p(std::vector<candidate> &c, float p);
 // largest logit (smallest id on ties), as the sampler.
 int32_t sample_draw(const std::vector<candidate> &c, float temp, std::mt19937_64 &rng);
 // Greedy without a penalty: the id of the largest finite logit of n, the
-// smallest on ties; -1 when none is finite (n <= 0 included). SSE2 where the
+// smallest on ties; -1 when none is finite (n <= 0 or NULL logits included). SSE2 where the
 // compiler targets it, else the portable scan (tested on every platform).
 int32_t greedy_argmax(const float *logits, int n);
 int32_t greedy_argmax_portable(const float *logits, int n);

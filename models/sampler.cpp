@@ -26,6 +26,7 @@ void sort_candidates(std::vector<candidate> &c) {
 
 std::vector<candidate> sample_candidates(const float *logits, int n_vocab) {
     std::vector<candidate> c;
+    if (!logits) return c;  // no logits: no candidates (sample: -1)
     c.reserve((size_t)std::max(n_vocab, 0));
     for (int i = 0; i < n_vocab; i++)
         if (std::isfinite(logits[i])) c.push_back({i, (double)logits[i]});
@@ -123,11 +124,13 @@ int32_t first_equal(const float *logits, int i, int n, float mx) {
 }  // namespace
 
 int32_t greedy_argmax_portable(const float *logits, int n) {
+    if (!logits) return -1;
     const float mx = max_finite(logits, 0, n, -INFINITY);
     return mx == -INFINITY ? -1 : first_equal(logits, 0, n, mx);
 }
 
 int32_t greedy_argmax(const float *logits, int n) {
+    if (!logits) return -1;
 #if defined(__SSE2__)
     const __m128 big = _mm_set1_ps(FLT_MAX), ninf = _mm_set1_ps(-INFINITY), sign = _mm_set1_ps(-0.0f);
     __m128 m0 = ninf, m1 = ninf;

@@ -371,6 +371,16 @@ TEST(Sampler, GreedyArgmaxMatchesAPlainScan) {
     const float one = 1.0f;
     EXPECT_EQ(tgm::greedy_argmax(&one, 0), -1);  // nothing to choose from
     EXPECT_EQ(tgm::greedy_argmax_portable(&one, 0), -1);
+    // no logits at all (a caller's missing buffer) with a vocabulary: -1, not a crash
+    EXPECT_EQ(tgm::greedy_argmax(nullptr, 300), -1);
+    EXPECT_EQ(tgm::greedy_argmax_portable(nullptr, 300), -1);
+    EXPECT_TRUE(tgm::sample_candidates(nullptr, 300).empty());
+    tgm::sampler greedy_s;
+    greedy_s.temp = 0.0f;
+    EXPECT_EQ(greedy_s.sample(nullptr, 300, nullptr, 0), -1);
+    tgm::sampler drawing;
+    drawing.temp = 0.8f;
+    EXPECT_EQ(drawing.sample(nullptr, 300, nullptr, 0), -1);
 }
 
 // --- the draws ---------------------------------------------------------------
