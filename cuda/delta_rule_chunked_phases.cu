@@ -58,13 +58,27 @@ __device__ inline void stage_qk(float *dst, int ld, const tg_cuda_desc &x, int h
                                 const phase_args &a) {
     stage_rows<256>(dst, ld, tg_cuda_ptr(x, 0, hk, t0, b), x.nb[2], x.nb[0], x.type, n, a.Dk, a.qk_vec);
 }
-// Gates of the chunk into sL (neutral past n), beta into sB (0 past n; may be NULL).
-__device__ inline void stage_gates(float *sL, float *sB, const phase_args &a, int h, long long t0, int b, int n) {
+// Gates of the chunk (neutral past n) and beta (0 past n; has_beta false: none), one token per
+// thread t < kC: loaded into registers first (load_gates), so that their loads are in flight with the
+// rows' staging that follows, and stored into sL / sB after it (put_gates).
+struct gate_regs {
+    float g = 0.0f, beta = 0.0f;
+};
+__device__ inline gate_regs load_gates(const phase_args &a, int h, long long t0, int b, int n, bool has_beta) {
     const int tid = threadIdx.x;
+    gate_regs r;
     if (tid < kC) {
         const bool in = tid < n;
-        sL[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
-        if (sB) sB[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0)) : 0.0f;
+        r.g = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+        if (has_beta) r.beta = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + tid, b, 0)) : 0.0f;
+    }
+    return r;
+}
+__device__ inline void put_gates(const gate_regs &r, float *sL, float *sB) {
+    const int tid = threadIdx.x;
+    if (tid < kC) {
+        sL[tid] = r.g;
+        if (sB) sB[tid] = r.beta;
     }
 }
 
@@ -109,6 +123,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
     const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
 
+    const gate_regs gr = load_gates(a, h, t0, b, n, true);
     if (!FULL || n < kC) {  // padding stays zero (FULL: only rows past n are read unwritten)
         for (int x = tid; x < kC * (QS + VS); x += NT) sK[x] = 0.0f;
         __syncthreads();
@@ -123,7 +138,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
         stage_qk(sK, QS, a.k, hk, t0, b, n, a);
         stage_rows<NT>(sV, VS, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], a.v.nb[0], a.v.type, n, a.Dv, a.v_vec);
     }
-    stage_gates(sL, sB, a, h, t0, b, n);
+    put_gates(gr, sL, sB);
     __syncthreads();
     prefix_by_warp0<FULL>(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab, a.log_gate);
     if (!FULL) norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
@@ -144,10 +159,12 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
         });
     }
     __syncthreads();
-    // Kd^T: row i holds K[t][i] d(C-1, t) over the chunk's 64 tokens, 4 tokens per store
+    // Kd^T: row i holds K[t][i] d(C-1, t) over the chunk's 64 tokens, 4 tokens per store; a warp's
+    // 32 items are 8 rows i x 16 tokens (64 contiguous bytes per row of Kd^T): its reads of sK's
+    // columns meet at most 2 per bank (as 2 rows i x 64 tokens, 8)
     float *Kd = a.Kd + u * kC * DKP;
     for (int x = tid; x < kC * DKP / 4; x += NT) {
-        const int i = x / (kC / 4), t = 4 * (x - i * (kC / 4));
+        const int wb = x >> 5, l = x & 31, i = 8 * (wb >> 2) + (l >> 2), t = 16 * (wb & 3) + 4 * (l & 3);
         float y[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) y[e] = tf32r(keep_zero_mul(sDl[t + e], sK[(t + e) * QS + i]));
@@ -467,6 +484,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
     const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
 
+    const gate_regs gr = load_gates(a, h, t0, b, n, false);
     if (!FULL || n < kC) {
         for (int x = tid; x < 2 * kC * QS; x += NT) sQ[x] = 0.0f;  // sQ, sK adjacent: padding stays zero
         __syncthreads();
@@ -482,7 +500,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
         stage_qk(sQ, QS, a.q, hk, t0, b, n, a);
         stage_qk(sK, QS, a.k, hk, t0, b, n, a);
     }
-    stage_gates(sL, nullptr, a, h, t0, b, n);
+    put_gates(gr, sL, nullptr);
     __syncthreads();
     prefix_by_warp0<FULL>(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab, a.log_gate);
     if (!FULL) norm_rows<NW>(sQ, sK, QS, n, a.Dk, a.l2norm);
