@@ -190,6 +190,18 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
+        if (w16) {  // the same products in the same order as the 8-warp kernel at this slice: the same bits
+            tg_cuda_knobs(CudaSig::gpu)->delta_state_warps = 0;
+            std::vector<float> o8;
+            store st8;
+            std::string v8;
+            run_gpu(d, o8, st8, &v8);
+            EXPECT_EQ(v8.find("/w16"), std::string::npos) << v8;
+            EXPECT_EQ(o8.size(), o.size());
+            EXPECT_EQ(0, memcmp(o8.data(), o.data(), std::min(o8.size(), o.size()) * sizeof(float)))
+                << "o of 16 warps differs from 8 warps' (" << variant << " / " << v8 << ")";
+            EXPECT_EQ(st8.b, st.b) << "state of 16 warps differs from 8 warps'";
+        }
         *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
