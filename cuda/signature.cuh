@@ -74,7 +74,8 @@ struct tg_cuda_sig_knobs {
     int delta_chunk_phase_full = 0;
     // chunk-parallel form, the state pass in registers at 32 or 64 value columns: 0 auto (8 warps),
     // 16: 16 warps (two column groups; the chunk's W and Kd^T read once per twice the columns of
-    // a warp's chain at 8). Env TG_CUDA_DELTA_STATE_WARPS.
+    // a warp's chain at 8). Lost at gdn.long (1,900 vs 1,578 us, session 33): per-SM copies bound
+    // the pass, not the L2's total. Env TG_CUDA_DELTA_STATE_WARPS.
     int delta_state_warps = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
