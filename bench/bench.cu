@@ -568,16 +568,6 @@ int main(int argc, char **argv) {
     phase_gen.delta_chunk_phase_full = 2, phases_gen.delta_chunk_phase_full = 2;
     bench_delta("gdn.long/3p-generic", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phase_gen, BF);
     bench_delta("gdn.prefill.bf16/3p-generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_gen, BF);
-    // the state pass's value slice at gdn.long (auto: 16 columns, 8 slices per head, 128 blocks): each
-    // block re-reads the chunk's W and Kd^T (64 KB) per slice, so the slices trade L2 traffic for blocks
-    tg_cuda_sig_knobs lbv8 = dflt, lbv32 = dflt, lbv64 = dflt;
-    lbv8.delta_chunk_bv = 8, lbv32.delta_chunk_bv = 32, lbv64.delta_chunk_bv = 64;
-    bench_delta("gdn.long/bv8", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, lbv8, BF);
-    bench_delta("gdn.long/bv32", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, lbv32, BF);
-    bench_delta("gdn.long/bv64", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, lbv64, BF);
-    lbv32.delta_state_warps = 16, lbv64.delta_state_warps = 16;
-    bench_delta("gdn.long/bv32w16", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, lbv32, BF);
-    bench_delta("gdn.long/bv64w16", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, lbv64, BF);
     bench_delta("gla.prefill/3p-generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_gen);
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];

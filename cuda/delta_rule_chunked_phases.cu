@@ -335,18 +335,12 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V'), but W S in two partial sums (even and odd k
 // steps, added at the end) to halve its dependent chain: results differ from the generic kernel's in
 // the last bits.
-template <int BV, bool DELTA, int NW>
-__global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_args a) {
-    constexpr int NT = NW * 32, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
-    // NW 16 (BV 32 or 64, knob delta_state_warps): the column tiles split over two warp groups, so
-    // that each warp's chain per chunk is the one of BV / 2 at 8 warps while a block reads the
-    // chunk's W and Kd^T once for twice the columns (half the L2 traffic of the pass per column)
-    constexpr int CG = NW / 8, NTW = NTN / CG;  // column groups; column tiles per warp of the update
+template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
+    constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
-    constexpr int WT = 4 * NTN, WN = WT >= NW ? WT / NW : 1;
+    constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
     constexpr int BUF = kC * QS + DK * kPS + kC * VS;
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
-    static_assert(NW == 8 || (NW == 16 && BV >= 32), "8 warps, or 16 from 32 columns");
     extern __shared__ float4 ssm4[];
     float *const sS = (float *)ssm4 + 2 * BUF;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
@@ -361,18 +355,17 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_
         sS[i * VS + jj] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
     __syncthreads();
-    // the warp's S rows (16 (warp % 8) + g, + 8) and columns (cb + 8 r + 2 c4, + 1) in accumulator order
-    float S[NTW][4];
-    const int sr = 16 * (warp & 7) + g, cb = (warp >> 3) * NTW * 8;
+    // the warp's S rows (16 warp + g, + 8) and columns (8 r + 2 c4, + 1) in accumulator order
+    float S[NTN][4];
+    const int sr = 16 * warp + g;
 #pragma unroll
-    for (int r = 0; r < NTW; r++) {
-        const int n = cb + 8 * r + 2 * c4;
+    for (int r = 0; r < NTN; r++) {
+        const int n = 8 * r + 2 * c4;
         S[r][0] = sS[sr * VS + n], S[r][1] = sS[sr * VS + n + 1];
         S[r][2] = sS[(sr + 8) * VS + n], S[r][3] = sS[(sr + 8) * VS + n + 1];
     }
-    // copy units: W 64 rows x 32 (row (tid >> 5) + NW i), Kd^T 128 rows x 16 (row (tid >> 4) + 2 NW i),
+    // copy units: W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i),
     // the U slice 64 rows x BV / 4 (row tid / UPR + UROWS i)
-    constexpr int WI = kC / NW, KI = DK / (2 * NW);
     constexpr int UPR = BV / 4, UROWS = NT / UPR, UCNT = kC * UPR, UN = (UCNT + NT - 1) / NT;
     const int w_src = (tid >> 5) * DK + (tid & 31) * 4, w_dst = (tid >> 5) * QS + (tid & 31) * 4;
     const int k_src = (tid >> 4) * kC + (tid & 15) * 4, k_dst = (tid >> 4) * kPS + (tid & 15) * 4;
@@ -383,9 +376,9 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_
         const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK), *U = a.U + u * (kC * DV) + j0;
         if (DELTA)
 #pragma unroll
-            for (int i = 0; i < WI; i++) cp_async_stream<16>(sW + w_dst + i * NW * QS, W + w_src + i * NW * DK);
+            for (int i = 0; i < 8; i++) cp_async_stream<16>(sW + w_dst + i * 8 * QS, W + w_src + i * 8 * DK);
 #pragma unroll
-        for (int i = 0; i < KI; i++) cp_async_stream<16>(sKd + k_dst + i * 2 * NW * kPS, Kd + k_src + i * 2 * NW * kC);
+        for (int i = 0; i < 8; i++) cp_async_stream<16>(sKd + k_dst + i * 16 * kPS, Kd + k_src + i * 16 * kC);
 #pragma unroll
         for (int i = 0; i < UN; i++)
             if (UCNT % NT == 0 || tid + i * NT < UCNT) cp_async_stream<16>(sU + u_dst + i * UROWS * VS, U + u_src + i * UROWS * DV);
@@ -398,8 +391,8 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_
         // S_c, the state at the chunk's start
         float *Sc = a.S + u * (DK * DV) + j0;
 #pragma unroll
-        for (int r = 0; r < NTW; r++) {
-            const int n = cb + 8 * r + 2 * c4;
+        for (int r = 0; r < NTN; r++) {
+            const int n = 8 * r + 2 * c4;
             *(float2 *)&Sc[sr * DV + n] = make_float2(S[r][0], S[r][1]);
             *(float2 *)&Sc[(sr + 8) * DV + n] = make_float2(S[r][2], S[r][3]);
         }
@@ -408,7 +401,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_
         if (c + 1 < a.NC) issue(c + 1);
         const float *sW = (const float *)ssm4 + (c & 1) * BUF, *sKd = sW + kC * QS;
         float *sU = (float *)sKd + DK * kPS;
-        if (DELTA && (WT >= NW || warp < WT)) {  // V' = U - W S_c, into sU and the scratch's U
+        if (DELTA && (WT >= 8 || warp < WT)) {  // V' = U - W S_c, into sU and the scratch's U
             float acc[2][WN][4];
 #pragma unroll
             for (int p = 0; p < 2; p++)
@@ -436,20 +429,20 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_state128_kernel(const phase_
             }
         }
         if (DELTA) __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
-        // S = gamma S + Kd^T V' (rows 16 (warp % 8) .., the warp group's columns)
+        // S = gamma S + Kd^T V' (rows 16 warp .., all BV columns)
         const float gam = __ldg(&a.gam[u]);
-        float acc[NTW][4];
+        float acc[NTN][4];
 #pragma unroll
-        for (int r = 0; r < NTW; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+        for (int r = 0; r < NTN; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 8) {
-            const frag_a fa = lda_rows(sKd, kPS, 16 * (warp & 7), k0);
+            const frag_a fa = lda_rows(sKd, kPS, 16 * warp, k0);
 #pragma unroll
-            for (int r = 0; r < NTW; r++) mma_tf32(acc[r], fa, ldb_cols(sU, VS, k0, cb + 8 * r));
+            for (int r = 0; r < NTN; r++) mma_tf32(acc[r], fa, ldb_cols(sU, VS, k0, 8 * r));
         }
 #pragma unroll
-        for (int r = 0; r < NTW; r++) {
-            const int n = cb + 8 * r + 2 * c4;
+        for (int r = 0; r < NTN; r++) {
+            const int n = 8 * r + 2 * c4;
 #pragma unroll
             for (int e = 0; e < 4; e++) S[r][e] = keep_zero_mul(gam, S[r][e]) + acc[r][e];
             *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
@@ -603,36 +596,31 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
     using state_fn = void (*)(phase_args);
     state_fn state = delta_state_kernel;
-    int si = 1, state_threads = 256;
+    int si = 1;
     if (s128) {
         const int ib = BV == 8 ? 0 : BV == 16 ? 1 : BV == 32 ? 2 : 3;
-        const bool w16 = cu->sig.delta_state_warps == 16 && BV >= 32;  // knob: 16 warps from 32 columns
-        static const state_fn tab[2][4] = {{delta_state128_kernel<8, false, 8>, delta_state128_kernel<16, false, 8>,
-                                            delta_state128_kernel<32, false, 8>, delta_state128_kernel<64, false, 8>},
-                                           {delta_state128_kernel<8, true, 8>, delta_state128_kernel<16, true, 8>,
-                                            delta_state128_kernel<32, true, 8>, delta_state128_kernel<64, true, 8>}};
-        static const state_fn tab16[2][2] = {{delta_state128_kernel<32, false, 16>, delta_state128_kernel<64, false, 16>},
-                                             {delta_state128_kernel<32, true, 16>, delta_state128_kernel<64, true, 16>}};
-        state = w16 ? tab16[a.delta ? 1 : 0][ib - 2] : tab[a.delta ? 1 : 0][ib];
-        si = w16 ? 13 + 2 * (a.delta ? 1 : 0) + (ib - 2) : 3 + 4 * (a.delta ? 1 : 0) + ib;
-        state_threads = w16 ? 512 : 256;
+        static const state_fn tab[2][4] = {{delta_state128_kernel<8, false>, delta_state128_kernel<16, false>,
+                                            delta_state128_kernel<32, false>, delta_state128_kernel<64, false>},
+                                           {delta_state128_kernel<8, true>, delta_state128_kernel<16, true>,
+                                            delta_state128_kernel<32, true>, delta_state128_kernel<64, true>}};
+        state = tab[a.delta ? 1 : 0][ib], si = 3 + 4 * (a.delta ? 1 : 0) + ib;
     }
     const state_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
     const state_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 17 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-16 of the phases");
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 13 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-12 of the phases");
     if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     if ((s = smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
     *taken = true;
     prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), state_threads, ss, cu->stream>>>(a);
+    state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s", a.DKP, BV, a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", state_threads == 512 ? "/w16" : "", a.qk_vec ? "" : "/scalar");
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s", a.DKP, BV, a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.qk_vec ? "" : "/scalar");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

@@ -72,11 +72,6 @@ struct tg_cuda_sig_knobs {
     // kernels (before / after: gdn.long 3,076 -> 1,600 us on the H200,
     // session 32; docs/ops.md). Env TG_CUDA_DELTA_PHASE_FULL (0: off).
     int delta_chunk_phase_full = 0;
-    // chunk-parallel form, the state pass in registers at 32 or 64 value columns: 0 auto (8 warps),
-    // 16: 16 warps (two column groups; the chunk's W and Kd^T read once per twice the columns of
-    // a warp's chain at 8). Lost at gdn.long (1,900 vs 1,578 us, session 33): per-SM copies bound
-    // the pass, not the L2's total. Env TG_CUDA_DELTA_STATE_WARPS.
-    int delta_state_warps = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

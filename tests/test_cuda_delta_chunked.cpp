@@ -175,7 +175,6 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     std::string variant;
     // (and the generic case at D128: knob delta_chunk_generic 1 must win over it)
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
-    const bool w16 = std::string(c.name).rfind("s128_w16_", 0) == 0;
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
@@ -185,23 +184,9 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         // the chunk-parallel form's compile-time kernels: the default (0); the cases named "s128_"
         // ask for them (1), the other chunk-parallel cases at D128 keep the generic kernels (2)
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = phase_full ? 1 : 2;
-        // "s128_w16_": the state pass on 16 warps (knob delta_state_warps, 32 or 64 columns)
-        if (w16) tg_cuda_knobs(CudaSig::gpu)->delta_state_warps = 16;
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
-        if (w16) {  // the same products in the same order as the 8-warp kernel at this slice: the same bits
-            tg_cuda_knobs(CudaSig::gpu)->delta_state_warps = 0;
-            std::vector<float> o8;
-            store st8;
-            std::string v8;
-            run_gpu(d, o8, st8, &v8);
-            EXPECT_EQ(v8.find("/w16"), std::string::npos) << v8;
-            EXPECT_EQ(o8.size(), o.size());
-            EXPECT_EQ(0, memcmp(o8.data(), o.data(), std::min(o8.size(), o.size()) * sizeof(float)))
-                << "o of 16 warps differs from 8 warps' (" << variant << " / " << v8 << ")";
-            EXPECT_EQ(st8.b, st.b) << "state of 16 warps differs from 8 warps'";
-        }
         *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
@@ -234,8 +219,6 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
             EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
-    if (w16) EXPECT_NE(variant.find("/full-s128/w16"), std::string::npos) << variant;
-    if (phases && !w16) EXPECT_EQ(variant.find("/w16"), std::string::npos) << variant;
     const double tol = tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
@@ -334,12 +317,6 @@ std::vector<ck_case> ck_cases() {
         {"s128_gdn_D128_bf16_out_bv16", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, BF16},
         {"s128_gla_bv32_f16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
         {"s128_gla_bv64_no_state", 1, 200, 1, 2, 128, 128, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
-        // the state pass on 16 warps (two column groups): chained over a long sequence with 16-bit
-        // inputs, strong decays and a zero gate, the gated linear mode without a state
-        {"s128_w16_gdn_bv32_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
-        {"s128_w16_gdn_bv64_log_gates_to_-30", 2, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 3, 64},
-        {"s128_w16_gla_bv32_no_state_f16", 2, 130, 1, 2, 128, 128, GL, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
-        {"s128_w16_gla_bv64_f32", 1, 200, 1, 2, 128, 128, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
