@@ -97,7 +97,11 @@ template <bool Q4, int C>
 void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const size_t bb = Q4 ? sizeof(tg_block_q4_0) : sizeof(tg_block_q8_0);
+    const char *pf = (const char *)wv + k_pf_bytes;
     for (int64_t b = 0; b < nb; b++) {
+        for (const char *to = (const char *)wv + (size_t)(b + 1) * bb + k_pf_bytes; pf < to; pf += 64)
+            __builtin_prefetch(pf, 0, 2);
         float dw;
         const __m256i wq = q32_weights<Q4>(wv, b, &dw);
         for (int c = 0; c < C; c++) {
@@ -146,15 +150,39 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
     for (int c = 0; c < C; c++) out[c * ldo] = _mm512_reduce_add_ps(acc[c]) - mins[c];
 }
 #else
+// Q4_K's 12 scale bytes as 8 6-bit scales (bytes 0..7) and 8 6-bit mins
+// (bytes 8..15), four sub-blocks per 32-bit word (k4_scale_min's unpacking
+// done on whole words)
+inline __m128i k4_scales_mins(const uint8_t *s) {
+    uint32_t a0, a1, a2;
+    memcpy(&a0, s, 4), memcpy(&a1, s + 4, 4), memcpy(&a2, s + 8, 4);
+    const uint32_t sc_hi = (a2 & 0x0f0f0f0fu) | ((a0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((a2 >> 4) & 0x0f0f0f0fu) | ((a1 >> 2) & 0x30303030u);
+    return _mm_set_epi32((int)m_hi, (int)(a1 & 0x3f3f3f3fu), (int)sc_hi, (int)(a0 & 0x3f3f3f3fu));
+}
+// Sub-block j's scale (int16 j of each 128-bit lane) in all 16 int16 lanes
+template <int J> inline __m256i k4_scale_of(__m256i scales) {
+    return _mm256_shuffle_epi8(scales, _mm256_set1_epi16((short)(2 * J | (2 * J + 1) << 8)));
+}
+// Per block: the 8 scales and mins unpacked in vector registers, the
+// sub-blocks' maddubs sums weighted by their scale in madd (int32 lanes,
+// exact: at most 8 * 2 * 63 * 3810 in magnitude), and the mins against the
+// activations' pair sums of bsums in one more madd; both in F32 FMAs.
 template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m256 acc[C];
-    float mins[C];
-    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps(), mins[c] = 0.0f;
+    __m128 accm[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps(), accm[c] = _mm_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const char *pf = (const char *)wv + k_pf_bytes;
     for (int64_t b = 0; b < nb; b++) {
         const tg_block_q4_k *w = (const tg_block_q4_k *)wv + b;
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) k4_scale_min(j, w->scales, &sc[j], &m[j]);
+        for (const char *to = (const char *)(w + 1) + k_pf_bytes; pf < to; pf += 64) __builtin_prefetch(pf, 0, 2);
+        const __m256i sm = _mm256_cvtepu8_epi16(k4_scales_mins(w->scales));  // scales 0..7, mins 0..7 (int16)
+        const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+        const __m128i mins = _mm256_extracti128_si256(sm, 1);
+        const __m256i s[8] = {k4_scale_of<0>(scales), k4_scale_of<1>(scales), k4_scale_of<2>(scales),
+                              k4_scale_of<3>(scales), k4_scale_of<4>(scales), k4_scale_of<5>(scales),
+                              k4_scale_of<6>(scales), k4_scale_of<7>(scales)};
         __m256i lo[4], hi[4];  // sub-blocks 2g and 2g + 1, unsigned 0..15
         for (int g = 0; g < 4; g++) {
             const __m256i q = load32(w->qs + 32 * g);
@@ -168,16 +196,21 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             for (int g = 0; g < 4; g++) {
                 const __m256i p0 = _mm256_maddubs_epi16(lo[g], load32(a->qs + 64 * g));
                 const __m256i p1 = _mm256_maddubs_epi16(hi[g], load32(a->qs + 64 * g + 32));
-                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * g])));
-                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * g + 1])));
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p0, s[2 * g]));
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p1, s[2 * g + 1]));
             }
-            int summ = 0;
-            for (int j = 0; j < 8; j++) summ += m[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+            // bsums in pairs: sub-block j's sum of 32 activations (at most 4064 in magnitude)
+            const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                              _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), _mm256_cvtepi32_ps(sum), acc[c]);
-            mins[c] += dmin * a->d * (float)summ;
+            accm[c] = _mm_fmadd_ps(_mm_set1_ps(dmin * a->d), _mm_cvtepi32_ps(_mm_madd_epi16(mins, bs)), accm[c]);
         }
     }
-    for (int c = 0; c < C; c++) out[c * ldo] = hsum256(acc[c]) - mins[c];
+    for (int c = 0; c < C; c++) {
+        __m128 m = _mm_add_ps(accm[c], _mm_movehl_ps(accm[c], accm[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c * ldo] = hsum256(acc[c]) - _mm_cvtss_f32(m);
+    }
 }
 #endif
 #else
