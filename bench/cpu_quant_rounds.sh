@@ -7,6 +7,7 @@
 # medians at the end.
 # Usage: bench/cpu_quant_rounds.sh [BUILD] [ROUNDS]
 #   env: BUILDS (BUILD; e.g. "build /tmp/base/build" for before/after in the same rounds),
+#        MODEL (125m; tinygml-synth's preset: 125m or 1.1b),
 #        TYPES ("q4_0 q8_0"), SYNTH_DIR (/tmp/tinygml-synth), N_GEN (32),
 #        LLAMA_BENCH (build-peer/llama-cpu/build/bin/llama-bench, which
 #        `../shared/peers/llama_cpp.sh build-peer/llama-cpu cpu` builds; skipped when absent)
@@ -18,14 +19,15 @@ N=${N_GEN:-32}
 LLAMA_BENCH=${LLAMA_BENCH:-build-peer/llama-cpu/build/bin/llama-bench}
 P64=$(printf 'the quick brown fox jumps over the lazy dog %.0s' 1 2 | cut -c1-63)  # + BOS = 64 tokens
 mkdir -p "$SYNTH_DIR"
-f16="$SYNTH_DIR/llama-125m-f16.gguf"
-[ -s "$f16" ] || "$BUILD/tinygml-synth" --preset 125m -o "$f16" >/dev/null
+MODEL=${MODEL:-125m}
+f16="$SYNTH_DIR/llama-$MODEL-f16.gguf"
+[ -s "$f16" ] || "$BUILD/tinygml-synth" --preset "$MODEL" -o "$f16" >/dev/null
 load1() { cut -d' ' -f1 /proc/loadavg; }
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT
 for round in $(seq "$ROUNDS"); do
   for ty in ${TYPES:-q4_0 q8_0}; do
-    f="$SYNTH_DIR/llama-125m-$ty.gguf"
+    f="$SYNTH_DIR/llama-$MODEL-$ty.gguf"
     [ -s "$f" ] || "$BUILD/tinygml-quantize" "$f16" "$f" "$ty" >/dev/null 2>&1
     for b in ${BUILDS:-$BUILD}; do
       for how in mmap read; do
