@@ -23,6 +23,21 @@ struct tg_act_q8k {
 };
 static_assert(sizeof(tg_act_q8) == 36 && sizeof(tg_act_q8k) == 292, "activation block sizes");
 
+// The AVX2 table's Q4_0 layout: blocks in pairs (j = 0, 1: the row's blocks
+// 2i, 2i + 1), split as one 32-byte load of the pair's weight nibbles
+// comes (low nibbles: values 0..15 of both blocks; high: 16..31). The
+// weights enter maddubs unsigned (the nibble 0..15, not nibble - 8), so
+// each block carries the offset's correction m_j = 8 d_j sum_i q_j[i] in
+// F32. A row of an odd number of blocks ends in a half pair whose block 1
+// is zero (q, d and m).
+struct tg_act_q4p {
+    int8_t lo[32];  // lo[16 j + i] = q_j[i]       i < 16
+    int8_t hi[32];  // hi[16 j + i] = q_j[16 + i]
+    float d[2];     // d_j
+    float m[2];     // 8 d_j sum_i q_j[i] (NaN when d_j is)
+};
+static_assert(sizeof(tg_act_q4p) == 80, "paired activation block size");
+
 // The VNNI table's layouts (simd_quant_impl.h). Q4_0 and Q8_0: the same
 // 32-value blocks (d_j, q_j), grouped so that one 512-bit vector of weight
 // bytes meets one vector of activation bytes, 32-bit lane for lane. The

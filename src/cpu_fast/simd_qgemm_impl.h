@@ -106,32 +106,37 @@ template <int C> inline void store_rows(const __m256 *acc, float *out, size_t ld
     }
 }
 
-// simd.h q_gemm_act for Q4_0: a tg_act_q8 row's bytes q -> q + 128 (as
-// unsigned bytes: the sign bit flipped), once per row instead of once per
-// broadcast
+// simd.h q_gemm_act for Q4_0: a row's activation bytes (the paired layout,
+// quant_act.h tg_act_q4p) q -> q + 128 (as unsigned bytes: the sign bit
+// flipped), once per row instead of once per broadcast
 void q4_gemm_act(void *act, int64_t K) {
     const __m256i flip = _mm256_set1_epi8((char)0x80);
-    tg_act_q8 *a = (tg_act_q8 *)act;
-    for (int64_t b = 0; b < K / 32; b++)
-        _mm256_storeu_si256((__m256i *)a[b].qs, _mm256_xor_si256(load32(a[b].qs), flip));
+    tg_act_q4p *a = (tg_act_q4p *)act;
+    for (int64_t i = 0; i < (K / 32 + 1) / 2; i++) {
+        _mm256_storeu_si256((__m256i *)a[i].lo, _mm256_xor_si256(load32(a[i].lo), flip));
+        _mm256_storeu_si256((__m256i *)a[i].hi, _mm256_xor_si256(load32(a[i].hi), flip));
+    }
 }
 
-// C (1..4) tokens (tg_act_q8 rows at act + c * as, after q4_gemm_act)
-// against 8 packed rows; rows r < R stored at out[r + c * ldo]
+// C (1..4) tokens (tg_act_q4p rows at act + c * as, after q4_gemm_act)
+// against 8 packed rows; rows r < R stored at out[r + c * ldo]. Block b's
+// values 4 j..4 j + 3 are bytes 16 (b % 2) + 4 j of its pair's lo (j < 4)
+// or hi (j - 4).
 template <int C>
 void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as, float *out, size_t ldo, int R) {
     const __m256i ones16 = _mm256_set1_epi16(1);
     __m256 acc[C];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const tg_act_q8 *a[C];
+        const tg_act_q4p *a[C];
+        const int h = (int)(b % 2);
         __m256i s[C];
-        for (int c = 0; c < C; c++) a[c] = (const tg_act_q8 *)(act + c * as) + b, s[c] = _mm256_setzero_si256();
+        for (int c = 0; c < C; c++) a[c] = (const tg_act_q4p *)(act + c * as) + b / 2, s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)p[b].q[j]);
             for (int c = 0; c < C; c++) {
                 int32_t q4;
-                memcpy(&q4, a[c]->qs + 4 * j, 4);
+                memcpy(&q4, (j < 4 ? a[c]->lo : a[c]->hi) + 16 * h + 4 * (j % 4), 4);
                 s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(_mm256_set1_epi32(q4), x));
             }
         }
@@ -139,7 +144,7 @@ void q4_gemm_tile(const q4_pack_block *p, int64_t nb, const char *act, size_t as
         const __m256 dw = _mm256_loadu_ps(p[b].d);
         for (int c = 0; c < C; c++) {
             const __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones16), ws);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(a[c]->d)), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(a[c]->d[h])), acc[c]);
         }
     }
     store_rows<C>(acc, out, ldo, R);

@@ -114,6 +114,55 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out,
 }
 #endif
 
+#if defined(TG_SIMD_AVX2)
+// Q4_0 against the paired activations (quant_act.h tg_act_q4p), two blocks
+// per step: one 32-byte vector of the pair's nibbles gives the low nibbles
+// (values 0..15 of both blocks) and the high ones, unsigned, against the
+// activations stored in that order; the two maddubs add in int16 (at most
+// 2 * 3810), one madd makes lanes 0..3 block 2i's and 4..7 block 2i + 1's
+// int32 sums, scaled by their d_w d_a in one FMA; the offset (nibble - 8)
+// is taken back by d_w m_a per block (m_a = 8 d_a sum q_a, F32). Against
+// q32_dot's sign trick per block: no sign or subtract, one madd, one scale
+// conversion and FMA per two blocks. An infinite weight scale is made NaN
+// (d + d * 0), as the dequantized product's are.
+template <int C> void q4_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
+    __m256 acc[C];
+    __m128 corr[C];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps(), corr[c] = _mm_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones16 = _mm256_set1_epi16(1);
+    const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const tg_block_q4_0 *w = (const tg_block_q4_0 *)wv;
+    const char *pf = (const char *)wv + k_pf_bytes;
+    for (int64_t b = 0; b < nb; b += 2) {
+        const bool two = b + 1 < nb;  // else the row's last block alone, block 1 of its pair zero
+        for (const char *to = (const char *)(w + b + 2) + k_pf_bytes; pf < to; pf += 64) __builtin_prefetch(pf, 0, 2);
+        const __m128i q0 = _mm_loadu_si128((const __m128i *)w[b].qs);
+        const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)w[b + 1].qs) : _mm_setzero_si128();
+        const __m256i raw = _mm256_set_m128i(q1, q0);
+        const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        __m128i dh = _mm_cvtsi32_si128(w[b].d);
+        if (two) dh = _mm_insert_epi16(dh, w[b + 1].d, 1);
+        __m128 dw = _mm_cvtph_ps(dh);                   // d_w of blocks 2i, 2i + 1, then zeros
+        dw = _mm_fmadd_ps(dw, _mm_setzero_ps(), dw);  // inf -> NaN, finite unchanged
+        for (int c = 0; c < C; c++) {
+            const tg_act_q4p *a = (const tg_act_q4p *)(act + c * as) + b / 2;
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(a->lo)),
+                                                 _mm256_maddubs_epi16(hi, load32(a->hi)));
+            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones16));
+            const __m128 da = _mm_castpd_ps(_mm_load_sd((const double *)a->d));
+            const __m256 dd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, da)), spread);
+            acc[c] = _mm256_fmadd_ps(dd, s, acc[c]);
+            corr[c] = _mm_fmadd_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)a->m)), corr[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        __m128 m = _mm_add_ps(corr[c], _mm_movehl_ps(corr[c], corr[c]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[c * ldo] = hsum256(acc[c]) - _mm_cvtss_f32(m);
+    }
+}
+#endif
+
 #if defined(TG_SIMD_AVX512)
 // Q4_K: sub-blocks 2g and 2g+1 in one 512-bit register, against the 64
 // contiguous activation bytes of the pair
@@ -495,6 +544,9 @@ size_t q_act_bytes(int qi, int64_t K) {
     const int64_t G = qi == 1 ? 4 : 2;
     return (size_t)((K / 32 + G - 1) / G) * (qi == 1 ? sizeof(tg_act_q4g) : sizeof(tg_act_q8g));
 #else
+#if defined(TG_SIMD_AVX2)
+    if (qi == 1) return (size_t)((K / 32 + 1) / 2) * sizeof(tg_act_q4p);
+#endif
     return (size_t)(K / 32) * sizeof(tg_act_q8);
 #endif
 }
@@ -522,6 +574,24 @@ template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
         }
         return;
     }
+#if defined(TG_SIMD_AVX2)
+    if (Q == 1) {
+        tg_act_q4p *y = (tg_act_q4p *)dst;
+        const int64_t nb = K / 32;
+        if (nb % 2) memset(&y[nb / 2], 0, sizeof y[nb / 2]);
+        for (int64_t b = 0; b < nb; b++, x += 32) {
+            int8_t q[32];
+            const float d = quant_block(x, 32, q);
+            tg_act_q4p *g = y + b / 2;
+            const int j = (int)(b % 2);
+            memcpy(g->lo + 16 * j, q, 16);
+            memcpy(g->hi + 16 * j, q + 16, 16);
+            g->d[j] = d;
+            g->m[j] = 8.0f * d * (float)block_sum(q, 32);  // one rounding (8 d exact, the sum < 2^13)
+        }
+        return;
+    }
+#endif
 #if defined(TG_SIMD_VNNI)
     memset(dst, 0, q_act_bytes(Q, K));
     for (int64_t b = 0; b < K / 32; b++, x += 32) {
@@ -549,6 +619,15 @@ template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
 #endif
 }
 
+// One Q8_0 / Q4_0 row against C tokens in this table's activation layout
+// (the AVX2 table's Q4_0: the paired one, q4_dot)
+template <int Q, int C> void q32_row(const void *w, const char *a, size_t as, int64_t nb, float *out, size_t ldo) {
+#if defined(TG_SIMD_AVX2)
+    if (Q == 1) return q4_dot<C>(w, a, as, nb, out, ldo);
+#endif
+    q32_dot<Q == 1, C>(w, a, as, nb, out, ldo);
+}
+
 template <int Q>
 void q_rows(const void *w, size_t ldw, int64_t R, const void *act, size_t as, int64_t nb, float *out, size_t ldo,
             int C) {
@@ -569,7 +648,7 @@ void q_rows(const void *w, size_t ldw, int64_t R, const void *act, size_t as, in
             if (Q == 2)                                                      \
                 q4k_dot<c>(wr + r * ldw, a, as, nb, out + r, ldo);           \
             else                                                             \
-                q32_dot<Q == 1, c>(wr + r * ldw, a, as, nb, out + r, ldo);   \
+                q32_row<Q, c>(wr + r * ldw, a, as, nb, out + r, ldo);        \
         return;
 #endif
     switch (C) {
