@@ -12,6 +12,10 @@
 
 #include "internal.h"
 
+namespace {
+constexpr size_t k_name_max = 255;  // NAME_MAX of Linux's file systems (ext4, xfs, btrfs, tmpfs)
+}  // namespace
+
 tg_status tg_file_replace_open(const char *call, const char *path, tg_file_replace *r) {
     r->target = path;
     r->f = nullptr;
@@ -28,7 +32,16 @@ tg_status tg_file_replace_open(const char *call, const char *path, tg_file_repla
         }
     }
     static std::atomic<unsigned> counter{0};
-    r->tmp = r->target + ".tmp-" + std::to_string((long)getpid()) + "-" + std::to_string(counter++);
+    const std::string suffix = ".tmp-" + std::to_string((long)getpid()) + "-" + std::to_string(counter++);
+    // A name within NAME_MAX (255 bytes on Linux's file systems) of its own
+    // has no room for the suffix: the temporary file then takes a short name
+    // in the same directory (same file system, so the rename stays atomic).
+    const size_t slash = r->target.rfind('/');
+    const size_t base = slash == std::string::npos ? r->target.size() : r->target.size() - slash - 1;
+    if (base > k_name_max)  // refused now, not at the rename after the whole write
+        return tg_err(TG_ERR_IO, "[%s] '%s': cannot open for writing: %s", call, path, strerror(ENAMETOOLONG));
+    r->tmp = base + suffix.size() <= k_name_max ? r->target + suffix
+                                                : r->target.substr(0, r->target.size() - base) + ".tinygml" + suffix;
     const int fd = open(r->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) return tg_err(TG_ERR_IO, "[%s] '%s': cannot open for writing: %s", call, path, strerror(errno));
     if (existed) (void)fchmod(fd, sb.st_mode & 07777);  // the replaced file's permissions

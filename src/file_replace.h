@@ -1,7 +1,9 @@
 // file_replace.h - writing a file so that a failure never destroys what was
 // at its path (tg_gguf_write, models' session_state_save_file): the bytes go
-// to a new file beside the target (target + ".tmp-PID-N", created
-// exclusively, with the replaced file's permission bits), renamed over it
+// to a new file beside the target (target + ".tmp-PID-N", or ".tinygml.tmp-PID-N"
+// in its directory when the target's name leaves no room for the suffix
+// within 255 bytes; created exclusively, with the replaced file's permission
+// bits), renamed over it
 // once complete; a failure removes only that temporary file. Only a regular
 // file (or nothing) is a target: opening a FIFO would wait for a reader, and
 // a device or a directory is never replaced. A symbolic link is followed

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -567,6 +569,40 @@ TEST(GgufWriter, FailedWriteLeavesWhatWasThere) {
     remove(fifo.c_str());
     EXPECT_EQ(tg_gguf_write(w.get(), ""), TG_ERR_ARG);  // not a temporary file in the working directory
     EXPECT_STREQ(tg_last_error(), "[gguf_write] path is empty");
+}
+
+// A target whose name is at NAME_MAX (255 bytes) leaves no room for the
+// ".tmp-PID-N" suffix (the open of target + suffix failed with "File name
+// too long"): the temporary file takes a short name in the same directory,
+// the write succeeds, replaces what was there, and leaves no temporary file.
+TEST(GgufWriter, NameAtNameMax) {
+    WriterPtr w(tg_gguf_writer_new());
+    std::vector<float> x(64, 2.0f);
+    const int64_t ne[1] = {64};
+    ASSERT_EQ(tg_gguf_add_tensor(w.get(), "x", TG_TYPE_F32, 1, ne, x.data()), TG_OK);
+    const std::string dir = ::testing::TempDir() + "tg_gguf_namemax_" + std::to_string(getpid()) + "/";
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0) << strerror(errno);
+    for (size_t len : {(size_t)200, (size_t)245, (size_t)255}) {
+        SCOPED_TRACE(len);
+        const std::string name = std::string(len - 5, 'n') + ".gguf", path = dir + name;
+        write_file(path, std::vector<uint8_t>(10, 7));
+        ASSERT_EQ(tg_gguf_write(w.get(), path.c_str()), TG_OK) << tg_last_error();
+        GgufPtr g(tg_gguf_open(path.c_str()));
+        ASSERT_TRUE(g) << tg_last_error();
+        EXPECT_EQ(tg_gguf_n_tensors(g.get()), 1);
+        int entries = 0;
+        for (const auto &e : std::filesystem::directory_iterator(dir)) {
+            entries++;
+            EXPECT_EQ(e.path().filename().string(), name);
+        }
+        EXPECT_EQ(entries, 1) << "a temporary file was left behind";
+        remove(path.c_str());
+    }
+    // a name past NAME_MAX: refused by the file system, with the call's message
+    const std::string too_long = dir + std::string(256, 'x');
+    EXPECT_EQ(tg_gguf_write(w.get(), too_long.c_str()), TG_ERR_IO);
+    EXPECT_TRUE(has(tg_last_error(), "cannot open for writing")) << tg_last_error();
+    EXPECT_EQ(rmdir(dir.c_str()), 0) << "the directory is not empty";
 }
 
 // The fuzzer's committed seed corpus (tests/fuzz/corpus) stays valid, but
