@@ -310,6 +310,67 @@ TEST_P(QuantFast, RowsKernelExactOnIntegers) {
     }
 }
 
+// Sparse weights against activations of one sign: each row has one nonzero
+// weight (Q4_0: every other nibble 8, Q8_0: 0) over 80 blocks of random F16
+// scales, the activations integers 0..127 with a 127 per block (d_a = 1, so
+// q_a = x exactly). The exact product is one term, d_w (n - 8) x; the kernel
+// must give it within F32 rounding (1e-6 relative). A kernel that takes a
+// Q4_0 offset back in F32 (d_w d_a sum n q_a minus d_w 8 d_a sum q_a, two
+// large sums that cancel) was ~1e-4 off here (session 34's review).
+TEST_P(QuantFast, RowsKernelSparseWeightsExact) {
+    const tg_simd *t = table();
+    std::mt19937 rng(29);
+    for (tg_type qt : {TG_TYPE_Q4_0, TG_TYPE_Q8_0}) {
+        SCOPED_TRACE(tg_type_name(qt));
+        const int qi = tg_simd_qindex(qt);
+        const int64_t nb = 80, K = nb * 32, R = 5;
+        const size_t row = tg_row_size(qt, K), bb = tg_type_size(qt);
+        std::vector<uint8_t> w(row * (size_t)R);
+        std::vector<int64_t> at((size_t)R);
+        std::vector<int> val((size_t)R);
+        for (int64_t r = 0; r < R; r++) {
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = &w[(size_t)r * row + (size_t)(b * bb)];
+                const uint16_t h = tg_fp32_to_fp16(0.01f + 0.09f * (float)(rng() % 1000) / 1000.0f);
+                memcpy(blk, &h, 2);
+                memset(blk + 2, qt == TG_TYPE_Q4_0 ? 0x88 : 0x00, bb - 2);
+            }
+            at[(size_t)r] = (int64_t)(rng() % (uint32_t)K);
+            val[(size_t)r] = qt == TG_TYPE_Q4_0 ? (int)(rng() % 15) : (int)(rng() % 255) - 127;  // nibble 0..14 / q
+            if (qt == TG_TYPE_Q4_0 && val[(size_t)r] >= 8) val[(size_t)r]++;  // not 8: nonzero
+            if (qt == TG_TYPE_Q8_0 && val[(size_t)r] == 0) val[(size_t)r] = 1;
+            const int64_t b = at[(size_t)r] / 32, i = at[(size_t)r] % 32;
+            uint8_t *q = &w[(size_t)r * row + (size_t)(b * bb) + 2];
+            if (qt == TG_TYPE_Q4_0)
+                q[i % 16] = (uint8_t)(i < 16 ? (q[i % 16] & 0xf0) | val[(size_t)r] : (q[i % 16] & 0x0f) | val[(size_t)r] << 4);
+            else
+                q[i] = (uint8_t)(int8_t)val[(size_t)r];
+        }
+        for (int C = 1; C <= 4; C++) {
+            SCOPED_TRACE("tokens " + std::to_string(C));
+            std::vector<float> x((size_t)(C * K));
+            for (auto &v : x) v = (float)(rng() % 128);
+            for (int64_t b = 0; b < (int64_t)x.size() / 32; b++) x[(size_t)(b * 32 + (int64_t)(rng() % 32))] = 127.0f;
+            const size_t arb = t->q_act_bytes(qi, K);
+            std::vector<uint8_t> act(arb * (size_t)C, 0xee);
+            for (int c = 0; c < C; c++) t->q_quant[qi](&x[(size_t)(c * K)], K, &act[(size_t)c * arb]);
+            std::vector<float> out((size_t)(R * C), NAN);
+            t->q_rows[qi](w.data(), row, R, act.data(), arb, nb, out.data(), (size_t)R, C);
+            for (int c = 0; c < C; c++)
+                for (int64_t r = 0; r < R; r++) {
+                    const int64_t k = at[(size_t)r], b = k / 32;
+                    uint16_t h;
+                    memcpy(&h, &w[(size_t)r * row + (size_t)(b * bb)], 2);
+                    const double want = (double)tg_fp16_to_fp32(h) * (qt == TG_TYPE_Q4_0 ? val[(size_t)r] - 8 : val[(size_t)r]) *
+                                        x[(size_t)(c * K + k)];
+                    const double got = out[(size_t)(r + c * R)];
+                    EXPECT_TRUE(std::fabs(got - want) <= 1e-6 * std::fabs(want) + 1e-30)  // NaN fails
+                        << "row " << r << " token " << c << ": " << got << ", want " << want;
+                }
+        }
+    }
+}
+
 // Quantized products of one F32 b back to back (views between them) run as
 // one job with 2+ threads (b quantized once per thread; backend_cpu.cpp):
 // bit-identical to 1 thread, where each runs alone; a member of another type

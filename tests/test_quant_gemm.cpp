@@ -246,9 +246,9 @@ TEST_P(QuantGemm, MulMatTakesItAndAgreesWithTheDecodePath) {
 
 // A block with an infinite weight scale: its row is NaN for every token, as
 // in the dequantized product (whose weights d q are NaN at q = 0 and of both
-// signs), and on the decode path for d; the other rows finite. (The decode
-// path's Q4_K gives +-inf for an infinite dmin: its mins term is dmin d_a
-// times an integer sum; left as it is, docs/ops.md.)
+// signs), on the prompt path and on the decode path, for d and Q4_K's dmin;
+// the other rows finite. (Until session 34 the decode path's Q4_K gave +-inf
+// for an infinite dmin: its mins term is dmin d_a times an integer sum.)
 TEST_P(QuantGemm, InfiniteWeightScaleGivesNaN) {
     const gemm_table g = table();
     forced use(g.t);
@@ -263,7 +263,6 @@ TEST_P(QuantGemm, InfiniteWeightScaleGivesNaN) {
         d[0] = 0x00, d[1] = 0x7c;  // +inf
         const std::vector<float> x = tgt::random_floats(rng, (size_t)(K * N));
         for (int64_t per_call : {N, (int64_t)1}) {
-            if (per_call == 1 && which == 1) continue;  // the decode path's inf, above
             const std::vector<float> out = mul_mat_out(qt, q, K, M, 0, x, N, per_call);
             ASSERT_EQ(out.size(), (size_t)(M * N));
             for (int64_t n = 0; n < N; n++)

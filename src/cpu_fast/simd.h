@@ -57,8 +57,9 @@ struct tg_simd {
     // Quantized weights (index tg_simd_qindex: Q8_0, Q4_0, Q4_K; rows of
     // nblocks blocks of src/quant.h) against activations quantized to 8 bits
     // in this table's layout (quant_act.h: tg_act_q8 rows, or the grouped
-    // tg_act_q4g / tg_act_q8g of the VNNI table, for Q8_0/Q4_0; tg_act_q8k
-    // for Q4_K). q_act_bytes(qi, K): bytes of one activation row of K values.
+    // tg_act_q4g / tg_act_q8g of the VNNI table, for Q8_0/Q4_0, the AVX2
+    // table's Q4_0 the paired tg_act_q4p; tg_act_q8k for Q4_K, the VNNI
+    // table's tg_act_q8kv). q_act_bytes(qi, K): bytes of one activation row of K values.
     // q_quant[qi](x, K, dst) quantizes K floats into one: per block of 32
     // (Q4_K: 256) d = absmax / 127, q = round(x / d) to nearest even; a block
     // holding NaN or inf gets d = NaN (so its products are NaN).
@@ -68,8 +69,9 @@ struct tg_simd {
     // rows (row c at act + c*act_stride bytes):
     //   out[r + c*ldo] = sum_blocks d_w d_a sum_i q_w[i] q_a[i]   (Q4_K: per
     //                    sub-block scale, minus dmin m_j d_a sum of its q_a)
-    // Integer sums are exact (AVX2: maddubs of |w| and sign(a, w); VNNI:
-    // vpdpbusd of unsigned weights, corrected by the activation block sums);
+    // Integer sums are exact (AVX2: maddubs of |w| and sign(a, w), Q4_0 and
+    // Q4_K of the unsigned nibbles, Q4_0 corrected by the stored activation
+    // block sums; VNNI: vpdpbusd of unsigned weights, corrected likewise);
     // they are scaled and added in F32 per vector lane over the blocks in
     // order, lanes added in a fixed tree at the end: the same for any R and C,
     // so an output does not depend on the other rows or tokens of its pass.

@@ -25,6 +25,14 @@ inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
 // -mavx2 too, pairs blocks in 512 bits where it can): maddubs multiplies unsigned by signed bytes, so a signed
 // product is |x| * sign(y, x); pairs of products fit int16 (|q| <= 128).
 inline float half_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+// A weight block's F16 scale (d, Q4_K's dmin) in F32, an infinite one made
+// NaN (d + d * 0): the dequantized weights of such a block are NaN or
+// infinite of both signs, so the reference's products are NaN, while an
+// infinite scale times an integer sum would give +-inf
+inline float wscale(uint16_t h) {
+    const float d = half_to_f32(h);
+    return d + d * 0.0f;
+}
 inline float hsum256(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -47,11 +55,11 @@ inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i 
 template <bool Q4> inline __m256i q32_weights(const void *wv, int64_t b, float *dw) {
     if (Q4) {
         const tg_block_q4_0 *w = (const tg_block_q4_0 *)wv + b;
-        *dw = half_to_f32(w->d);
+        *dw = wscale(w->d);
         return _mm256_sub_epi8(nibbles(w->qs), _mm256_set1_epi8(8));
     }
     const tg_block_q8_0 *w = (const tg_block_q8_0 *)wv + b;
-    *dw = half_to_f32(w->d);
+    *dw = wscale(w->d);
     return load32(w->qs);
 }
 
@@ -120,15 +128,15 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out,
 // (values 0..15 of both blocks) and the high ones, unsigned, against the
 // activations stored in that order; the two maddubs add in int16 (at most
 // 2 * 3810), one madd makes lanes 0..3 block 2i's and 4..7 block 2i + 1's
-// int32 sums, scaled by their d_w d_a in one FMA; the offset (nibble - 8)
-// is taken back by d_w m_a per block (m_a = 8 d_a sum q_a, F32). Against
-// q32_dot's sign trick per block: no sign or subtract, one madd, one scale
-// conversion and FMA per two blocks. An infinite weight scale is made NaN
-// (d + d * 0), as the dequantized product's are.
+// int32 sums, the offset (nibble - 8) is taken back exactly in int32 (the
+// stored 8 sum q_a of each lane's 8 values), so every lane holds the exact
+// partial sum of its 8 products (no large terms that cancel in F32: sparse
+// weights stay exact), and one FMA scales the lanes by their block's d_w d_a. Against q32_dot's sign trick per block: no sign
+// or byte subtract, one madd, one scale conversion and FMA per two blocks.
+// An infinite weight scale is made NaN (wscale).
 template <int C> void q4_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     __m256 acc[C];
-    __m128 corr[C];
-    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps(), corr[c] = _mm_setzero_ps();
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones16 = _mm256_set1_epi16(1);
     const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const tg_block_q4_0 *w = (const tg_block_q4_0 *)wv;
@@ -143,23 +151,18 @@ template <int C> void q4_dot(const void *wv, const char *act, size_t as, int64_t
         __m128i dh = _mm_cvtsi32_si128(w[b].d);
         if (two) dh = _mm_insert_epi16(dh, w[b + 1].d, 1);
         __m128 dw = _mm_cvtph_ps(dh);                   // d_w of blocks 2i, 2i + 1, then zeros
-        dw = _mm_fmadd_ps(dw, _mm_setzero_ps(), dw);  // inf -> NaN, finite unchanged
+        dw = _mm_fmadd_ps(dw, _mm_setzero_ps(), dw);  // inf -> NaN (wscale)
         for (int c = 0; c < C; c++) {
             const tg_act_q4p *a = (const tg_act_q4p *)(act + c * as) + b / 2;
             const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, load32(a->lo)),
                                                  _mm256_maddubs_epi16(hi, load32(a->hi)));
-            const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones16));
-            const __m128 da = _mm_castpd_ps(_mm_load_sd((const double *)a->d));
+            const __m256i s = _mm256_sub_epi32(_mm256_madd_epi16(s16, ones16), load32(a->corr));
+            const __m128 da = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)a->d));
             const __m256 dd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(dw, da)), spread);
-            acc[c] = _mm256_fmadd_ps(dd, s, acc[c]);
-            corr[c] = _mm_fmadd_ps(dw, _mm_castpd_ps(_mm_load_sd((const double *)a->m)), corr[c]);
+            acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc[c]);
         }
     }
-    for (int c = 0; c < C; c++) {
-        __m128 m = _mm_add_ps(corr[c], _mm_movehl_ps(corr[c], corr[c]));
-        m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        out[c * ldo] = hsum256(acc[c]) - _mm_cvtss_f32(m);
-    }
+    for (int c = 0; c < C; c++) out[c * ldo] = hsum256(acc[c]);
 }
 #endif
 
@@ -182,7 +185,7 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             scv[g] = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16((short)sc[2 * g]),
                                              _mm512_set1_epi16((short)sc[2 * g + 1]));
         }
-        const float d = half_to_f32(w->d), dmin = half_to_f32(w->dmin);
+        const float d = wscale(w->d), dmin = wscale(w->dmin);
         for (int c = 0; c < C; c++) {
             const tg_act_q8k *a = (const tg_act_q8k *)(act + c * as) + b;
             __m512i sum = _mm512_setzero_si512();
@@ -238,7 +241,7 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
             lo[g] = _mm256_and_si256(q, low4);
             hi[g] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         }
-        const float d = half_to_f32(w->d), dmin = half_to_f32(w->dmin);
+        const float d = wscale(w->d), dmin = wscale(w->dmin);
         for (int c = 0; c < C; c++) {
             const tg_act_q8k *a = (const tg_act_q8k *)(act + c * as) + b;
             __m256i sum = _mm256_setzero_si256();
@@ -265,6 +268,14 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
 #else
 // Portable: integer sums per block in plain loops (the compiler vectorizes them).
 inline float half_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
+// A weight block's F16 scale (d, Q4_K's dmin) in F32, an infinite one made
+// NaN (d + d * 0): the dequantized weights of such a block are NaN or
+// infinite of both signs, so the reference's products are NaN, while an
+// infinite scale times an integer sum would give +-inf
+inline float wscale(uint16_t h) {
+    const float d = half_to_f32(h);
+    return d + d * 0.0f;
+}
 
 template <bool Q4, int C>
 void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
@@ -275,11 +286,11 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out,
         if (Q4) {
             const tg_block_q4_0 *w = (const tg_block_q4_0 *)wv + b;
             for (int i = 0; i < 16; i++) wq[i] = (int8_t)((w->qs[i] & 15) - 8), wq[i + 16] = (int8_t)((w->qs[i] >> 4) - 8);
-            dw = half_to_f32(w->d);
+            dw = wscale(w->d);
         } else {
             const tg_block_q8_0 *w = (const tg_block_q8_0 *)wv + b;
             memcpy(wq, w->qs, 32);
-            dw = half_to_f32(w->d);
+            dw = wscale(w->d);
         }
         for (int c = 0; c < C; c++) {
             const tg_act_q8 *a = (const tg_act_q8 *)(act + c * as) + b;
@@ -300,7 +311,7 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
         uint8_t q[256];  // sub-block j's element l at 32 j + l
         for (int g = 0; g < 4; g++)
             for (int l = 0; l < 32; l++) q[64 * g + l] = w->qs[32 * g + l] & 15, q[64 * g + 32 + l] = w->qs[32 * g + l] >> 4;
-        const float d = half_to_f32(w->d), dmin = half_to_f32(w->dmin);
+        const float d = wscale(w->d), dmin = wscale(w->dmin);
         for (int c = 0; c < C; c++) {
             const tg_act_q8k *a = (const tg_act_q8k *)(act + c * as) + b;
             int32_t sum = 0, summ = 0;
@@ -380,7 +391,8 @@ void qg_rows(const char *w, size_t ldw, const char *act, size_t as, int64_t nb, 
                 raw1 = _mm512_maskz_loadu_epi8(m1, p + g::OFF);
             }
             const __m512i q = _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(iq, raw0), g::SECOND, iq, raw1);
-            const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(id, raw0)));
+            __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi8(id, raw0)));
+            dw = _mm512_fmadd_ps(dw, _mm512_setzero_ps(), dw);  // inf -> NaN (wscale)
             // unsigned weights: Q4_0 the nibbles (element i < 16 low, 16 + i high), Q8_0 q + 128
             const __m512i u0 = Q4 ? _mm512_and_si512(q, low4) : _mm512_xor_si512(q, bias);
             const __m512i u1 = Q4 ? _mm512_and_si512(_mm512_srli_epi16(q, 4), low4) : u0;
@@ -442,7 +454,8 @@ void q4k_vnni(const char *w, size_t ldw, int64_t R, const char *act, size_t as, 
                                                                  << 32;
             const __m512i scw = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             const __m128i mw = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
-            const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));  // d, dmin, 0, 0
+            __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd));  // d, dmin, 0, 0
+            dm = _mm_fmadd_ps(dm, _mm_setzero_ps(), dm);           // inf -> NaN (wscale)
             __m512i q[4], s16[4];
             for (int h = 0; h < 2; h++) {
                 const __m512i x = _mm512_loadu_si512((const void *)(blk->qs + 64 * h));
@@ -578,7 +591,7 @@ template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
     if (Q == 1) {
         tg_act_q4p *y = (tg_act_q4p *)dst;
         const int64_t nb = K / 32;
-        if (nb % 2) memset(&y[nb / 2], 0, sizeof y[nb / 2]);
+        memset(dst, 0, q_act_bytes(Q, K));
         for (int64_t b = 0; b < nb; b++, x += 32) {
             int8_t q[32];
             const float d = quant_block(x, 32, q);
@@ -586,8 +599,9 @@ template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
             const int j = (int)(b % 2);
             memcpy(g->lo + 16 * j, q, 16);
             memcpy(g->hi + 16 * j, q + 16, 16);
+            for (int k = 0; k < 4; k++)  // lane 4 j + k: values 4 k.. and 16 + 4 k.. (4 each)
+                g->corr[4 * j + k] = 8 * (block_sum(q + 4 * k, 4) + block_sum(q + 16 + 4 * k, 4));
             g->d[j] = d;
-            g->m[j] = 8.0f * d * (float)block_sum(q, 32);  // one rounding (8 d exact, the sum < 2^13)
         }
         return;
     }
@@ -597,19 +611,19 @@ template <int Q> void q_quant(const float *x, int64_t K, void *dst) {
     for (int64_t b = 0; b < K / 32; b++, x += 32) {
         int8_t q[32];
         const float d = quant_block(x, 32, q);
-        const int s = block_sum(q, 32);
         if (Q == 1) {
             tg_act_q4g *g = (tg_act_q4g *)dst + b / 4;
             const int j = (int)(b % 4);
             memcpy(g->lo + 16 * j, q, 16);
             memcpy(g->hi + 16 * j, q + 16, 16);
-            g->corr[4 * j] = -8 * s;
+            for (int k = 0; k < 4; k++)  // lane 4 j + k: values 4 k.. and 16 + 4 k.. (4 each)
+                g->corr[4 * j + k] = -8 * (block_sum(q + 4 * k, 4) + block_sum(q + 16 + 4 * k, 4));
             for (int l = 0; l < 4; l++) g->d[4 * j + l] = d;
         } else {
             tg_act_q8g *g = (tg_act_q8g *)dst + b / 2;
             const int j = (int)(b % 2);
             memcpy(g->qs + 32 * j, q, 32);
-            g->corr[8 * j] = -128 * s;
+            for (int k = 0; k < 8; k++) g->corr[8 * j + k] = -128 * block_sum(q + 4 * k, 4);  // lane 8 j + k: values 4 k..
             for (int l = 0; l < 8; l++) g->d[8 * j + l] = d;
         }
     }
