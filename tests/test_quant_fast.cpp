@@ -371,6 +371,43 @@ TEST_P(QuantFast, RowsKernelSparseWeightsExact) {
     }
 }
 
+// An infinite F16 weight scale (d; Q4_K's dmin too) in one block of a row:
+// that row's outputs are NaN for every token (the dequantized weights are NaN
+// or infinite of both signs), the other rows finite; every type, 1..4 tokens,
+// the block first, in the middle and last (Q4_0's pairs: either half).
+TEST_P(QuantFast, RowsKernelInfiniteScaleGivesNaN) {
+    const tg_simd *t = table();
+    std::mt19937 rng(31);
+    for (tg_type qt : k_qtypes) {
+        const int qi = tg_simd_qindex(qt);
+        const int64_t bs = tg_type_block_size(qt), nb = qt == TG_TYPE_Q4_K ? 3 : 7, K = nb * bs, R = 3;
+        const size_t row = tg_row_size(qt, K), bb = tg_type_size(qt);
+        for (int which = 0; which < (qt == TG_TYPE_Q4_K ? 2 : 1); which++)
+            for (int64_t blk : {(int64_t)0, nb / 2, nb - 1}) {
+                SCOPED_TRACE(std::string(tg_type_name(qt)) + (which ? " dmin" : " d") + " block " + std::to_string(blk));
+                std::vector<float> wf((size_t)(R * K));
+                for (auto &v : wf) v = (float)((int)(rng() % 2001) - 1000) / 1000.0f;
+                std::vector<uint8_t> w(row * (size_t)R);
+                ASSERT_EQ(tg_quantize(qt, wf.data(), w.data(), R * K), TG_OK);
+                uint8_t *d = &w[1 * row + (size_t)blk * bb + 2 * (size_t)which];  // row 1
+                d[0] = 0x00, d[1] = (uint8_t)(rng() % 2 ? 0x7c : 0xfc);           // +inf or -inf
+                for (int C = 1; C <= 4; C++) {
+                    std::vector<float> x((size_t)(C * K));
+                    for (auto &v : x) v = (float)((int)(rng() % 2001) - 1000) / 1000.0f;
+                    const size_t arb = t->q_act_bytes(qi, K);
+                    std::vector<uint8_t> act(arb * (size_t)C);
+                    for (int c = 0; c < C; c++) t->q_quant[qi](&x[(size_t)(c * K)], K, &act[(size_t)c * arb]);
+                    std::vector<float> out((size_t)(R * C), 0.0f);
+                    t->q_rows[qi](w.data(), row, R, act.data(), arb, nb, out.data(), (size_t)R, C);
+                    for (int c = 0; c < C; c++)
+                        for (int64_t r = 0; r < R; r++)
+                            EXPECT_EQ(r == 1, std::isnan(out[(size_t)(r + c * R)]))
+                                << "row " << r << " token " << c << ": " << out[(size_t)(r + c * R)];
+                }
+            }
+    }
+}
+
 // Quantized products of one F32 b back to back (views between them) run as
 // one job with 2+ threads (b quantized once per thread; backend_cpu.cpp):
 // bit-identical to 1 thread, where each runs alone; a member of another type
