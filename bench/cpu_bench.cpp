@@ -9,6 +9,8 @@
 //     tg_graph_compute);
 // prints a table and writes JSON. Usage:
 //   tinygml-bench-cpu [out.json] [-t N] [--quick] [--only PREFIX]
+// A partial run (--only) writes JSON only to an out.json given: its rows
+// would replace the committed record's (bench/results/cpu.json) whole.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -368,7 +370,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: %s [OUT.json] [-t THREADS] [--quick] [--only ID_PREFIX]\n"
-                   "  OUT.json defaults to bench/results/cpu.json\n",
+                   "  OUT.json defaults to bench/results/cpu.json (with --only: no file unless given)\n",
                    argv[0]);
             return 0;
         } else if (argv[i][0] == '-' || out_set) {
@@ -425,7 +427,7 @@ int main(int argc, char **argv) {
     // machine kind is shared, and the floors above are best runs too.
     printf("%-15s %-66s %10s %10s %15s %15s %17s\n", "id", "what", "us(median)", "us(best)", "GB/s med[best]",
            "%copy med[best]", "GFLOP/s med[best]");
-    FILE *f = fopen(out, "w");
+    FILE *f = g_only && !out_set ? nullptr : fopen(out, "w");
     if (f) fprintf(f, "{\n  \"threads\": %d, \"copy_gbs\": %.2f, \"copy1_gbs\": %.2f, \"fma_peak_gflops\": %.1f,\n"
                    "  \"state_rmw_gbs\": %.2f, \"state_copy_gbs\": %.2f, \"llc_mib\": %zu, \"copy_mib\": %zu,\n"
                    "  \"rows\": [\n",

@@ -21,21 +21,27 @@ inline void k4_scale_min(int j, const uint8_t *q, int *sc, int *m) {
 }
 
 #if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
-// 256-bit integer code (AVX2; the AVX-512 table, whose file is built with
-// -mavx2 too, pairs blocks in 512 bits where it can): maddubs multiplies unsigned by signed bytes, so a signed
-// product is |x| * sign(y, x); pairs of products fit int16 (|q| <= 128).
 inline float half_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+#else
+inline float half_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
+#endif
 // A weight block's F16 scale (d, Q4_K's dmin) in F32, an infinite one made
 // NaN (d + d * 0): the dequantized weights of such a block are NaN or
 // infinite of both signs, so the reference's products are NaN, while an
-// infinite scale times an integer sum would give +-inf. The 32-value rows
-// (q32_dot) instead flag an infinite scale on its bits and make the output
-// NaN at the end (half_inf): the FMA per block cost Q8_0's rows ~5% here.
+// infinite scale times an integer sum would give +-inf. The AVX2 / AVX-512
+// 32-value rows and the AVX2 Q4_K rows instead flag an infinite scale on its
+// bits (half_inf) and make the row's output NaN at the end: an FMA per block
+// cost the Q8_0 rows ~5% here.
 inline float wscale(uint16_t h) {
     const float d = half_to_f32(h);
     return d + d * 0.0f;
 }
 inline bool half_inf(uint16_t h) { return (h & 0x7fff) == 0x7c00; }
+
+#if defined(TG_SIMD_AVX512) || defined(TG_SIMD_AVX2)
+// 256-bit integer code (AVX2; the AVX-512 table, whose file is built with
+// -mavx2 too, pairs blocks in 512 bits where it can): maddubs multiplies unsigned by signed bytes, so a signed
+// product is |x| * sign(y, x); pairs of products fit int16 (|q| <= 128).
 inline float hsum256(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -139,9 +145,10 @@ void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out,
 // int32 sums, the offset (nibble - 8) is taken back exactly in int32 (the
 // stored 8 sum q_a of each lane's 8 values), so every lane holds the exact
 // partial sum of its 8 products (no large terms that cancel in F32: sparse
-// weights stay exact), and one FMA scales the lanes by their block's d_w d_a. Against q32_dot's sign trick per block: no sign
-// or byte subtract, one madd, one scale conversion and FMA per two blocks.
-// An infinite weight scale is made NaN (wscale).
+// weights stay exact), and one FMA scales the lanes by their block's d_w
+// d_a. Against q32_dot's sign trick per block: no sign or byte subtract, one
+// madd, one scale conversion and FMA per two blocks. An infinite weight
+// scale is made NaN (as wscale does).
 template <int C> void q4_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
     // two accumulators per token, pairs 2p and 2p + 1 (a pair's work is
     // about one FMA latency: a single chain would wait on it every pair)
@@ -283,18 +290,6 @@ template <int C> void q4k_dot(const void *wv, const char *act, size_t as, int64_
 #endif
 #else
 // Portable: integer sums per block in plain loops (the compiler vectorizes them).
-inline float half_to_f32(uint16_t h) { return tg_fp16_to_fp32_impl(h); }
-// A weight block's F16 scale (d, Q4_K's dmin) in F32, an infinite one made
-// NaN (d + d * 0): the dequantized weights of such a block are NaN or
-// infinite of both signs, so the reference's products are NaN, while an
-// infinite scale times an integer sum would give +-inf. The 32-value rows
-// (q32_dot) instead flag an infinite scale on its bits and make the output
-// NaN at the end (half_inf): the FMA per block cost Q8_0's rows ~5% here.
-inline float wscale(uint16_t h) {
-    const float d = half_to_f32(h);
-    return d + d * 0.0f;
-}
-inline bool half_inf(uint16_t h) { return (h & 0x7fff) == 0x7c00; }
 
 template <bool Q4, int C>
 void q32_dot(const void *wv, const char *act, size_t as, int64_t nb, float *out, size_t ldo) {
