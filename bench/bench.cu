@@ -569,6 +569,13 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/3p-generic", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phase_gen, BF);
     bench_delta("gdn.prefill.bf16/3p-generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_gen, BF);
     bench_delta("gla.prefill/3p-generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_gen);
+    // W and Kd^T between the chunk-parallel kernels as F16 rows (knob delta_chunk_h16 1) against the
+    // F32 rows of the rows above
+    tg_cuda_sig_knobs h16rows = dflt, phases_h16rows = phases;
+    h16rows.delta_chunk_h16 = 1, phases_h16rows.delta_chunk_h16 = 1;
+    bench_delta("gdn.long/h16", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, h16rows, BF);
+    bench_delta("gdn.prefill.bf16/3p-h16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_h16rows, BF);
+    bench_delta("gla.prefill/3p-h16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16rows);
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

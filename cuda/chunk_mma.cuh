@@ -13,6 +13,7 @@
 // Operands reach the tensor cores as F32 bits (the hardware reads the TF32
 // part); values this code writes for them are rounded once (tf32r).
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace tg_chunk {
@@ -52,6 +53,41 @@ __device__ inline frag_a lda_rows(const float *base, int ld, int m0, int k0) {
                  : "r"(smem_u32(p)));
     return f;
 }
+// F16 operands (the chunk-parallel form's W and Kd^T, delta_rule_chunked_phases.cu): within every
+// 8-column group a row is stored permuted, logical column c (c < 4) at half 2c and c + 4 at half
+// 2c + 1 (h16_pos), so that one ldmatrix of 16-bit rows gives each thread the two columns of a TF32
+// A fragment in one register. The conversion to F32 is exact: the products are those of the F32
+// operands these halves hold.
+__host__ __device__ inline int h16_pos(int c) { return ((c & 3) << 1) | ((c >> 2) & 1); }
+__device__ inline unsigned h16_lo(unsigned r) { return __float_as_uint(__half2float(__ushort_as_half((unsigned short)(r & 0xffffu)))); }
+__device__ inline unsigned h16_hi(unsigned r) { return __float_as_uint(__half2float(__ushort_as_half((unsigned short)(r >> 16)))); }
+// A rows m0 .. m0 + 15, logical columns k0 .. k0 + 15 of a permuted F16 row-major matrix (row
+// stride ld halves, a multiple of 8; base 16-byte aligned): the fragments of k steps k0 (f0) and
+// k0 + 8 (f1). Bank-conflict free when ld * 2 % 128 is 16 or 112.
+__device__ inline void lda16_rows2(const __half *base, int ld, int m0, int k0, frag_a &f0, frag_a &f1) {
+    const int lane = threadIdx.x & 31;
+    const __half *p = base + (m0 + (lane & 15)) * ld + k0 + ((lane >> 4) << 3);
+    unsigned r[4];
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+    f0.x[0] = h16_lo(r[0]), f0.x[1] = h16_lo(r[1]), f0.x[2] = h16_hi(r[0]), f0.x[3] = h16_hi(r[1]);
+    f1.x[0] = h16_lo(r[2]), f1.x[1] = h16_lo(r[3]), f1.x[2] = h16_hi(r[2]), f1.x[3] = h16_hi(r[3]);
+}
+// x's power-of-two row scale for F16: from the bits of the row's largest magnitude (as an int:
+// non-negative floats order as their bits), the multiplier that puts it in [1, 2) (exponent held
+// within F32's normal range) and its inverse; a row of zeros or with an inf or NaN keeps 1 (an inf
+// stays inf, a NaN NaN, in the products).
+__device__ inline void h16_row_scale(int maxbits, float *mul, float *inv) {
+    if (maxbits <= 0 || maxbits >= 0x7f800000) {
+        *mul = *inv = 1.0f;
+        return;
+    }
+    int s = 127 - (maxbits >> 23);  // the max is in [2^-s, 2^(1-s)) (a subnormal max: s 127, clamped)
+    s = s > 126 ? 126 : s < -126 ? -126 : s;
+    *mul = __int_as_float((127 + s) << 23), *inv = __int_as_float((127 - s) << 23);
+}
+
 // B rows k0 .. k0 + 7, columns n0 .. n0 + 7 where B^T is row-major (element (k, n) at
 // base[n * ld + k]; ld as for lda_rows).
 __device__ inline frag_b ldb_rows(const float *base, int ld, int k0, int n0) {

@@ -31,15 +31,24 @@ struct phase_args {
     int qk_vec, v_vec;      // q/k rows (whole v rows) load as 16-byte units
     int o_pair;             // output column pairs (j even) store as one
     int BV, nslices, nbuf;  // state pass: value columns per block, slices per head, load buffers
+    int h16;                // FULL prep and delta_state128_kernel<.., true>: W and Kd^T as F16 (below)
     // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
     // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP), gamma
     float *W, *Kd, *U, *S, *gam;
     const tg_cuda_err *err;
 };
 constexpr int kVSC = 72;  // row stride of the output pass's 64-column blocks
+// h16 (Dk = Dv = 128): unit u's W rows as F16 (kC x 128 halves, each 8-column group permuted as
+// chunk_mma.cuh's h16_pos), then kC floats, each row's inverse power-of-two scale, in W's F32 region;
+// Kd^T's (128 x kC halves, then 128 scales) in Kd's. A row's values are stored times its scale,
+// which puts the largest magnitude in [1, 2): every value at least 2^-14 of the row's largest is
+// exact in F16 (they are TF32 values: 10-bit mantissas), smaller ones are off by at most 2^-25 of
+// the largest (F16's subnormal step). The state pass multiplies a product's row by the inverse.
+constexpr int kH16Data = kC * 128 / 2;  // floats of a unit's F16 data (then the scales)
 __host__ __device__ inline int vstr(int n) { return (n + 31) / 32 * 32 + 8; }
 size_t prep_smem(int DKP, int DVP) {
-    return ((size_t)kC * q_stride(DKP) + (size_t)kC * vstr(DVP) + 2 * (size_t)kC * kPS + 8 * (size_t)kC + 4) * 4;
+    // + 192: the h16 rows' largest magnitudes (bits), 64 of W and 128 of Kd^T
+    return ((size_t)kC * q_stride(DKP) + (size_t)kC * vstr(DVP) + 2 * (size_t)kC * kPS + 8 * (size_t)kC + 4 + 192) * 4;
 }
 // one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
 __host__ __device__ inline int state_buf(int DKP, int BV) {
@@ -117,11 +126,14 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     float *sL = sT + kC * kPS, *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
-    const int tid = threadIdx.x;
+    int *rmW = sTab + 4, *rmK = rmW + kC;  // h16: the rows' largest magnitudes (float bits)
+    const int tid = threadIdx.x, lane = tid & 31;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
     const int hk = h / (a.Hv / a.Hk);
     const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
     const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    const bool h16 = FULL && a.h16;
+    if (h16 && tid < kC + 128) rmW[tid] = 0;  // (before the first barrier)
 
     const gate_regs gr = load_gates(a, h, t0, b, n, true);
     if (!FULL || n < kC) {  // padding stays zero (FULL: only rows past n are read unwritten)
@@ -168,13 +180,41 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
         float y[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) y[e] = tf32r(keep_zero_mul(sDl[t + e], sK[(t + e) * QS + i]));
-        *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
+        if (h16) {  // (every thread runs the loop kC DKP / 4 NT = 8 times: the shuffles are whole-warp)
+            int mb = 0;
+#pragma unroll
+            for (int e = 0; e < 4; e++) mb = max(mb, __float_as_int(fabsf(y[e])));
+            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row i
+            if ((l & 3) == 0) atomicMax(&rmK[i], mb);
+        } else {
+            *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
+        }
     }
     if (a.delta) {
         if constexpr (FULL) invert_unit_lower_doubling<NT>(sA, sT);
         else invert_unit_lower<NT>(sA, sT);
     }
     __syncthreads();
+    if (h16) {  // Kd^T's rows scaled into F16, 8 tokens per 16-byte store (threads along i: sK's
+                // column reads meet no bank twice), then each row's inverse scale
+        __half *K16 = (__half *)Kd;
+        for (int x = tid; x < DKP * (kC / 8); x += NT) {
+            const int i = x & (DKP - 1), tg = x / DKP;
+            float mul, inv;
+            h16_row_scale(rmK[i], &mul, &inv);
+            unsigned short hs[8];
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const int t = 8 * tg + e;
+                hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(tf32r(keep_zero_mul(sDl[t], sK[t * QS + i])) * mul));
+            }
+            *(uint4 *)&K16[i * kC + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
+                                                         hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
+            if (tg == 0) Kd[kH16Data + i] = inv;
+        }
+        __syncthreads();  // sK is read before K' replaces it
+    }
     // K' = beta d(t, -1) K (in place of K), V' = beta V (in place of V)
     for (int x = tid; x < kC * DKP && a.delta; x += NT) {
         const int t = x / DKP, i = x - t * DKP;
@@ -193,7 +233,48 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
     float *W = a.W + u * kC * DKP;
     using WT = wtiles<NW, 2, 2, FULL>;
-    for (int p = 0, np = WT::passes(kC, DKP); p < np; p++) {
+    if (h16) {
+        // both passes' tiles held (FULL: 64 x 128 in tiles of 32 x 8, 16 per pass), rounded to TF32
+        // as the F32 path stores them; each row's largest magnitude; then, once every warp is past
+        // its reads of K', the rows scaled into F16 in sK's place and copied out 16 bytes at a time
+        constexpr int NP = (kC / 32) * (128 / 8) / (NW * 2);
+        static_assert(NP == 2, "FULL W: two passes");
+        float acc[NP][2][2][4];
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            const WT wt(p * NW * 2, kC, DKP);
+            zero(acc[p]);
+            wmma1<NW, 2, 2, true>(acc[p], wt, kC, t_at, [&](int k, int i) { return ldb_cols(sK, QS, k, i); });
+            for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+                float &x = acc[p][r][mi][e], &y = acc[p][r][mi][e + 1];
+                x = tf32r(x), y = tf32r(y);
+                int mb = max(__float_as_int(fabsf(x)), __float_as_int(fabsf(y)));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row t
+                if ((lane & 3) == 0) atomicMax(&rmW[t], mb);
+            });
+        }
+        __syncthreads();
+        __half *stg = (__half *)sK;  // 64 rows of 128 halves, the global layout
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            const WT wt(p * NW * 2, kC, DKP);
+            for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
+                float mul, inv;
+                h16_row_scale(rmW[t], &mul, &inv);
+                stg[t * 128 + (j & ~7) + h16_pos(j & 7)] = __float2half_rn(acc[p][r][mi][e] * mul);
+                stg[t * 128 + ((j + 1) & ~7) + h16_pos((j + 1) & 7)] = __float2half_rn(acc[p][r][mi][e + 1] * mul);
+            });
+        }
+        __syncthreads();
+        for (int x = tid; x < kC * 16; x += NT) ((uint4 *)W)[x] = ((const uint4 *)stg)[x];
+        if (tid < kC) {
+            float mul, inv;
+            h16_row_scale(rmW[tid], &mul, &inv);
+            W[kH16Data + tid] = inv;
+        }
+    }
+    for (int p = 0, np = h16 ? 0 : WT::passes(kC, DKP); p < np; p++) {
         const WT wt(p * NW * 2, kC, DKP);
         float acc[2][2][4];
         zero(acc);
@@ -335,14 +416,35 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V'), but W S in two partial sums (even and odd k
 // steps, added at the end) to halve its dependent chain: results differ from the generic kernel's in
 // the last bits.
-template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
+// H16 (knob delta_chunk_h16): W and Kd^T arrive as F16 rows with their inverse row scales (kH16Data),
+// half the bytes per chunk, in three load buffers (chunk c + 2's copies issued while chunk c runs);
+// the A fragments come from F16 (lda16_rows2, exact) and each product row is multiplied by its
+// inverse scale (a power of two: the same value as the F32 operands give, wherever the F16 rows hold
+// them exactly).
+template <int BV, bool H16> constexpr int state128_buf() {
+    constexpr int DK = 128, QS = DK + 4, VS = BV + 8;
+    // F16: W kC rows of DK + 8 halves, Kd^T DK rows of kC + 8 halves (row strides of 16 mod 128 bytes:
+    // ldmatrix without bank conflicts), the U slice, the kC + DK scales
+    return H16 ? kC * (DK + 8) / 2 + DK * (kC + 8) / 2 + kC * VS + kC + DK : kC * QS + DK * kPS + kC * VS;
+}
+template <int BV, bool H16> constexpr int state128_nbuf() { return H16 ? 3 : 2; }
+size_t state128_smem(int BV, bool h16) {
+    const int VS = BV + 8;
+    const int buf = h16 ? (BV == 8 ? state128_buf<8, true>() : BV == 16 ? state128_buf<16, true>() : BV == 32 ? state128_buf<32, true>() : state128_buf<64, true>())
+                        : state_buf(128, BV);
+    return ((size_t)(h16 ? 3 : 2) * buf + (size_t)128 * VS) * 4;
+}
+
+template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
+    constexpr int WLD = DK + 8, KLD = kC + 8;  // H16 row strides (halves)
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
-    constexpr int BUF = kC * QS + DK * kPS + kC * VS;
+    constexpr int BUF = state128_buf<BV, H16>(), NB = state128_nbuf<BV, H16>();
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
+    static_assert(BUF % 4 == 0 && (kC * WLD / 2) % 4 == 0 && (DK * KLD / 2) % 4 == 0, "16-byte aligned regions");
     extern __shared__ float4 ssm4[];
-    float *const sS = (float *)ssm4 + 2 * BUF;
+    float *const sS = (float *)ssm4 + NB * BUF;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int j0 = slice * BV;
@@ -364,27 +466,51 @@ template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_st
         S[r][0] = sS[sr * VS + n], S[r][1] = sS[sr * VS + n + 1];
         S[r][2] = sS[(sr + 8) * VS + n], S[r][3] = sS[(sr + 8) * VS + n + 1];
     }
-    // copy units: W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i),
-    // the U slice 64 rows x BV / 4 (row tid / UPR + UROWS i)
+    // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W (kC x WLD halves), Kd^T (DK x KLD
+    // halves), U, W's kC inverse scales, Kd^T's DK
+    auto buf_of = [&](int c) { return (float *)ssm4 + (c % NB) * BUF; };
+    constexpr int OFF_K = H16 ? kC * WLD / 2 : kC * QS, OFF_U = OFF_K + (H16 ? DK * KLD / 2 : DK * kPS);
+    constexpr int OFF_WS = OFF_U + kC * VS, OFF_KS = OFF_WS + kC;
+    // copy units: F32 W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i);
+    // H16 W 64 rows x 16 (row (tid >> 4) + 16 i), Kd^T 128 rows x 8 (row (tid >> 3) + 32 i); the U slice
+    // 64 rows x BV / 4 (row tid / UPR + UROWS i)
     constexpr int UPR = BV / 4, UROWS = NT / UPR, UCNT = kC * UPR, UN = (UCNT + NT - 1) / NT;
-    const int w_src = (tid >> 5) * DK + (tid & 31) * 4, w_dst = (tid >> 5) * QS + (tid & 31) * 4;
-    const int k_src = (tid >> 4) * kC + (tid & 15) * 4, k_dst = (tid >> 4) * kPS + (tid & 15) * 4;
+    const int w_src = H16 ? (tid >> 4) * DK + (tid & 15) * 8 : (tid >> 5) * DK + (tid & 31) * 4;
+    const int w_dst = H16 ? (tid >> 4) * WLD + (tid & 15) * 8 : (tid >> 5) * QS + (tid & 31) * 4;
+    const int k_src = H16 ? (tid >> 3) * kC + (tid & 7) * 8 : (tid >> 4) * kC + (tid & 15) * 4;
+    const int k_dst = H16 ? (tid >> 3) * KLD + (tid & 7) * 8 : (tid >> 4) * kPS + (tid & 15) * 4;
     const int u_src = (tid / UPR) * DV + (tid % UPR) * 4, u_dst = (tid / UPR) * VS + (tid % UPR) * 4;
     auto issue = [&](int c) {
-        float *sW = (float *)ssm4 + (c & 1) * BUF, *sKd = sW + kC * QS, *sU = sKd + DK * kPS;
+        float *bf = buf_of(c), *sU = bf + OFF_U;
         const long long u = u0 + c;
         const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK), *U = a.U + u * (kC * DV) + j0;
-        if (DELTA)
+        if constexpr (H16) {
+            const __half *W16 = (const __half *)W, *K16 = (const __half *)Kd;
+            __half *sW16 = (__half *)bf, *sK16 = (__half *)(bf + OFF_K);
+            if (DELTA)
 #pragma unroll
-            for (int i = 0; i < 8; i++) cp_async_stream<16>(sW + w_dst + i * 8 * QS, W + w_src + i * 8 * DK);
+                for (int i = 0; i < 4; i++) cp_async_stream<16>(sW16 + w_dst + i * 16 * WLD, W16 + w_src + i * 16 * DK);
 #pragma unroll
-        for (int i = 0; i < 8; i++) cp_async_stream<16>(sKd + k_dst + i * 16 * kPS, Kd + k_src + i * 16 * kC);
+            for (int i = 0; i < 4; i++) cp_async_stream<16>(sK16 + k_dst + i * 32 * KLD, K16 + k_src + i * 32 * kC);
+            if (DELTA && tid < kC / 4) cp_async_stream<16>(bf + OFF_WS + 4 * tid, W + kH16Data + 4 * tid);
+            else if (tid >= kC / 4 && tid < kC / 4 + DK / 4)
+                cp_async_stream<16>(bf + OFF_KS + 4 * (tid - kC / 4), Kd + kH16Data + 4 * (tid - kC / 4));
+        } else {
+            float *sW = bf, *sKd = bf + OFF_K;
+            if (DELTA)
+#pragma unroll
+                for (int i = 0; i < 8; i++) cp_async_stream<16>(sW + w_dst + i * 8 * QS, W + w_src + i * 8 * DK);
+#pragma unroll
+            for (int i = 0; i < 8; i++) cp_async_stream<16>(sKd + k_dst + i * 16 * kPS, Kd + k_src + i * 16 * kC);
+        }
 #pragma unroll
         for (int i = 0; i < UN; i++)
             if (UCNT % NT == 0 || tid + i * NT < UCNT) cp_async_stream<16>(sU + u_dst + i * UROWS * VS, U + u_src + i * UROWS * DV);
         cp_async_commit();
     };
-    issue(0);
+#pragma unroll
+    for (int c = 0; c < NB - 1; c++)
+        if (c < a.NC) issue(c);
 #pragma unroll 1
     for (int c = 0; c < a.NC; c++) {
         const long long u = u0 + c;
@@ -396,11 +522,14 @@ template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_st
             *(float2 *)&Sc[sr * DV + n] = make_float2(S[r][0], S[r][1]);
             *(float2 *)&Sc[(sr + 8) * DV + n] = make_float2(S[r][2], S[r][3]);
         }
-        cp_async_wait_all();
+        // chunk c's copies landed: with H16 chunk c + 1's may still be in flight (the latest group)
+        if (H16 && c + 1 < a.NC) cp_async_wait_prior1();
+        else cp_async_wait_all();
         __syncthreads();  // chunk c's buffer and sS (written at the end of chunk c - 1) are in place
-        if (c + 1 < a.NC) issue(c + 1);
-        const float *sW = (const float *)ssm4 + (c & 1) * BUF, *sKd = sW + kC * QS;
-        float *sU = (float *)sKd + DK * kPS;
+        // the buffer of chunk c + NB - 1 was chunk c - 1's: every warp is past it
+        if (c + NB - 1 < a.NC) issue(c + NB - 1);
+        const float *bf = buf_of(c);
+        float *sU = (float *)bf + OFF_U;
         if (DELTA && (WT >= 8 || warp < WT)) {  // V' = U - W S_c, into sU and the scratch's U
             float acc[2][WN][4];
 #pragma unroll
@@ -408,11 +537,24 @@ template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_st
 #pragma unroll
                 for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
             const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
+            if constexpr (H16) {
 #pragma unroll
-            for (int k0 = 0; k0 < DK; k0 += 8) {
-                const frag_a fa = lda_rows(sW, QS, m0, k0);
+                for (int k0 = 0; k0 < DK; k0 += 16) {
+                    frag_a f0, f1;
+                    lda16_rows2((const __half *)bf, WLD, m0, k0, f0, f1);
 #pragma unroll
-                for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sS, VS, k0, nb + 8 * r));
+                    for (int r = 0; r < WN; r++) {
+                        mma_tf32(acc[0][r], f0, ldb_cols(sS, VS, k0, nb + 8 * r));
+                        mma_tf32(acc[1][r], f1, ldb_cols(sS, VS, k0 + 8, nb + 8 * r));
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int k0 = 0; k0 < DK; k0 += 8) {
+                    const frag_a fa = lda_rows(bf, QS, m0, k0);
+#pragma unroll
+                    for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sS, VS, k0, nb + 8 * r));
+                }
             }
             float *U = a.U + u * (kC * DV) + j0;
 #pragma unroll
@@ -421,8 +563,9 @@ template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_st
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
-                    const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]));
-                    const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]));
+                    const float ws = H16 ? bf[OFF_WS + t] : 1.0f;
+                    const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]) * ws);
+                    const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]) * ws);
                     *(float2 *)&sU[t * VS + n] = make_float2(x, y);
                     *(float2 *)&U[t * DV + n] = make_float2(x, y);
                 }
@@ -434,17 +577,31 @@ template <int BV, bool DELTA> __global__ void __launch_bounds__(256, 1) delta_st
         float acc[NTN][4];
 #pragma unroll
         for (int r = 0; r < NTN; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+        if constexpr (H16) {
 #pragma unroll
-        for (int k0 = 0; k0 < kC; k0 += 8) {
-            const frag_a fa = lda_rows(sKd, kPS, 16 * warp, k0);
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+                frag_a f0, f1;
+                lda16_rows2((const __half *)(bf + OFF_K), KLD, 16 * warp, k0, f0, f1);
 #pragma unroll
-            for (int r = 0; r < NTN; r++) mma_tf32(acc[r], fa, ldb_cols(sU, VS, k0, 8 * r));
+                for (int r = 0; r < NTN; r++) {
+                    mma_tf32(acc[r], f0, ldb_cols(sU, VS, k0, 8 * r));
+                    mma_tf32(acc[r], f1, ldb_cols(sU, VS, k0 + 8, 8 * r));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k0 = 0; k0 < kC; k0 += 8) {
+                const frag_a fa = lda_rows(bf + OFF_K, kPS, 16 * warp, k0);
+#pragma unroll
+                for (int r = 0; r < NTN; r++) mma_tf32(acc[r], fa, ldb_cols(sU, VS, k0, 8 * r));
+            }
         }
+        const float ks0 = H16 ? bf[OFF_KS + sr] : 1.0f, ks1 = H16 ? bf[OFF_KS + sr + 8] : 1.0f;
 #pragma unroll
         for (int r = 0; r < NTN; r++) {
             const int n = 8 * r + 2 * c4;
-#pragma unroll
-            for (int e = 0; e < 4; e++) S[r][e] = keep_zero_mul(gam, S[r][e]) + acc[r][e];
+            S[r][0] = keep_zero_mul(gam, S[r][0]) + acc[r][0] * ks0, S[r][1] = keep_zero_mul(gam, S[r][1]) + acc[r][1] * ks0;
+            S[r][2] = keep_zero_mul(gam, S[r][2]) + acc[r][2] * ks1, S[r][3] = keep_zero_mul(gam, S[r][3]) + acc[r][3] * ks1;
             *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
             *(float2 *)&sS[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
         }
@@ -577,7 +734,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     while (knob == 0 && BV > 8 && c.B * c.Hv * slices(BV / 2) <= sms) BV /= 2;
     while (BV > 8 && state_smem(a.DKP, BV, 1) > (size_t)optin) BV /= 2;
     a.BV = BV, a.nslices = (int)slices(BV), a.nbuf = state_smem(a.DKP, BV, 2) <= (size_t)optin ? 2 : 1;
-    const size_t sp = prep_smem(a.DKP, a.DVP), ss = state_smem(a.DKP, BV, a.nbuf), so = out_smem(a.DKP);
+    const size_t sp = prep_smem(a.DKP, a.DVP), so = out_smem(a.DKP);
+    size_t ss = state_smem(a.DKP, BV, a.nbuf);
     if (std::max(sp, std::max(ss, so)) > (size_t)optin) return TG_OK;
     size_t off[5];
     const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, off);
@@ -594,21 +752,30 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const bool full = cu->sig.delta_chunk_phase_full != 2 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
                       c.Dv == 128 && a.qk_vec && a.v_vec;
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
+    // W and Kd^T as F16 rows (knob delta_chunk_h16) where the state pass in registers runs and its
+    // three buffers fit
+    a.h16 = s128 && cu->sig.delta_chunk_h16 == 1 && state128_smem(BV, true) <= (size_t)optin;
     using state_fn = void (*)(phase_args);
     state_fn state = delta_state_kernel;
     int si = 1;
     if (s128) {
         const int ib = BV == 8 ? 0 : BV == 16 ? 1 : BV == 32 ? 2 : 3;
-        static const state_fn tab[2][4] = {{delta_state128_kernel<8, false>, delta_state128_kernel<16, false>,
-                                            delta_state128_kernel<32, false>, delta_state128_kernel<64, false>},
-                                           {delta_state128_kernel<8, true>, delta_state128_kernel<16, true>,
-                                            delta_state128_kernel<32, true>, delta_state128_kernel<64, true>}};
-        state = tab[a.delta ? 1 : 0][ib], si = 3 + 4 * (a.delta ? 1 : 0) + ib;
+        static const state_fn tab[2][2][4] = {
+            {{delta_state128_kernel<8, false, false>, delta_state128_kernel<16, false, false>,
+              delta_state128_kernel<32, false, false>, delta_state128_kernel<64, false, false>},
+             {delta_state128_kernel<8, true, false>, delta_state128_kernel<16, true, false>,
+              delta_state128_kernel<32, true, false>, delta_state128_kernel<64, true, false>}},
+            {{delta_state128_kernel<8, false, true>, delta_state128_kernel<16, false, true>,
+              delta_state128_kernel<32, false, true>, delta_state128_kernel<64, false, true>},
+             {delta_state128_kernel<8, true, true>, delta_state128_kernel<16, true, true>,
+              delta_state128_kernel<32, true, true>, delta_state128_kernel<64, true, true>}}};
+        state = tab[a.h16][a.delta ? 1 : 0][ib], si = 3 + 4 * (a.delta ? 1 : 0) + ib + (a.h16 ? 10 : 0);
+        ss = state128_smem(BV, a.h16);
     }
     const state_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
     const state_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 13 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-12 of the phases");
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 21 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-20 of the phases");
     if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     if ((s = smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
@@ -619,8 +786,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     TG_CUDA_LAUNCHED(be, call);
     out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s", a.DKP, BV, a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", a.qk_vec ? "" : "/scalar");
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s", a.DKP, BV, a.h16 ? 3 : a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

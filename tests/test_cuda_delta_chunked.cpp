@@ -175,9 +175,11 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     std::string variant;
     // (and the generic case at D128: knob delta_chunk_generic 1 must win over it)
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
+    int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+        h16_knob = saved.delta_chunk_h16;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
@@ -215,8 +217,13 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     if (phases && !c.generic && c.Dk == 128 && c.Dv == 128 && phase_full) {
         EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
         const bool bv_le64 = variant.find("/bv128/") == std::string::npos;
-        if (bv_le64 && variant.find("/nb2") != std::string::npos)
+        if (bv_le64 && (variant.find("/nb2") != std::string::npos || variant.find("/nb3") != std::string::npos))
             EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
+        // W and Kd^T as F16 rows where knob delta_chunk_h16 is 1 (three buffers of at most 55 KB fit
+        // wherever two of F32 do), else F32 rows, the default (H16RowsMatchF32Rows compares them)
+        if (h16_knob == 1 && variant.find("/full-s128") != std::string::npos)
+            EXPECT_NE(variant.find("/h16"), std::string::npos) << variant;
+        if (h16_knob != 1) EXPECT_EQ(variant.find("/h16"), std::string::npos) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
     const double tol = tensor ? 2e-3 : 1e-4;
@@ -392,6 +399,79 @@ TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
         std::vector<double> y(d.s0.size());
         for (size_t i = 0; i < x.size(); i++) x[i] = sb.get(i), y[i] = s_all.get(i);
         EXPECT_LT(tgt::rel_error(x, y), 2e-3) << "final state";
+    }
+}
+
+// The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
+// (knob delta_chunk_h16 1) against F32 rows (2, the default), state pass in registers both times: the
+// F16 rows hold every value of at least 2^-14 of its row's largest exactly, so the two agree far
+// inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; log gates to -30
+// (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past F16's range (GATED_LINEAR
+// without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key, which must give NaN at the same
+// outputs and state entries on both.
+TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
+    struct hcase {
+        ck_case c;
+        float kmul;
+        int nan_token;
+    };
+    const int Tx = S(8193, 193);
+    const hcase cases[] = {
+        {{"gdn_bv16_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gla_bv64_keys_past_f16", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64}, 3e6f, -1},
+        {{"gdn_bv8_nan_key", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, 150},
+    };
+    for (const hcase &w : cases) {
+        SCOPED_TRACE(w.c.name);
+        ck_data d = make_ck(w.c, 77);
+        for (float &x : d.k) x *= w.kmul;
+        if (w.nan_token >= 0) d.k[(size_t)w.nan_token * w.c.Dk * w.c.Hk + 5] = NAN;
+        std::vector<float> o[2];
+        store st[2];
+        std::string var[2];
+        for (int i = 0; i < 2; i++) {
+#ifdef TG_HAVE_CUDA
+            const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.c.bv;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 2;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_h16 = i == 0 ? 1 : 2;
+#endif
+            EXPECT_EQ(run_gpu(d, o[i], st[i], &var[i]), TG_OK) << tg_last_error();
+#ifdef TG_HAVE_CUDA
+            *tg_cuda_knobs(CudaSig::gpu) = saved;
+#endif
+            EXPECT_NE(var[i].find("/full-s128"), std::string::npos) << var[i];
+        }
+        EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
+        EXPECT_EQ(var[1].find("/h16"), std::string::npos) << var[1];
+        std::vector<float> s[2];
+        for (int i = 0; i < 2; i++)
+            for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
+        // NaN exactly where the F32 rows give NaN; the rest within 1e-5 (relative L2)
+        auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+            ASSERT_EQ(a.size(), b.size());
+            std::vector<float> fa;
+            std::vector<double> fb;
+            size_t nan_a = 0, nan_b = 0, mismatch = 0;
+            for (size_t j = 0; j < a.size(); j++) {
+                nan_a += std::isnan(a[j]), nan_b += std::isnan(b[j]);
+                if (std::isnan(a[j]) != std::isnan(b[j])) mismatch++;
+                else if (!std::isnan(a[j])) fa.push_back(a[j]), fb.push_back(b[j]);
+            }
+            EXPECT_EQ(mismatch, 0u) << what << ": NaN in " << nan_a << " (F16 rows) and " << nan_b << " (F32 rows)";
+            if (w.nan_token >= 0) EXPECT_GT(nan_b, 0u) << what << ": the NaN key reached nothing";
+            else EXPECT_EQ(nan_b, 0u) << what;
+            EXPECT_LT(tgt::rel_error(fa, fb), 1e-5) << what;
+        };
+        agree(o[0], o[1], "o");
+        agree(s[0], s[1], "final state");
+        if (w.nan_token >= 0) continue;
+        std::vector<double> oref, sref;
+        oracle(d, oref, sref);
+        EXPECT_LT(tgt::rel_error(o[0], oref), 2e-3) << "o (F16 rows) vs float64 oracle";
+        EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (F16 rows) vs float64 oracle";
     }
 }
 

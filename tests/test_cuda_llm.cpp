@@ -347,12 +347,14 @@ class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 // compile-time head dims where they apply, 2 the runtime-D kernel): the path taken, the
 // output's tail, and every sampled query against float64; the output into
 // *out when out is given.
-void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr) {
+void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr,
+                     int combine = 0) {
     SCOPED_TRACE(std::string(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto") +
-                 (dc == 2 ? ", runtime head dims" : ""));
+                 (dc == 2 ? ", runtime head dims" : "") + (combine == 1 ? ", warp-per-query merge" : ""));
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu)->attn_split = knob;
     tg_cuda_knobs(gpu)->attn_split_dc = dc;
+    tg_cuda_knobs(gpu)->attn_combine = combine;
 #endif
     std::mt19937 rng(11 + knob);
     std::vector<leaf> leaves;
@@ -381,6 +383,8 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, 
     // "/dc": the split kernel's compile-time head dims, where D = Dv is 64 or 128 and the knob asks
     if (path.rfind("split", 0) == 0)
         EXPECT_EQ(path.find("/dc") != std::string::npos, dc != 2 && c.D == c.Dv && (c.D == 64 || c.D == 128)) << path;
+    // "/cw": several ranges merged by one warp per query (knob attn_combine 1; at most 128 ranges here)
+    if (path.rfind("split/", 0) == 0) EXPECT_EQ(path.find("/cw") != std::string::npos, combine == 1) << path;
     // "/pre": rows read before the wait for the kernel before (no node here
     // writes the caches: rows below the positions qualify), not checked here
     // (test_cuda_attn_pre.cpp)
@@ -457,6 +461,12 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         if (HasFatalFailure()) return;
         ASSERT_EQ(rt.size(), ct.size());
         EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "compile-time head dims changed the bits";
+        // the warp-per-query merge (knob attn_combine 1, /cw) gives the block-per-query kernel's bits
+        std::vector<float> cb;
+        check_attention(gpu.get(), c, 1, 0, &cb, 1);
+        if (HasFatalFailure()) return;
+        ASSERT_EQ(cb.size(), ct.size());
+        EXPECT_EQ(memcmp(cb.data(), ct.data(), cb.size() * sizeof(float)), 0) << "the warp-per-query merge changed the bits";
     }
     if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);
