@@ -74,10 +74,17 @@ __device__ inline void lda16_rows2(const __half *base, int ld, int m0, int k0, f
     f0.x[0] = h16_lo(r[0]), f0.x[1] = h16_lo(r[1]), f0.x[2] = h16_hi(r[0]), f0.x[3] = h16_hi(r[1]);
     f1.x[0] = h16_lo(r[2]), f1.x[1] = h16_lo(r[3]), f1.x[2] = h16_hi(r[2]), f1.x[3] = h16_hi(r[3]);
 }
-// x's power-of-two row scale for F16: from the bits of the row's largest magnitude (as an int:
-// non-negative floats order as their bits), the multiplier that puts it in [1, 2) (exponent held
-// within F32's normal range) and its inverse; a row of zeros or with an inf or NaN keeps 1 (an inf
-// stays inf, a NaN NaN, in the products).
+// A row's power-of-two scale for F16 from the largest of h16_mag over its values: the magnitude's
+// bits (non-negative floats order as their bits), 0 for an inf or NaN, so that the scale comes from
+// the row's finite values (an inf stays inf and a NaN NaN when scaled, and the products scaled
+// back are the F32 path's, infinities included).
+__device__ inline int h16_mag(float x) {
+    const int b = __float_as_int(fabsf(x));
+    return b < 0x7f800000 ? b : 0;
+}
+// The multiplier that puts the largest magnitude in [1, 2) (the exponent held within F32's normal
+// range: [2, 4) for a max of 2^127 or more, below 1 for a subnormal max) and its inverse; a row of
+// zeros (or a max from something else than h16_mag: an inf or NaN) keeps 1.
 __device__ inline void h16_row_scale(int maxbits, float *mul, float *inv) {
     if (maxbits <= 0 || maxbits >= 0x7f800000) {
         *mul = *inv = 1.0f;

@@ -183,7 +183,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
         if (h16) {  // (every thread runs the loop kC DKP / 4 NT = 8 times: the shuffles are whole-warp)
             int mb = 0;
 #pragma unroll
-            for (int e = 0; e < 4; e++) mb = max(mb, __float_as_int(fabsf(y[e])));
+            for (int e = 0; e < 4; e++) mb = max(mb, h16_mag(y[e]));
             mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
             mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row i
             if ((l & 3) == 0) atomicMax(&rmK[i], mb);
@@ -248,7 +248,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
             for_pairs(wt, [&](int r, int mi, int e, int t, int j) {
                 float &x = acc[p][r][mi][e], &y = acc[p][r][mi][e + 1];
                 x = tf32r(x), y = tf32r(y);
-                int mb = max(__float_as_int(fabsf(x)), __float_as_int(fabsf(y)));
+                int mb = max(h16_mag(x), h16_mag(y));
                 mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
                 mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row t
                 if ((lane & 3) == 0) atomicMax(&rmW[t], mb);

@@ -405,15 +405,17 @@ TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
 // The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
 // (knob delta_chunk_h16 1) against F32 rows (2, the default), state pass in registers both times: the
 // F16 rows hold every value of at least 2^-14 of its row's largest exactly, so the two agree far
-// inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; log gates to -30
-// (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past F16's range (GATED_LINEAR
-// without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key, which must give NaN at the same
-// outputs and state entries on both.
+// inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; one and two chunks
+// (no state); log gates to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past
+// F16's range (GATED_LINEAR without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key and an
+// infinite one (GATED_LINEAR), which must give NaN and +-inf at the same outputs and state entries
+// on both.
 TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
     struct hcase {
         ck_case c;
         float kmul;
-        int nan_token;
+        int bad_token;      // >= 0: one element of that token's key is bad_value
+        float bad_value = NAN;
     };
     const int Tx = S(8193, 193);
     const hcase cases[] = {
@@ -421,12 +423,15 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
         {{"gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
         {{"gla_bv64_keys_past_f16", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64}, 3e6f, -1},
         {{"gdn_bv8_nan_key", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, 150},
+        {{"gla_bv16_inf_key", 1, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, 100, INFINITY},
+        {{"gdn_bv16_T64_one_chunk", 2, 64, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_T100_two_chunks_no_state", 1, 100, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
     };
     for (const hcase &w : cases) {
         SCOPED_TRACE(w.c.name);
         ck_data d = make_ck(w.c, 77);
         for (float &x : d.k) x *= w.kmul;
-        if (w.nan_token >= 0) d.k[(size_t)w.nan_token * w.c.Dk * w.c.Hk + 5] = NAN;
+        if (w.bad_token >= 0) d.k[(size_t)w.bad_token * w.c.Dk * w.c.Hk + 5] = w.bad_value;
         std::vector<float> o[2];
         store st[2];
         std::string var[2];
@@ -449,29 +454,30 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
         std::vector<float> s[2];
         for (int i = 0; i < 2; i++)
             for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
-        // NaN exactly where the F32 rows give NaN; the rest within 1e-5 (relative L2)
+        // NaN and +-inf exactly where the F32 rows give them; the finite rest within 1e-5 (relative L2)
         auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
             ASSERT_EQ(a.size(), b.size());
+            auto cls = [](float x) { return std::isnan(x) ? 3 : std::isinf(x) ? (x > 0 ? 1 : 2) : 0; };
             std::vector<float> fa;
             std::vector<double> fb;
-            size_t nan_a = 0, nan_b = 0, mismatch = 0;
+            size_t bad_a = 0, bad_b = 0, mismatch = 0;
             for (size_t j = 0; j < a.size(); j++) {
-                nan_a += std::isnan(a[j]), nan_b += std::isnan(b[j]);
-                if (std::isnan(a[j]) != std::isnan(b[j])) mismatch++;
-                else if (!std::isnan(a[j])) fa.push_back(a[j]), fb.push_back(b[j]);
+                bad_a += cls(a[j]) != 0, bad_b += cls(b[j]) != 0;
+                if (cls(a[j]) != cls(b[j])) mismatch++;
+                else if (cls(a[j]) == 0) fa.push_back(a[j]), fb.push_back(b[j]);
             }
-            EXPECT_EQ(mismatch, 0u) << what << ": NaN in " << nan_a << " (F16 rows) and " << nan_b << " (F32 rows)";
-            if (w.nan_token >= 0) EXPECT_GT(nan_b, 0u) << what << ": the NaN key reached nothing";
-            else EXPECT_EQ(nan_b, 0u) << what;
+            EXPECT_EQ(mismatch, 0u) << what << ": NaN or inf in " << bad_a << " (F16 rows) and " << bad_b << " (F32 rows)";
+            if (w.bad_token >= 0) EXPECT_GT(bad_b, 0u) << what << ": the bad key reached nothing";
+            else EXPECT_EQ(bad_b, 0u) << what;
             EXPECT_LT(tgt::rel_error(fa, fb), 1e-5) << what;
         };
         agree(o[0], o[1], "o");
-        agree(s[0], s[1], "final state");
-        if (w.nan_token >= 0) continue;
+        if (w.c.state >= 0) agree(s[0], s[1], "final state");
+        if (w.bad_token >= 0) continue;
         std::vector<double> oref, sref;
         oracle(d, oref, sref);
         EXPECT_LT(tgt::rel_error(o[0], oref), 2e-3) << "o (F16 rows) vs float64 oracle";
-        EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (F16 rows) vs float64 oracle";
+        if (w.c.state >= 0) EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (F16 rows) vs float64 oracle";
     }
 }
 

@@ -535,6 +535,7 @@ struct attn_nan_case {
     bool v_nan;            // the V case (the tensor-core kernel multiplies masked rows by p = 0: left out)
     const char *path;      // the path it takes (tg_cuda_sig_last)
     int attn_split = 0;    // knob: 1 forces the split and combine kernels, 2 the cluster kernel
+    int attn_combine = 0;  // knob: 1 merges the split kernel's ranges with one warp per query
 };
 void PrintTo(const attn_nan_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttentionNan : public ::testing::TestWithParam<attn_nan_case> {};
@@ -551,6 +552,7 @@ TEST_P(CudaLlmAttentionNan, PropagatesLikeTheReference) {
     const int64_t jk = 1, jv = 2, dvv = 3;  // the K row (kv head 0) and the V row and element (kv head Hkv - 1)
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu.get())->attn_split = c.attn_split;
+    tg_cuda_knobs(gpu.get())->attn_combine = c.attn_combine;
 #endif
     for (int where = 0; where < (c.v_nan ? 3 : 2); where++) {
         std::mt19937 rng(21 + where);
@@ -604,6 +606,8 @@ std::vector<attn_nan_case> attn_nan_cases() {
         {"cluster_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "cluster", 2},  // several splits, one kernel
         {"cluster_mixed_f32", 64, 8, 2, 3, 300, F32, F32, {1, 30, 290}, true, "cluster", 2},  // t 0: rows 0-1 only
         {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1},  // the combine kernel
+        {"split_many_f16_warp_merge", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1, 1},  // its warp version
+        {"split_short_f32_warp_merge", 64, 32, 8, 1, L, F32, F32, {200}, true, "split", 1, 1},  // most ranges empty
         {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true, "split1"},        // one split
         {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true, "split1"},  // t 0 has rows 0-1 only
         {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true, "split1"},   // one split, every SM busy
