@@ -569,11 +569,12 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/3p-generic", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phase_gen, BF);
     bench_delta("gdn.prefill.bf16/3p-generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_gen, BF);
     bench_delta("gla.prefill/3p-generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_gen);
-    // W and Kd^T between the chunk-parallel kernels as F16 rows (knob delta_chunk_h16 1) against the
-    // F32 rows of the rows above
-    tg_cuda_sig_knobs h16rows = dflt, phases_h16rows = phases;
-    h16rows.delta_chunk_h16 = 1, phases_h16rows.delta_chunk_h16 = 1;
-    bench_delta("gdn.long/h16", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, h16rows, BF);
+    // W and Kd^T between the chunk-parallel kernels as F32 rows (knob delta_chunk_h16 2: before session
+    // 35's default of F16 rows at 16 columns or fewer) at gdn.long, and F16 rows forced (1) at 64
+    // columns, where the default keeps F32 rows
+    tg_cuda_sig_knobs f32rows = dflt, phases_h16rows = phases;
+    f32rows.delta_chunk_h16 = 2, phases_h16rows.delta_chunk_h16 = 1;
+    bench_delta("gdn.long/f32rows", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, f32rows, BF);
     bench_delta("gdn.prefill.bf16/3p-h16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_h16rows, BF);
     bench_delta("gla.prefill/3p-h16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16rows);
     for (int T : {16, 32, 64, 128, 256}) {

@@ -333,82 +333,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
     }
 }
 
-// The same merge with one warp per query (knob attn_combine; at most kWarpSplit ranges, Dv <= 32
-// CPL): lane s + 32 g loads range s + 32 g's m and l, the warp reduces M and sum w_s l_s in the block
-// kernel's order (each group of 32 ranges by the shuffle tree, the groups added in order), and the
-// w_s and m_s go to the warp's shared slots; then each lane sums w_s o_s over the ranges for its CPL
-// columns, loading 32 / CPL ranges' partial sums at once and none of a range without rows (m =
-// -inf). The block kernel walks every range in dependent batches of loads (1.1B llama, 43 ranges
-// at a 4096-row cache: ~6 L2 round trips per query, whatever the rows); here a query takes two.
-// Same products, sums and order as combine_kernel: the same bits.
-constexpr int kWarpSplit = 128;
-
-template <int CPL> __global__ void __launch_bounds__(kThreads) combine_warp_kernel(const float *part, int nsplit,
-                                                                                   tg_cuda_desc out, long long nq) {
-    constexpr int G = kWarpSplit / 32, U = 32 / CPL;
-    __shared__ float sm[kWarps][kWarpSplit], sw[kWarps][kWarpSplit];
-    tg_pdl_trigger();
-    tg_pdl_wait();
-    const int wq = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long qg = (long long)blockIdx.x * kWarps + wq;
-    if (qg >= nq) return;  // (no block barrier below)
-    const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    const long long stride = Dv + 2;
-    const float *pq = part + qg * nsplit * stride;
-    float m[G], l[G];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        const int s = lane + 32 * g;
-        m[g] = s < nsplit ? pq[s * stride + Dv] : -INFINITY;
-        l[g] = s < nsplit ? pq[s * stride + Dv + 1] : 0.0f;
-    }
-    const bool rows = !isnan(__shfl_sync(0xffffffffu, m[0], 0));  // every range carries the flag
-    float mx = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < G; g++) mx = fmaxf(mx, m[g]);
-    const float M = tg_warp_max(mx);
-    float lsum = 0.0f;
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        const int s = lane + 32 * g;
-        const float w = s < nsplit && M != -INFINITY && m[g] != -INFINITY ? expf(m[g] - M) : 0.0f;
-        const float t = tg_warp_sum(s < nsplit ? w * l[g] : 0.0f);  // a NaN l_s stays in the sum
-        lsum = g == 0 ? t : lsum + t;
-        if (s < nsplit) sm[wq][s] = m[g], sw[wq][s] = w;
-    }
-    __syncwarp();
-    const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-    float o[CPL];
-#pragma unroll
-    for (int c = 0; c < CPL; c++) o[c] = 0.0f;
-    if (rows)
-        for (int s0 = 0; s0 < nsplit; s0 += U) {
-            float v[U][CPL];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int s = s0 + u;
-                const bool act = s < nsplit && sm[wq][s] != -INFINITY;
-#pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    const long long j = lane + 32 * c;
-                    v[u][c] = act && j < Dv ? pq[s * stride + j] : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int s = s0 + u;
-                if (s < nsplit && sm[wq][s] != -INFINITY)
-#pragma unroll
-                    for (int c = 0; c < CPL; c++) o[c] += sw[wq][s] * v[u][c];
-            }
-        }
-#pragma unroll
-    for (int c = 0; c < CPL; c++) {
-        const long long j = lane + 32 * c;
-        if (j < Dv) *(float *)tg_cuda_ptr(out, j, h, t, b) = rows ? o[c] / lsum : 0.0f;
-    }
-}
-
 bool rows16(const tg_tensor *t) {
     if (t->nb[0] != tg_type_size(t->type) || (uintptr_t)t->data % 16 != 0) return false;
     for (int i = 1; i < 4; i++)
@@ -485,29 +409,17 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
     // compile-time head dims where D = Dv is 64 or 128 (knob attn_split_dc 2: the runtime-D kernel)
     const int dc = impl->sig.attn_split_dc != 2 && D == Dv && (D == 64 || D == 128) ? (int)D : 0;
-    // several ranges: merged by one warp per query where there are at most kWarpSplit (knob attn_combine)
-    const bool cw = nsplit > 1 && impl->sig.attn_combine == 1 && nsplit <= kWarpSplit && Dv <= 256;
-    static const char *const names[2][2][2][2] = {
-        {{{"split1", "split1/pre"}, {"split", "split/pre"}}, {{"split1/dc", "split1/pre/dc"}, {"split/dc", "split/pre/dc"}}},
-        {{{"split1", "split1/pre"}, {"split/cw", "split/pre/cw"}}, {{"split1/dc", "split1/pre/dc"}, {"split/dc/cw", "split/pre/dc/cw"}}}};
-    impl->sig_last[TG_CUDA_SIG_ATTN] = names[cw][dc != 0][nsplit > 1][A.rows_pre ? 1 : 0];
+    static const char *const names[2][2][2] = {{{"split1", "split1/pre"}, {"split", "split/pre"}},
+                                               {{"split1/dc", "split1/pre/dc"}, {"split/dc", "split/pre/dc"}}};
+    impl->sig_last[TG_CUDA_SIG_ATTN] = names[dc != 0][nsplit > 1][A.rows_pre ? 1 : 0];
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, dc, A, grid, smem); break;
         case TG_TYPE_F16: *st = launch_qn<__half>(be, QN, dc, A, grid, smem); break;
         default: *st = launch_qn<__nv_bfloat16>(be, QN, dc, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1) return true;
-    const bool pdl = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN);
-    const unsigned wblocks = (unsigned)((nq + kWarps - 1) / kWarps);
-    if (cw && Dv <= 64)
-        tg_cuda_launch(pdl, impl->stream, combine_warp_kernel<2>, wblocks, kThreads, 0, (const float *)A.part, (int)nsplit, A.out, nq);
-    else if (cw && Dv <= 128)
-        tg_cuda_launch(pdl, impl->stream, combine_warp_kernel<4>, wblocks, kThreads, 0, (const float *)A.part, (int)nsplit, A.out, nq);
-    else if (cw)
-        tg_cuda_launch(pdl, impl->stream, combine_warp_kernel<8>, wblocks, kThreads, 0, (const float *)A.part, (int)nsplit, A.out, nq);
-    else
-        tg_cuda_launch(pdl, impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0, (const float *)A.part, (int)nsplit,
-                       A.out, nq);
+    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,
+                   (const float *)A.part, (int)nsplit, A.out, nq);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
     return true;

@@ -752,9 +752,12 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const bool full = cu->sig.delta_chunk_phase_full != 2 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
                       c.Dv == 128 && a.qk_vec && a.v_vec;
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
-    // W and Kd^T as F16 rows (knob delta_chunk_h16) where the state pass in registers runs and its
-    // three buffers fit
-    a.h16 = s128 && cu->sig.delta_chunk_h16 == 1 && state128_smem(BV, true) <= (size_t)optin;
+    // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by
+    // default at 16 columns or fewer (gdn.long, BV 16: 1,621 -> 1,509 us on an H100), where each
+    // block's copies are most of its time; not at 64 (gdn.prefill.bf16/3p 1,416 -> 1,483: 231
+    // registers instead of 136, and that pass waits less on its copies); knob delta_chunk_h16
+    const int hk = cu->sig.delta_chunk_h16;
+    a.h16 = s128 && (hk == 1 || (hk == 0 && BV <= 16)) && state128_smem(BV, true) <= (size_t)optin;
     using state_fn = void (*)(phase_args);
     state_fn state = delta_state_kernel;
     int si = 1;

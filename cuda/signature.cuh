@@ -73,9 +73,10 @@ struct tg_cuda_sig_knobs {
     // session 32; docs/ops.md). Env TG_CUDA_DELTA_PHASE_FULL (0: off).
     int delta_chunk_phase_full = 0;
     // the chunk-parallel form's W and Kd^T between its prep and state-pass kernels (Dk = Dv = 128,
-    // the state pass in registers): 1 as F16 with a power-of-two scale per row (half the bytes each
-    // state-pass block copies per chunk, three load buffers), 0 auto and 2 as F32 (not yet run on a
-    // GPU, so off by default; docs/ops.md). Env TG_CUDA_DELTA_H16 (0: off).
+    // the state pass in registers): as F16 with a power-of-two scale per row (half the bytes each
+    // state-pass block copies per chunk, three load buffers) at 0 auto where the pass has 16 value
+    // columns or fewer (gdn.long 1,621 -> 1,509 us on an H100, session 35) and at 1 always; as F32
+    // at 2 (before / after; docs/ops.md). Env TG_CUDA_DELTA_H16 (0: F32 rows, 1: F16 rows always).
     int delta_chunk_h16 = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
@@ -143,11 +144,6 @@ struct tg_cuda_sig_knobs {
     // runtime-D kernel only (attn.decode.f16 23.5 -> 18.4 us, session 32).
     // Env TG_CUDA_ATTN_SPLIT_DC (0: off).
     int attn_split_dc = 0;
-    // the split kernel's merge of several ranges (cuda/attention_split.cu): 1 one warp per query
-    // where there are at most 128 ranges (every load of a query in flight at once, ranges without
-    // rows not read; the same bits), 0 auto and 2 one block per query always (not yet run on a GPU,
-    // so off by default). Env TG_CUDA_ATTN_COMBINE (0: the block kernel).
-    int attn_combine = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

@@ -202,10 +202,8 @@ void run_case(const pre_case &c, int knob, bool mask) {
         if (gpu->compute_buf) ASSERT_EQ(gpu->iface->memset(gpu, gpu->compute_buf, 0xff, gpu->compute_size), TG_OK);
         ASSERT_EQ(tg_graph_compute(gpu, gr), TG_OK) << tg_last_error();
         std::string path = tg_cuda_sig_last(gpu, TG_CUDA_SIG_ATTN);
-        // the split kernel's compile-time head-dim instance and its warp-per-query merge (knobs
-        // attn_split_dc, attn_combine) are the same path
-        for (const char *sfx : {"/cw", "/dc"})
-            if (path.size() > 3 && path.compare(path.size() - 3, 3, sfx) == 0) path.resize(path.size() - 3);
+        // the split kernel's compile-time head-dim instance (env TG_CUDA_ATTN_SPLIT_DC=1) is the same path
+        if (path.size() > 3 && path.compare(path.size() - 3, 3, "/dc") == 0) path.resize(path.size() - 3);
         const bool clusters = tg_cuda_attention_clusters(gpu);
         const std::string want = knob == 2 && clusters ? "cluster" : "split";
         EXPECT_EQ(path, want + (mask || c.other_writer ? "" : "/pre")) << c.name;

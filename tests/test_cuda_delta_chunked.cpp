@@ -219,11 +219,12 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const bool bv_le64 = variant.find("/bv128/") == std::string::npos;
         if (bv_le64 && (variant.find("/nb2") != std::string::npos || variant.find("/nb3") != std::string::npos))
             EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
-        // W and Kd^T as F16 rows where knob delta_chunk_h16 is 1 (three buffers of at most 55 KB fit
-        // wherever two of F32 do), else F32 rows, the default (H16RowsMatchF32Rows compares them)
-        if (h16_knob == 1 && variant.find("/full-s128") != std::string::npos)
-            EXPECT_NE(variant.find("/h16"), std::string::npos) << variant;
-        if (h16_knob != 1) EXPECT_EQ(variant.find("/h16"), std::string::npos) << variant;
+        // W and Kd^T as F16 rows (three buffers of at most 55 KB fit wherever two of F32 do) where
+        // knob delta_chunk_h16 is 1, or 0 (auto) at 16 columns or fewer; else F32 rows
+        // (H16RowsMatchF32Rows compares the two)
+        const bool narrow = variant.find("/bv8/") != std::string::npos || variant.find("/bv16/") != std::string::npos;
+        const bool want_h16 = variant.find("/full-s128") != std::string::npos && (h16_knob == 1 || (h16_knob == 0 && narrow));
+        EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
     const double tol = tensor ? 2e-3 : 1e-4;
@@ -403,7 +404,7 @@ TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
 }
 
 // The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
-// (knob delta_chunk_h16 1) against F32 rows (2, the default), state pass in registers both times: the
+// (knob delta_chunk_h16 1; the default at 16 columns or fewer) against F32 rows (2), state pass in registers both times: the
 // F16 rows hold every value of at least 2^-14 of its row's largest exactly, so the two agree far
 // inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; one and two chunks
 // (no state); log gates to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past

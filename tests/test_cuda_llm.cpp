@@ -347,14 +347,12 @@ class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 // compile-time head dims where they apply, 2 the runtime-D kernel): the path taken, the
 // output's tail, and every sampled query against float64; the output into
 // *out when out is given.
-void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr,
-                     int combine = 0) {
+void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr) {
     SCOPED_TRACE(std::string(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto") +
-                 (dc == 2 ? ", runtime head dims" : "") + (combine == 1 ? ", warp-per-query merge" : ""));
+                 (dc == 2 ? ", runtime head dims" : ""));
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu)->attn_split = knob;
     tg_cuda_knobs(gpu)->attn_split_dc = dc;
-    tg_cuda_knobs(gpu)->attn_combine = combine;
 #endif
     std::mt19937 rng(11 + knob);
     std::vector<leaf> leaves;
@@ -383,8 +381,6 @@ void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, 
     // "/dc": the split kernel's compile-time head dims, where D = Dv is 64 or 128 and the knob asks
     if (path.rfind("split", 0) == 0)
         EXPECT_EQ(path.find("/dc") != std::string::npos, dc != 2 && c.D == c.Dv && (c.D == 64 || c.D == 128)) << path;
-    // "/cw": several ranges merged by one warp per query (knob attn_combine 1; at most 128 ranges here)
-    if (path.rfind("split/", 0) == 0) EXPECT_EQ(path.find("/cw") != std::string::npos, combine == 1) << path;
     // "/pre": rows read before the wait for the kernel before (no node here
     // writes the caches: rows below the positions qualify), not checked here
     // (test_cuda_attn_pre.cpp)
@@ -461,12 +457,6 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         if (HasFatalFailure()) return;
         ASSERT_EQ(rt.size(), ct.size());
         EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "compile-time head dims changed the bits";
-        // the warp-per-query merge (knob attn_combine 1, /cw) gives the block-per-query kernel's bits
-        std::vector<float> cb;
-        check_attention(gpu.get(), c, 1, 0, &cb, 1);
-        if (HasFatalFailure()) return;
-        ASSERT_EQ(cb.size(), ct.size());
-        EXPECT_EQ(memcmp(cb.data(), ct.data(), cb.size() * sizeof(float)), 0) << "the warp-per-query merge changed the bits";
     }
     if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);
@@ -535,7 +525,6 @@ struct attn_nan_case {
     bool v_nan;            // the V case (the tensor-core kernel multiplies masked rows by p = 0: left out)
     const char *path;      // the path it takes (tg_cuda_sig_last)
     int attn_split = 0;    // knob: 1 forces the split and combine kernels, 2 the cluster kernel
-    int attn_combine = 0;  // knob: 1 merges the split kernel's ranges with one warp per query
 };
 void PrintTo(const attn_nan_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttentionNan : public ::testing::TestWithParam<attn_nan_case> {};
@@ -552,7 +541,6 @@ TEST_P(CudaLlmAttentionNan, PropagatesLikeTheReference) {
     const int64_t jk = 1, jv = 2, dvv = 3;  // the K row (kv head 0) and the V row and element (kv head Hkv - 1)
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu.get())->attn_split = c.attn_split;
-    tg_cuda_knobs(gpu.get())->attn_combine = c.attn_combine;
 #endif
     for (int where = 0; where < (c.v_nan ? 3 : 2); where++) {
         std::mt19937 rng(21 + where);
@@ -606,8 +594,6 @@ std::vector<attn_nan_case> attn_nan_cases() {
         {"cluster_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "cluster", 2},  // several splits, one kernel
         {"cluster_mixed_f32", 64, 8, 2, 3, 300, F32, F32, {1, 30, 290}, true, "cluster", 2},  // t 0: rows 0-1 only
         {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1},  // the combine kernel
-        {"split_many_f16_warp_merge", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1, 1},  // its warp version
-        {"split_short_f32_warp_merge", 64, 32, 8, 1, L, F32, F32, {200}, true, "split", 1, 1},  // most ranges empty
         {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true, "split1"},        // one split
         {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true, "split1"},  // t 0 has rows 0-1 only
         {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true, "split1"},   // one split, every SM busy
