@@ -1,0 +1,57 @@
+// delta_rule_phases.cuh - what the chunk-parallel form's kernels share (cuda/delta_rule_chunked_phases.cu:
+// the prep and output kernels and the host side; cuda/delta_rule_state_pass.cu: the state pass): the
+// kernels' arguments, the scratch's F16 row layout, the state pass's shared-memory sizes and its
+// kernel choice.
+#pragma once
+#include "chunk_parts.cuh"
+
+namespace tg_chunk {
+
+struct phase_args {
+    tg_cuda_desc q, k, v, g, beta, state, o;
+    int Dk, Dv, Hk, Hv;
+    long long T;
+    int delta, log_gate, l2norm;
+    float scale;
+    int DKP, DVP, NC;       // padded head dims (multiples of 16 and 8), chunks per sequence
+    int qk_vec, v_vec;      // q/k rows (whole v rows) load as 16-byte units
+    int o_pair;             // output column pairs (j even) store as one
+    int BV, nslices, nbuf;  // state pass: value columns per block, slices per head, load buffers
+    int h16;                // FULL prep and delta_state128_kernel<.., true>: W and Kd^T as F16 (below)
+    // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
+    // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP), gamma
+    float *W, *Kd, *U, *S, *gam;
+    const tg_cuda_err *err;
+};
+// h16 (Dk = Dv = 128): unit u's W rows as F16 (kC x 128 halves, each 8-column group permuted as
+// chunk_mma.cuh's h16_pos), then kC floats, each row's inverse power-of-two scale, in W's F32 region;
+// Kd^T's (128 x kC halves, then 128 scales) in Kd's. A row's values are stored times its scale,
+// which puts the largest magnitude in [1, 2): every value at least 2^-14 of the row's largest is
+// exact in F16 (they are TF32 values: 10-bit mantissas), smaller ones are off by at most 2^-25 of
+// the largest (F16's subnormal step). The state pass multiplies a product's row by the inverse.
+constexpr int kH16Data = kC * 128 / 2;  // floats of a unit's F16 data (then the scales)
+// one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
+__host__ __device__ inline int state_buf(int DKP, int BV) {
+    return kC * q_stride(DKP) + DKP * kPS + kC * v_stride(BV);
+}
+inline size_t state_smem(int DKP, int BV, int nbuf) {
+    return ((size_t)nbuf * state_buf(DKP, BV) + (size_t)DKP * v_stride(BV)) * 4;
+}
+// delta_state128_kernel's load buffer in floats (Dk = Dv = 128): F32 as state_buf(128, BV); F16: W kC
+// rows of 136 halves, Kd^T 128 rows of kC + 8 halves (row strides of 16 mod 128 bytes: ldmatrix without
+// bank conflicts), the U slice, the kC + 128 inverse scales. F16 takes three buffers, F32 two.
+constexpr int state128_buf(int BV, bool h16) {
+    return h16 ? kC * 136 / 2 + 128 * (kC + 8) / 2 + kC * (BV + 8) + kC + 128 : kC * 132 + 128 * kPS + kC * (BV + 8);
+}
+constexpr int state128_nbuf(bool h16) { return h16 ? 3 : 2; }
+inline size_t state128_smem(int BV, bool h16) {
+    return ((size_t)state128_nbuf(h16) * state128_buf(BV, h16) + (size_t)128 * (BV + 8)) * 4;
+}
+
+// The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows
+// where h16) where s128, else delta_state_kernel; *slot: its index among the phases' shared-memory
+// slots (1, 3-10, 13-20).
+using phase_fn = void (*)(phase_args);
+phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool s128, int *slot);
+
+}  // namespace tg_chunk
