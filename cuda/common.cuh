@@ -14,6 +14,10 @@
 #include "internal.h"
 #include "signature.cuh"
 
+// counters for the quantized GEMV links of one graph (tg_cuda_impl::qlink_cnt):
+// one per 32 output rows of each linking launch
+constexpr int TG_CUDA_QLINK_COUNTERS = 1 << 16;
+
 // Bad input found on the device: the first report wins (atomicCAS on code).
 // The backend reads it back after the graph and turns it into an error.
 struct tg_cuda_err {
@@ -91,6 +95,10 @@ struct tg_cuda_impl {
     // each kind the last enqueued graph took (tests)
     bool fuse = true;
     int fusions[TG_CUDA_FUSION_KINDS] = {};
+    // counters of the quantized GEMV links (knob qlink, cuda/fuse.cu): zero
+    // between launches (the last block of each 32 rows sets its counter back),
+    // each link of a graph its own range; TG_CUDA_QLINK_COUNTERS in all
+    unsigned *qlink_cnt = nullptr;
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;

@@ -46,9 +46,16 @@ struct matcher {
     int counts[TG_CUDA_FUSION_KINDS] = {};             // fusions taken, by kind (fuse.cuh)
 
     matcher(tg_backend *b, const std::vector<tg_tensor *> &n) : be(b), nodes(n), done(n.size(), 0) {
-        for (const tg_tensor *t : nodes)
+        for (const tg_tensor *t : nodes) {
             for (const tg_tensor *s : t->src)
                 if (s) reads[tg_view_root(const_cast<tg_tensor *>(s))]++;
+            // the largest b a quantized GEMV of the graph quantizes (the links' regions)
+            if (t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
+                size_t q_bytes = 0;
+                const long long ncols = t->src[1]->ne[1] * t->src[1]->ne[2] * t->src[1]->ne[3];
+                qregion = std::max(qregion, tg_cuda_align256(tg_cuda_mmvq_scratch(t->src[0]->ne[0], ncols, &q_bytes)));
+            }
+        }
     }
     // the next node after i that is not a view (-1: none)
     int next(int i) const {
@@ -79,7 +86,8 @@ struct matcher {
         done[j] = 1;
         counts[0]++;
         if (fold(i, j, x, w, st)) return true;
-        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
+        *st = flush();
+        if (*st == TG_OK) *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
         return true;
     }
 
@@ -93,15 +101,104 @@ struct matcher {
         int kind = -1;  // counts[] index; -1: a plain product (only with a folded norm)
         bool rope = false;  // rope(q) + rope_kv_update folded in (kind 6)
         const char *call = "mul_mat";
+        int region = 0;  // where its quantized b is: 0 the scratch's start (its own quantize kernel), 1 or 2 a link's
     };
-    tg_status launch(const gemv_plan &g) {
+    // Every launch of the graph goes through launch() (GEMVs), flush() then
+    // the op's own launch (everything else), or the folds' own paths, which
+    // flush first: so a held launch always runs before the next one.
+    tg_status launch(gemv_plan &g) {
         for (int q = 0; q < g.nmore; q++) done[g.more[q]] = 1;
         if (g.kind >= 0) counts[g.kind]++;
         if (g.rope) {
             counts[6]++;
             tg_cuda(be)->sig_last[TG_CUDA_SIG_ROPE] = tg_cuda(be)->sig_last[TG_CUDA_SIG_KV] = "gemv-epilogue";
         }
+        if (held_on) {
+            tg_status s = link(&held, &g);
+            if (s == TG_OK) s = flush();
+            if (s != TG_OK) return s;
+        }
+        if (link_source(g)) {
+            held = g, held_on = true;
+            return TG_OK;
+        }
         return tg_cuda_mmv_launch(be, g.p, g.call);
+    }
+    tg_status flush() {
+        if (!held_on) return TG_OK;
+        held_on = false;
+        return tg_cuda_mmv_launch(be, held.p, held.call);
+    }
+
+    // Quantized GEMV links (knob qlink, mmv.cuh tg_cuda_mmv_qout): a launch
+    // whose output the next launch reads as b (or as the x of its folded norm)
+    // is held back until that launch is planned; then the first quantizes its
+    // output for the second, into one of two regions of the scratch past the
+    // first region (where a launch quantizes its own b), the one the first
+    // does not read, and the second launches no quantize kernel. Every region
+    // holds the largest quantized b of the graph (qregion), so the scratch is
+    // sized once, at the first link, when no link's b is live.
+    gemv_plan held;
+    bool held_on = false;
+    size_t qregion = 0;
+    int qlink_used = 0;  // counters given to the graph's links so far
+
+    static bool quant_gemv(tg_backend *be, const tg_cuda_mmv &p) {
+        return tg_type_is_quantized(p.job[0].a.type) && tg_cuda(be)->sig.mmq_kernel != 1;
+    }
+    // The output a launch can quantize for the next: h of gate/up + swiglu, s
+    // of a product + residual; F32 rows of M (a multiple of 32) at unit
+    // stride, columns back to back, one batch
+    const tg_cuda_desc *link_out(const gemv_plan &g) const {
+        const tg_cuda_mmv &p = g.p;
+        const tg_cuda_desc *o = p.swiglu ? &p.h : p.njob == 1 && p.job[0].r.data ? &p.job[0].s : nullptr;
+        if (!o || o->type != TG_TYPE_F32 || o->nb[0] != 4 || o->ne[0] != p.job[0].a.ne[1] || o->ne[0] % 32 != 0)
+            return nullptr;
+        if ((o->ne[1] > 1 && o->nb[1] != 4 * o->ne[0]) || o->ne[2] * o->ne[3] != 1) return nullptr;
+        if (p.job[0].d.ne[2] * p.job[0].d.ne[3] != 1) return nullptr;
+        return o;
+    }
+    bool link_source(const gemv_plan &g) const {
+        if (tg_cuda(be)->sig.qlink == 1 || !quant_gemv(be, g.p) || g.p.rope.D) return false;
+        const tg_cuda_desc *o = link_out(g);
+        return o && qlink_used + o->ne[0] / 32 <= TG_CUDA_QLINK_COUNTERS;
+    }
+    // Link held launch a to launch b where b's quantized b is a's output (else nothing changes)
+    tg_status link(gemv_plan *a, gemv_plan *b) {
+        if (!quant_gemv(be, b->p)) return TG_OK;
+        const tg_cuda_desc *o = link_out(*a);
+        const tg_cuda_mmv &q = b->p;
+        const long long K = q.job[0].a.ne[0], M = o->ne[0], N = o->ne[1];
+        const float *src = q.norm.x;
+        if (!src) {  // b itself: F32 columns of K back to back, one batch
+            const tg_cuda_desc &bd = q.b;
+            if (bd.type != TG_TYPE_F32 || bd.nb[0] != 4 || (bd.ne[1] > 1 && bd.nb[1] != 4 * bd.ne[0]) ||
+                bd.ne[2] * bd.ne[3] != 1 || bd.ne[0] != K)
+                return TG_OK;
+            src = (const float *)bd.data;
+        }
+        if ((const void *)src != o->data || M != K || q.job[0].d.ne[1] != N || q.job[0].d.ne[2] * q.job[0].d.ne[3] != 1)
+            return TG_OK;
+        char *scratch = nullptr;
+        if (qregion > SIZE_MAX / 3) return TG_OK;
+        tg_status s = tg_cuda_scratch(be, 3 * qregion, (void **)&scratch, b->call);
+        if (s != TG_OK) return s;
+        b->region = a->region == 1 ? 2 : 1;
+        char *r = scratch + (size_t)b->region * qregion;
+        size_t q_bytes = 0;
+        (void)tg_cuda_mmvq_scratch(K, N, &q_bytes);
+        const size_t d_bytes = tg_cuda_align256((size_t)(N * (K / 32)) * sizeof(float2));
+        tg_cuda_mmv_qout &out = a->p.qout;
+        out.src = src;
+        out.w = q.norm.x ? q.norm.w : nullptr;
+        out.q = (int8_t *)r;
+        out.d = (float2 *)(r + q_bytes);
+        out.ss = q.norm.x ? (float *)(r + q_bytes + d_bytes) : nullptr;
+        out.cnt = tg_cuda(be)->qlink_cnt + qlink_used;
+        qlink_used += (int)(M / 32);
+        b->p.qin.q = out.q, b->p.qin.d = out.d, b->p.qin.ss = out.ss;
+        counts[7]++;
+        return TG_OK;
     }
 
     // rms_norm(x) * w (nodes i, j) folded into the GEMV launch that reads its
@@ -354,7 +451,9 @@ struct matcher {
     bool try_fuse(int i, tg_status *st) {
         switch (nodes[i]->op) {
             case TG_OP_ROPE:
-            case TG_OP_ROPE_KV_UPDATE: return rope_pair(i, st);
+            case TG_OP_ROPE_KV_UPDATE:
+                if ((*st = flush()) != TG_OK) return true;
+                return rope_pair(i, st);
             case TG_OP_RMS_NORM: return norm_mul(i, st);
             case TG_OP_MUL_MAT: {
                 gemv_plan g;
@@ -418,9 +517,13 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         drop_written_b(impl, nodes[i]);
         if (m.done[i]) continue;
         tg_status s = TG_OK;
-        if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+        if (!m.try_fuse(i, &s)) {
+            s = m.flush();
+            if (s == TG_OK) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
+        }
         if (s != TG_OK) return s;
     }
+    if (tg_status s = m.flush()) return s;
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) impl->fusions[k] = m.counts[k];
     return TG_OK;
 }

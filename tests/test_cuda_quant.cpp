@@ -1,8 +1,9 @@
 // test_cuda_quant.cpp - quantized weights (Q8_0, Q4_0, Q4_K) on the CUDA
 // backend: mul_mat against a float64 product of the dequantized weights
 // (tg_dequantize) and against the CPU backend, get_rows against
-// tg_dequantize, bad ids, quantized copies, and a quantized llama whose greedy
-// tokens on CUDA are the CPU's.
+// tg_dequantize, bad ids, quantized copies, a quantized llama whose greedy
+// tokens on CUDA are the CPU's, and its logits with the quantized GEMV
+// launches linked (knob qlink) bit for bit those without.
 //
 // Every output goes through a cpy into the head of a persistent sink whose
 // head is NaN and whose random tail must come back bit-identical; the compute
@@ -619,6 +620,80 @@ TEST_P(CudaQuantLlama, GreedyTokensMatchCpu) {
     tgm::model_free(mg);
     tgm::model_free(mc);
 }
+
+#ifdef TG_HAVE_CUDA
+// Quantized GEMV launches linked (knob qlink, cuda/fuse.cu: a launch whose
+// output the next launch reads as b quantizes it for that launch, the last
+// block of each 32 rows doing it) against each launch quantizing its own b:
+// greedy decoding of three sequences at once (3 columns per GEMV) and then of
+// one (1 column), every step's logits bit for bit (the link quantizes as the
+// quantize kernel does), fed the unlinked run's tokens. The link is taken 3
+// times per layer less one (gate/up after o + residual, down after gate/up,
+// q/k/v after the layer before's down + residual) plus the output head after
+// the last layer, and never with knob qlink 1. Each step is a replay of a
+// captured graph after the first, so the counters must come back to zero.
+TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
+    SKIP_WITHOUT_CUDA();
+    const tg_type t = GetParam();
+    const std::string tn = tg_type_name(t), pid = std::to_string(getpid());
+    tgm::synth_config sc;
+    sc.name = "qlink-test", sc.n_embd = 256, sc.n_layer = 3, sc.n_head = 4, sc.n_head_kv = 2, sc.n_ff = 768;
+    sc.n_vocab = 259, sc.n_ctx = 64, sc.wtype = TG_TYPE_F32, sc.seed = 11;
+    const std::string src = "/tmp/tg_cudaq_link_src_" + pid + ".gguf", path = "/tmp/tg_cudaq_link_" + tn + "_" + pid + ".gguf";
+    ASSERT_EQ(tgm::synth_write(sc, src.c_str()), TG_OK) << tg_last_error();
+    const int nq = quantize_file(src, path, t);
+    remove(src.c_str());
+    ASSERT_GE(nq, 3 * sc.n_layer) << "too few matrices quantized";
+    backend_ptr gpu = cuda_or_null();
+    ASSERT_NE(gpu.get(), nullptr) << tg_last_error();
+    tgm::model *m = tgm::model_load(path.c_str(), gpu.get());
+    remove(path.c_str());
+    ASSERT_NE(m, nullptr) << tg_last_error();
+    const int V = m->hp.n_vocab, steps = small() ? 4 : 10;
+    for (int nseq : {3, 1}) {
+        std::vector<float> logits[2];
+        std::vector<int32_t> toks;  // the unlinked run's, fed to the linked one
+        int links[2] = {-1, -1};
+        for (int pass = 0; pass < 2; pass++) {  // unlinked, linked
+            tg_cuda_knobs(gpu.get())->qlink = pass == 0 ? 1 : 0;
+            tgm::session *s = tgm::session_new(m, nseq, sc.n_ctx);
+            ASSERT_NE(s, nullptr) << tg_last_error();
+            std::vector<int32_t> in((size_t)nseq * 5);
+            for (size_t i = 0; i < in.size(); i++) in[i] = (int32_t)((i * 37 + 11) % (size_t)V);
+            std::vector<float> l;
+            ASSERT_EQ(tgm::session_eval(s, 0, nseq, in.data(), 5, false, &l), TG_OK) << tg_last_error();
+            for (int step = 0; step < steps; step++) {
+                ASSERT_EQ(l.size(), (size_t)nseq * V);
+                logits[pass].insert(logits[pass].end(), l.begin(), l.end());
+                in.assign((size_t)nseq, 0);
+                for (int b = 0; b < nseq; b++) {
+                    const size_t k = (size_t)step * nseq + b;
+                    if (pass == 0)
+                        toks.push_back((int32_t)(std::max_element(l.begin() + b * V, l.begin() + (b + 1) * V) -
+                                                 (l.begin() + b * V)));
+                    in[(size_t)b] = toks[k];
+                }
+                ASSERT_EQ(tgm::session_eval(s, 0, nseq, in.data(), 1, false, &l), TG_OK) << tg_last_error();
+            }
+            logits[pass].insert(logits[pass].end(), l.begin(), l.end());
+            int f[TG_CUDA_FUSION_KINDS];
+            tg_cuda_fusions_last(gpu.get(), f);
+            links[pass] = f[7];
+            tgm::session_free(s);
+        }
+        tg_cuda_knobs(gpu.get())->qlink = 0;
+        EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 1";
+        EXPECT_EQ(links[1], 3 * sc.n_layer) << tn << " " << nseq << " sequences: links in a decode step";
+        ASSERT_EQ(logits[0].size(), logits[1].size());
+        for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x)) << tn;
+        for (size_t i = 0; i < logits[0].size(); i++)
+            ASSERT_EQ(memcmp(&logits[0][i], &logits[1][i], 4), 0)
+                << tn << " " << nseq << " sequences: logit " << i % V << " of step " << i / ((size_t)nseq * V)
+                << ": " << logits[0][i] << " unlinked, " << logits[1][i] << " linked";
+    }
+    tgm::model_free(m);
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaQuantLlama, ::testing::ValuesIn(qtu::k_qtypes),
                          [](const ::testing::TestParamInfo<tg_type> &i) { return std::string(tg_type_name(i.param)); });
