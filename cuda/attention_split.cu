@@ -30,6 +30,8 @@
 #include <type_traits>
 
 #include "attention.cuh"
+#include "mmv.cuh"
+#include "quant.cuh"
 #include "ops.h"
 #include "signature.cuh"
 
@@ -285,8 +287,12 @@ __device__ inline float block_reduce(float v, float *red, bool is_max) {
     return r;
 }
 
+// qb: out (F32, contiguous, Dv a multiple of 32) also quantized for the
+// quantized GEMV after the attention (cuda/fuse.cu's link, mmv.cuh
+// tg_cuda_mmv_qout): out seen as columns of Dv Hq floats, blocks of 32 as
+// quantize_b_kernel makes them (the same bits), int8 at qb, (d, d * sum) at qd.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
-                                                           long long nq) {
+                                                           long long nq, int8_t *qb = nullptr, float2 *qd = nullptr) {
     __shared__ float ws[kMaxSplit], ms[kMaxSplit], red[kWarps];
     tg_pdl_trigger();
     tg_pdl_wait();
@@ -328,6 +334,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
                 o /= l;
             }
             *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
+            if (qb) {  // a warp's lanes hold 32 consecutive i (Dv a multiple of 32)
+                const long long e = qg * Dv + i;  // (t + T b) Dv Hq + h Dv + i
+                tg_cuda_q8_block(o, qb + e, qd + e / 32);
+            }
         }
         __syncthreads();  // ms / ws are rewritten by the next query
     }
@@ -402,9 +412,23 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.pre_l2 = A.pos_pre && tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN_PRE);
     A.rows_pre = A.pre_l2 && tg_cuda_attention_rows_pre(impl, dst);
     const long long nq = Hq * T * B;
+    // the link (impl->attn_qlink, cuda/fuse.cu): the combine kernel also
+    // quantizes out for the GEMV after it, the partial sums past the link's regions
+    tg_cuda_impl::attn_qlink_t &ql = impl->attn_qlink;
+    const bool link = nsplit > 1 && ql.want && Dv % 32 == 0 && dst->type == TG_TYPE_F32 && tg_is_contiguous(dst);
+    int8_t *qb = nullptr;
+    float2 *qd = nullptr;
     if (nsplit > 1) {
-        *st = tg_cuda_scratch(be, (size_t)(nq * nsplit * (Dv + 2)) * 4, (void **)&A.part, "attention");
+        const size_t part_bytes = (size_t)(nq * nsplit * (Dv + 2)) * 4, off = link ? ql.part_off : 0;
+        char *base = nullptr;
+        *st = tg_cuda_scratch(be, off + part_bytes, (void **)&base, "attention");
         if (*st != TG_OK) return true;
+        A.part = (float *)(base + off);
+        if (link) {
+            size_t q_bytes = 0;
+            (void)tg_cuda_mmvq_scratch(Dv * Hq, T * B, &q_bytes);
+            qb = (int8_t *)(base + ql.region_off), qd = (float2 *)(base + ql.region_off + q_bytes);
+        }
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);
     // compile-time head dims where D = Dv is 64 or 128 (knob attn_split_dc 2: the runtime-D kernel)
@@ -419,9 +443,10 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     }
     if (*st != TG_OK || nsplit == 1) return true;
     tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,
-                   (const float *)A.part, (int)nsplit, A.out, nq);
+                   (const float *)A.part, (int)nsplit, A.out, nq, qb, qd);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
+    if (*st == TG_OK && qb) ql.q = qb, ql.d = qd;
     return true;
 }
 

@@ -99,6 +99,16 @@ struct tg_cuda_impl {
     // between launches (the last block of each 32 rows sets its counter back),
     // each link of a graph its own range; TG_CUDA_QLINK_COUNTERS in all
     unsigned *qlink_cnt = nullptr;
+    // an attention launch's output quantized for the quantized GEMV after it
+    // (the same link): set by the fuse pass around that one launch (want; the
+    // scratch offsets of the quantized b and of the split kernel's partial
+    // sums), q and d set by the split path where its combine kernel took it
+    struct attn_qlink_t {
+        bool want = false;
+        size_t region_off = 0, part_off = 0;
+        int8_t *q = nullptr;
+        float2 *d = nullptr;
+    } attn_qlink;
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;

@@ -448,8 +448,45 @@ struct matcher {
         return true;
     }
 
+    // attention, then a quantized GEMV launch (the o product + residual)
+    // reading its output as b: the attention's combine kernel quantizes its
+    // output for it (region 1; the split kernel's partial sums past the
+    // regions), where the attention takes the split and combine kernels
+    // (tg_cuda_attention_split says so through impl->attn_qlink)
+    int qin_node = -1;  // the product whose launch takes qin_attn
+    const void *qin_b = nullptr;
+    tg_cuda_mmv_qin qin_attn;
+    bool attention_link(int i, tg_status *st) {
+        tg_cuda_impl *impl = tg_cuda(be);
+        const int k = next(i);
+        gemv_plan g;
+        if (impl->sig.qlink == 1 || k < 0 || nodes[k]->op != TG_OP_MUL_MAT || !plan_mm_add(k, &g) ||
+            !quant_gemv(be, g.p) || qregion > SIZE_MAX / 4)
+            return false;
+        const tg_tensor *att = nodes[i];
+        const tg_cuda_desc &b = g.p.b;
+        const long long K = att->ne[0] * att->ne[1], N = att->ne[2] * att->ne[3];
+        if (att->type != TG_TYPE_F32 || !tg_is_contiguous(att) || att->ne[0] % 32 != 0 || b.data != att->data ||
+            b.type != TG_TYPE_F32 || b.nb[0] != 4 || b.ne[0] != K || b.ne[1] != N || (N > 1 && b.nb[1] != 4 * K) ||
+            b.ne[2] * b.ne[3] != 1 || g.p.job[0].a.ne[0] != K)
+            return false;
+        if ((*st = flush()) != TG_OK) return true;
+        impl->attn_qlink = tg_cuda_impl::attn_qlink_t();
+        impl->attn_qlink.want = true;
+        impl->attn_qlink.region_off = qregion, impl->attn_qlink.part_off = 3 * qregion;
+        *st = tg_op_get(TG_OP_ATTENTION).cuda(be, nodes[i]);
+        if (*st == TG_OK && impl->attn_qlink.q) {
+            qin_node = k, qin_b = att->data;
+            qin_attn = tg_cuda_mmv_qin();
+            qin_attn.q = impl->attn_qlink.q, qin_attn.d = impl->attn_qlink.d;
+        }
+        impl->attn_qlink = tg_cuda_impl::attn_qlink_t();
+        return true;
+    }
+
     bool try_fuse(int i, tg_status *st) {
         switch (nodes[i]->op) {
+            case TG_OP_ATTENTION: return attention_link(i, st);
             case TG_OP_ROPE:
             case TG_OP_ROPE_KV_UPDATE:
                 if ((*st = flush()) != TG_OK) return true;
@@ -458,6 +495,11 @@ struct matcher {
             case TG_OP_MUL_MAT: {
                 gemv_plan g;
                 if (!plan_swiglu(i, &g) && !plan_shared_b(i, &g) && !plan_mm_add(i, &g)) return false;
+                if (i == qin_node && g.p.b.data == qin_b && !g.p.norm.x && quant_gemv(be, g.p)) {
+                    g.p.qin = qin_attn, g.region = 1;  // the attention's combine kernel quantized b
+                    counts[7]++;
+                }
+                qin_node = -1;
                 *st = launch(g);
                 return true;
             }

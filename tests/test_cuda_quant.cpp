@@ -630,15 +630,18 @@ TEST_P(CudaQuantLlama, GreedyTokensMatchCpu) {
 // quantize kernel does), fed the unlinked run's tokens. The link is taken 3
 // times per layer less one (gate/up after o + residual, down after gate/up,
 // q/k/v after the layer before's down + residual) plus the output head after
-// the last layer, and never with knob qlink 1. Each step is a replay of a
-// captured graph after the first, so the counters must come back to zero.
+// the last layer, and once more per layer where attention takes the split and
+// combine kernels (the combine kernel quantizes its output for o + residual:
+// forced with three sequences, the default kernel choice with one), and never
+// with knob qlink 1. Each step is a replay of a captured graph after the
+// first, so the counters must come back to zero.
 TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
     SKIP_WITHOUT_CUDA();
     const tg_type t = GetParam();
     const std::string tn = tg_type_name(t), pid = std::to_string(getpid());
     tgm::synth_config sc;
     sc.name = "qlink-test", sc.n_embd = 256, sc.n_layer = 3, sc.n_head = 4, sc.n_head_kv = 2, sc.n_ff = 768;
-    sc.n_vocab = 259, sc.n_ctx = 64, sc.wtype = TG_TYPE_F32, sc.seed = 11;
+    sc.n_vocab = 259, sc.n_ctx = 512, sc.wtype = TG_TYPE_F32, sc.seed = 11;
     const std::string src = "/tmp/tg_cudaq_link_src_" + pid + ".gguf", path = "/tmp/tg_cudaq_link_" + tn + "_" + pid + ".gguf";
     ASSERT_EQ(tgm::synth_write(sc, src.c_str()), TG_OK) << tg_last_error();
     const int nq = quantize_file(src, path, t);
@@ -654,6 +657,8 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
         std::vector<float> logits[2];
         std::vector<int32_t> toks;  // the unlinked run's, fed to the linked one
         int links[2] = {-1, -1};
+        bool combine = false;  // the linked run's attention: split and combine kernels
+        tg_cuda_knobs(gpu.get())->attn_split = nseq == 3 ? 1 : 0;
         for (int pass = 0; pass < 2; pass++) {  // unlinked, linked
             tg_cuda_knobs(gpu.get())->qlink = pass == 0 ? 1 : 0;
             tgm::session *s = tgm::session_new(m, nseq, sc.n_ctx);
@@ -679,11 +684,15 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
             int f[TG_CUDA_FUSION_KINDS];
             tg_cuda_fusions_last(gpu.get(), f);
             links[pass] = f[7];
+            const std::string attn = tg_cuda_sig_last(gpu.get(), TG_CUDA_SIG_ATTN);
+            combine = attn.rfind("split", 0) == 0 && attn.rfind("split1", 0) != 0;
             tgm::session_free(s);
         }
         tg_cuda_knobs(gpu.get())->qlink = 0;
+        tg_cuda_knobs(gpu.get())->attn_split = 0;
+        if (nseq == 3) EXPECT_TRUE(combine) << "attention not on the split and combine kernels with knob attn_split 1";
         EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 1";
-        EXPECT_EQ(links[1], 3 * sc.n_layer) << tn << " " << nseq << " sequences: links in a decode step";
+        EXPECT_EQ(links[1], (combine ? 4 : 3) * sc.n_layer) << tn << " " << nseq << " sequences: links in a decode step";
         ASSERT_EQ(logits[0].size(), logits[1].size());
         for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x)) << tn;
         for (size_t i = 0; i < logits[0].size(); i++)
