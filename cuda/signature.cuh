@@ -128,8 +128,8 @@ struct tg_cuda_sig_knobs {
     int mmq_kernel = 0;
     // quantized decode GEMV launches back to back, the second reading what the
     // first wrote (gate/up + swiglu -> down, o + residual -> the next norm's
-    // gate/up, down + residual -> the next layer's q/k/v or the output head;
-    // cuda/fuse.cu): 0 (default) the first launch's blocks quantize its output
+    // gate/up, down + residual -> the next layer's q/k/v; attention's combine
+    // kernel -> o; cuda/fuse.cu): 0 (default) the first launch's blocks quantize its output
     // for the second (the last block to finish each 32 rows, by a per-launch
     // counter), so the second launch has no quantize kernel before it; 1 never
     // (each launch quantizes its own b). The same bits either way. Env
