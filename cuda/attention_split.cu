@@ -289,7 +289,7 @@ __device__ inline float block_reduce(float v, float *red, bool is_max) {
 
 // qb: out (F32, contiguous, Dv a multiple of 32) also quantized for the
 // quantized GEMV after the attention (cuda/fuse.cu's link, mmv.cuh
-// tg_cuda_mmv_qout): out seen as columns of Dv Hq floats, blocks of 32 as
+// tg_cuda_mmv_qin): out seen as columns of Dv Hq floats, blocks of 32 as
 // quantize_b_kernel makes them (the same bits), int8 at qb, (d, d * sum) at qd.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq, int8_t *qb = nullptr, float2 *qd = nullptr) {
@@ -413,7 +413,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.rows_pre = A.pre_l2 && tg_cuda_attention_rows_pre(impl, dst);
     const long long nq = Hq * T * B;
     // the link (impl->attn_qlink, cuda/fuse.cu): the combine kernel also
-    // quantizes out for the GEMV after it, the partial sums past the link's regions
+    // quantizes out for the GEMV after it, the partial sums past its quantized b
     tg_cuda_impl::attn_qlink_t &ql = impl->attn_qlink;
     const bool link = nsplit > 1 && ql.want && Dv % 32 == 0 && dst->type == TG_TYPE_F32 && tg_is_contiguous(dst);
     int8_t *qb = nullptr;

@@ -76,7 +76,6 @@ void destroy_impl(tg_cuda_impl *impl) {
     if (impl->cublas_ws) (void)cudaFree(impl->cublas_ws);
     if (impl->scratch) (void)cudaFree(impl->scratch);
     if (impl->d_err) (void)cudaFree(impl->d_err);
-    if (impl->qlink_cnt) (void)cudaFree(impl->qlink_cnt);
     if (impl->cublas) (void)cublasDestroy(impl->cublas);
     if (impl->stream) (void)cudaStreamDestroy(impl->stream);
     (void)cudaGetLastError();
@@ -568,8 +567,8 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_MMVQ_FILL")) impl->sig.mmvq_fill = std::max(0, atoi(env));
     // 0 = rms_norm*w never folded into the GEMV after it (knob norm_fold)
     if (const char *env = getenv("TG_CUDA_NORM_FOLD")) impl->sig.norm_fold = strcmp(env, "0") == 0 ? 1 : 0;
-    // 0 = quantized GEMVs never quantize the next GEMV's b (knob qlink)
-    if (const char *env = getenv("TG_CUDA_QLINK")) impl->sig.qlink = strcmp(env, "0") == 0 ? 1 : 0;
+    // 1 = attention's combine kernel quantizes the o product's b (knob qlink)
+    if (const char *env = getenv("TG_CUDA_QLINK")) impl->sig.qlink = strcmp(env, "1") == 0 ? 1 : 0;
     // 0 = rope(q) + rope_kv_update never folded into the q/k/v GEMV (knob rope_fold)
     if (const char *env = getenv("TG_CUDA_ROPE_FOLD"))
         impl->sig.rope_fold = strcmp(env, "0") == 0 ? 1 : strcmp(env, "2") == 0 ? 2 : 0;
@@ -583,8 +582,6 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     TG_CUDA_TRY(nullptr, call, cudaEventCreateWithFlags(&impl->stage_ev, cudaEventDisableTiming));
     TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->d_err, sizeof(tg_cuda_err)));
     TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->d_err, 0, sizeof(tg_cuda_err), impl->stream));
-    TG_CUDA_TRY(nullptr, call, cudaMalloc(&impl->qlink_cnt, TG_CUDA_QLINK_COUNTERS * sizeof(unsigned)));
-    TG_CUDA_TRY(nullptr, call, cudaMemsetAsync(impl->qlink_cnt, 0, TG_CUDA_QLINK_COUNTERS * sizeof(unsigned), impl->stream));
     TG_CUDA_TRY(nullptr, call, cudaStreamSynchronize(impl->stream));
     return TG_OK;
 }

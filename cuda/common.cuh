@@ -14,10 +14,6 @@
 #include "internal.h"
 #include "signature.cuh"
 
-// counters for the quantized GEMV links of one graph (tg_cuda_impl::qlink_cnt):
-// one per 32 output rows of each linking launch
-constexpr int TG_CUDA_QLINK_COUNTERS = 1 << 16;
-
 // Bad input found on the device: the first report wins (atomicCAS on code).
 // The backend reads it back after the graph and turns it into an error.
 struct tg_cuda_err {
@@ -95,12 +91,8 @@ struct tg_cuda_impl {
     // each kind the last enqueued graph took (tests)
     bool fuse = true;
     int fusions[TG_CUDA_FUSION_KINDS] = {};
-    // counters of the quantized GEMV links (knob qlink, cuda/fuse.cu): zero
-    // between launches (the last block of each 32 rows sets its counter back),
-    // each link of a graph its own range; TG_CUDA_QLINK_COUNTERS in all
-    unsigned *qlink_cnt = nullptr;
     // an attention launch's output quantized for the quantized GEMV after it
-    // (the same link): set by the fuse pass around that one launch (want; the
+    // (knob qlink, cuda/fuse.cu): set by the fuse pass around that one launch (want; the
     // scratch offsets of the quantized b and of the split kernel's partial
     // sums), q and d set by the split path where its combine kernel took it
     struct attn_qlink_t {

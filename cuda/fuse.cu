@@ -49,7 +49,7 @@ struct matcher {
         for (const tg_tensor *t : nodes) {
             for (const tg_tensor *s : t->src)
                 if (s) reads[tg_view_root(const_cast<tg_tensor *>(s))]++;
-            // the largest b a quantized GEMV of the graph quantizes (the links' regions)
+            // the largest b a quantized GEMV of the graph quantizes (attention_link)
             if (t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
                 size_t q_bytes = 0;
                 const long long ncols = t->src[1]->ne[1] * t->src[1]->ne[2] * t->src[1]->ne[3];
@@ -86,8 +86,7 @@ struct matcher {
         done[j] = 1;
         counts[0]++;
         if (fold(i, j, x, w, st)) return true;
-        *st = flush();
-        if (*st == TG_OK) *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
+        *st = tg_cuda_rms_norm_mul(be, nrm, mul, w);
         return true;
     }
 
@@ -101,104 +100,20 @@ struct matcher {
         int kind = -1;  // counts[] index; -1: a plain product (only with a folded norm)
         bool rope = false;  // rope(q) + rope_kv_update folded in (kind 6)
         const char *call = "mul_mat";
-        int region = 0;  // where its quantized b is: 0 the scratch's start (its own quantize kernel), 1 or 2 a link's
     };
-    // Every launch of the graph goes through launch() (GEMVs), flush() then
-    // the op's own launch (everything else), or the folds' own paths, which
-    // flush first: so a held launch always runs before the next one.
-    tg_status launch(gemv_plan &g) {
+    tg_status launch(const gemv_plan &g) {
         for (int q = 0; q < g.nmore; q++) done[g.more[q]] = 1;
         if (g.kind >= 0) counts[g.kind]++;
         if (g.rope) {
             counts[6]++;
             tg_cuda(be)->sig_last[TG_CUDA_SIG_ROPE] = tg_cuda(be)->sig_last[TG_CUDA_SIG_KV] = "gemv-epilogue";
         }
-        if (held_on) {
-            tg_status s = link(&held, &g);
-            if (s == TG_OK) s = flush();
-            if (s != TG_OK) return s;
-        }
-        if (link_source(g)) {
-            held = g, held_on = true;
-            return TG_OK;
-        }
         return tg_cuda_mmv_launch(be, g.p, g.call);
     }
-    tg_status flush() {
-        if (!held_on) return TG_OK;
-        held_on = false;
-        return tg_cuda_mmv_launch(be, held.p, held.call);
-    }
-
-    // Quantized GEMV links (knob qlink, mmv.cuh tg_cuda_mmv_qout): a launch
-    // whose output the next launch reads as b (or as the x of its folded norm)
-    // is held back until that launch is planned; then the first quantizes its
-    // output for the second, into one of two regions of the scratch past the
-    // first region (where a launch quantizes its own b), the one the first
-    // does not read, and the second launches no quantize kernel. Every region
-    // holds the largest quantized b of the graph (qregion), so the scratch is
-    // sized once, at the first link, when no link's b is live.
-    gemv_plan held;
-    bool held_on = false;
+    // the largest b a quantized GEMV of the graph quantizes (attention_link)
     size_t qregion = 0;
-    int qlink_used = 0;  // counters given to the graph's links so far
-
     static bool quant_gemv(tg_backend *be, const tg_cuda_mmv &p) {
         return tg_type_is_quantized(p.job[0].a.type) && tg_cuda(be)->sig.mmq_kernel != 1;
-    }
-    // The output a launch can quantize for the next: h of gate/up + swiglu, s
-    // of a product + residual; F32 rows of M (a multiple of 32) at unit
-    // stride, columns back to back, one batch
-    const tg_cuda_desc *link_out(const gemv_plan &g) const {
-        const tg_cuda_mmv &p = g.p;
-        const tg_cuda_desc *o = p.swiglu ? &p.h : p.njob == 1 && p.job[0].r.data ? &p.job[0].s : nullptr;
-        if (!o || o->type != TG_TYPE_F32 || o->nb[0] != 4 || o->ne[0] != p.job[0].a.ne[1] || o->ne[0] % 32 != 0)
-            return nullptr;
-        if ((o->ne[1] > 1 && o->nb[1] != 4 * o->ne[0]) || o->ne[2] * o->ne[3] != 1) return nullptr;
-        if (p.job[0].d.ne[2] * p.job[0].d.ne[3] != 1) return nullptr;
-        return o;
-    }
-    bool link_source(const gemv_plan &g) const {
-        if (tg_cuda(be)->sig.qlink == 1 || !quant_gemv(be, g.p) || g.p.rope.D) return false;
-        const tg_cuda_desc *o = link_out(g);
-        return o && qlink_used + o->ne[0] / 32 <= TG_CUDA_QLINK_COUNTERS;
-    }
-    // Link held launch a to launch b where b's quantized b is a's output (else nothing changes)
-    tg_status link(gemv_plan *a, gemv_plan *b) {
-        if (!quant_gemv(be, b->p)) return TG_OK;
-        const tg_cuda_desc *o = link_out(*a);
-        const tg_cuda_mmv &q = b->p;
-        const long long K = q.job[0].a.ne[0], M = o->ne[0], N = o->ne[1];
-        const float *src = q.norm.x;
-        if (!src) {  // b itself: F32 columns of K back to back, one batch
-            const tg_cuda_desc &bd = q.b;
-            if (bd.type != TG_TYPE_F32 || bd.nb[0] != 4 || (bd.ne[1] > 1 && bd.nb[1] != 4 * bd.ne[0]) ||
-                bd.ne[2] * bd.ne[3] != 1 || bd.ne[0] != K)
-                return TG_OK;
-            src = (const float *)bd.data;
-        }
-        if ((const void *)src != o->data || M != K || q.job[0].d.ne[1] != N || q.job[0].d.ne[2] * q.job[0].d.ne[3] != 1)
-            return TG_OK;
-        char *scratch = nullptr;
-        if (qregion > SIZE_MAX / 3) return TG_OK;
-        tg_status s = tg_cuda_scratch(be, 3 * qregion, (void **)&scratch, b->call);
-        if (s != TG_OK) return s;
-        b->region = a->region == 1 ? 2 : 1;
-        char *r = scratch + (size_t)b->region * qregion;
-        size_t q_bytes = 0;
-        (void)tg_cuda_mmvq_scratch(K, N, &q_bytes);
-        const size_t d_bytes = tg_cuda_align256((size_t)(N * (K / 32)) * sizeof(float2));
-        tg_cuda_mmv_qout &out = a->p.qout;
-        out.src = src;
-        out.w = q.norm.x ? q.norm.w : nullptr;
-        out.q = (int8_t *)r;
-        out.d = (float2 *)(r + q_bytes);
-        out.ss = q.norm.x ? (float *)(r + q_bytes + d_bytes) : nullptr;
-        out.cnt = tg_cuda(be)->qlink_cnt + qlink_used;
-        qlink_used += (int)(M / 32);
-        b->p.qin.q = out.q, b->p.qin.d = out.d, b->p.qin.ss = out.ss;
-        counts[7]++;
-        return TG_OK;
     }
 
     // rms_norm(x) * w (nodes i, j) folded into the GEMV launch that reads its
@@ -449,10 +364,12 @@ struct matcher {
     }
 
     // attention, then a quantized GEMV launch (the o product + residual)
-    // reading its output as b: the attention's combine kernel quantizes its
-    // output for it (region 1; the split kernel's partial sums past the
-    // regions), where the attention takes the split and combine kernels
-    // (tg_cuda_attention_split says so through impl->attn_qlink)
+    // reading its output as b: where the attention takes the split and
+    // combine kernels (tg_cuda_attention_split says so through
+    // impl->attn_qlink), the combine kernel, one block per query head,
+    // quantizes its output for the product (at the scratch's start; the split
+    // kernel's partial sums past the largest quantized b of the graph), and the
+    // product's launch has no quantize kernel before it
     int qin_node = -1;  // the product whose launch takes qin_attn
     const void *qin_b = nullptr;
     tg_cuda_mmv_qin qin_attn;
@@ -460,8 +377,8 @@ struct matcher {
         tg_cuda_impl *impl = tg_cuda(be);
         const int k = next(i);
         gemv_plan g;
-        if (impl->sig.qlink == 1 || k < 0 || nodes[k]->op != TG_OP_MUL_MAT || !plan_mm_add(k, &g) ||
-            !quant_gemv(be, g.p) || qregion > SIZE_MAX / 4)
+        if (impl->sig.qlink != 1 || k < 0 || nodes[k]->op != TG_OP_MUL_MAT || !plan_mm_add(k, &g) ||
+            !quant_gemv(be, g.p))
             return false;
         const tg_tensor *att = nodes[i];
         const tg_cuda_desc &b = g.p.b;
@@ -470,10 +387,9 @@ struct matcher {
             b.type != TG_TYPE_F32 || b.nb[0] != 4 || b.ne[0] != K || b.ne[1] != N || (N > 1 && b.nb[1] != 4 * K) ||
             b.ne[2] * b.ne[3] != 1 || g.p.job[0].a.ne[0] != K)
             return false;
-        if ((*st = flush()) != TG_OK) return true;
         impl->attn_qlink = tg_cuda_impl::attn_qlink_t();
         impl->attn_qlink.want = true;
-        impl->attn_qlink.region_off = qregion, impl->attn_qlink.part_off = 3 * qregion;
+        impl->attn_qlink.region_off = 0, impl->attn_qlink.part_off = qregion;
         *st = tg_op_get(TG_OP_ATTENTION).cuda(be, nodes[i]);
         if (*st == TG_OK && impl->attn_qlink.q) {
             qin_node = k, qin_b = att->data;
@@ -488,15 +404,13 @@ struct matcher {
         switch (nodes[i]->op) {
             case TG_OP_ATTENTION: return attention_link(i, st);
             case TG_OP_ROPE:
-            case TG_OP_ROPE_KV_UPDATE:
-                if ((*st = flush()) != TG_OK) return true;
-                return rope_pair(i, st);
+            case TG_OP_ROPE_KV_UPDATE: return rope_pair(i, st);
             case TG_OP_RMS_NORM: return norm_mul(i, st);
             case TG_OP_MUL_MAT: {
                 gemv_plan g;
                 if (!plan_swiglu(i, &g) && !plan_shared_b(i, &g) && !plan_mm_add(i, &g)) return false;
                 if (i == qin_node && g.p.b.data == qin_b && !g.p.norm.x && quant_gemv(be, g.p)) {
-                    g.p.qin = qin_attn, g.region = 1;  // the attention's combine kernel quantized b
+                    g.p.qin = qin_attn;  // the attention's combine kernel quantized b
                     counts[7]++;
                 }
                 qin_node = -1;
@@ -559,13 +473,9 @@ tg_status enqueue_nodes(tg_backend *be, const std::vector<tg_tensor *> &nodes) {
         drop_written_b(impl, nodes[i]);
         if (m.done[i]) continue;
         tg_status s = TG_OK;
-        if (!m.try_fuse(i, &s)) {
-            s = m.flush();
-            if (s == TG_OK) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
-        }
+        if (!m.try_fuse(i, &s)) s = tg_op_get(nodes[i]->op).cuda(be, nodes[i]);
         if (s != TG_OK) return s;
     }
-    if (tg_status s = m.flush()) return s;
     for (int k = 0; k < TG_CUDA_FUSION_KINDS; k++) impl->fusions[k] = m.counts[k];
     return TG_OK;
 }

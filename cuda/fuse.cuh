@@ -9,11 +9,10 @@
 //                                                 -> the norm folded into the GEMV
 //   q/k/v launch, rope(q), rope_kv_update(k, v)   -> the rope pair in the GEMV's
 //                                                    epilogue (mmv.cuh tg_cuda_mmv_rope)
-//   quantized GEMV launch (+ residual or swiglu), then a quantized GEMV launch
-//   reading its output as b (or as the x of its folded norm)
-//                                                 -> the first quantizes that output
-//                                                    for the second, which launches no
-//                                                    quantize kernel (mmv.cuh tg_cuda_mmv_qout)
+//   attention (split and combine kernels), then the quantized o GEMV (+ residual)
+//   (knob qlink, off by default)                  -> the combine kernel quantizes its output
+//                                                    for the GEMV, which launches no quantize
+//                                                    kernel (mmv.cuh tg_cuda_mmv_qin)
 // Each fused kernel computes the same bits as the unfused kernels and still
 // writes the intermediate results (cheap at decode sizes), so an
 // intermediate read later (a graph output, a planner-off test) is intact.

@@ -57,27 +57,13 @@ struct tg_cuda_mmv_rope {
     tg_cuda_err *err = nullptr;
 };
 
-// A quantized GEMV launch whose output is the next quantized GEMV launch's b
-// (or the x of the norm folded into it): the link (cuda/fuse.cu, knob qlink).
-// The first launch (out) also quantizes its output src, M rows (a multiple
-// of 32) by N columns of unit stride, as quantize_b_kernel would for the
-// second: after its rows are stored, each block adds its row count to the
-// counter of its 32 rows, and the block that completes a counter quantizes
-// those 32 rows of every column (times w, with the sums of squares in ss,
-// where the second launch folds a norm) and sets the counter back to 0. The
-// second launch (in) reads them and launches no quantize kernel.
-struct tg_cuda_mmv_qout {
-    const float *src = nullptr;  // nullptr: no link out
-    const float *w = nullptr;    // the next launch's norm weight (M floats), nullptr: none
-    int8_t *q = nullptr;         // column n's M int8 at q + n * M
-    float2 *d = nullptr;         // its (d, d * sum q) per block of 32 at d + n * M / 32
-    float *ss = nullptr;         // with w: x's sums of squares per block of 32, as d
-    unsigned *cnt = nullptr;     // M / 32 counters, zero before and after
-};
+// b of a quantized GEMV launch already quantized by the kernel before it
+// (attention's combine kernel, cuda/fuse.cu's link, knob qlink), as
+// quantize_b_kernel lays it out: column n's K int8 at q + n * K, its
+// (d, d * sum q) per block of 32 at d + n * K / 32.
 struct tg_cuda_mmv_qin {
     const int8_t *q = nullptr;  // nullptr: b quantized by this launch
     const float2 *d = nullptr;
-    const float *ss = nullptr;  // the folded norm's sums of squares (p.norm.x set)
 };
 
 struct tg_cuda_mmv {
@@ -88,8 +74,7 @@ struct tg_cuda_mmv {
     tg_cuda_desc h;
     tg_cuda_mmv_norm norm;
     tg_cuda_mmv_rope rope;
-    tg_cuda_mmv_qout qout;  // quantized weights only
-    tg_cuda_mmv_qin qin;
+    tg_cuda_mmv_qin qin;  // quantized weights, no folded norm
 };
 
 // The folded rope's device steps (p.rope.D > 0). Before the products (ahead

@@ -179,47 +179,6 @@ template <tg_type T, int R> constexpr int mmvq_units() {
     return u > 0 ? u : 1;
 }
 
-// The link out (p.qout, mmv.cuh), after the block's outputs are stored, by
-// every thread of the block: the block's rows (whole groups, a power of two
-// of at most 16 that divides 32, the output's rows a multiple of 32: one
-// counter's range) are added to their counter; the block that brings it to
-// 32 quantizes those rows of every column as quantize_b_kernel does (the same
-// values, sums and bits) and sets the counter back to 0. Each storing thread
-// fences before the count, the last block after it (the classic
-// last-block pattern), and reads the rows from L2 (__ldcg).
-__device__ __noinline__ void mmvq_link_out(const mmvq_args &args, int N) {
-    const tg_cuda_mmv_qout &o = args.p.qout;
-    __shared__ unsigned s_grp;
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const long long gpb = kWarps / args.wpr, g0 = (long long)blockIdx.x * gpb;
-        const long long act = args.ngroups - g0 < gpb ? args.ngroups - g0 : gpb;
-        const unsigned rows = (unsigned)(act * args.rows_per_group);
-        const unsigned grp = (unsigned)(g0 * args.rows_per_group / 32);
-        s_grp = grp;
-        s_last = atomicAdd(o.cnt + grp, rows) + rows == 32u;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
-    const long long M = args.p.job[0].a.ne[1], kb = M / 32, grp = s_grp;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int n = warp; n < N; n += kWarps) {
-        const long long e = (long long)n * M + grp * 32 + lane;
-        const float x = __ldcg(o.src + e);
-        if (o.w) {
-            const float sq = tg_warp_sum(x * x);
-            if (lane == 0) o.ss[n * kb + grp] = sq;
-            tg_cuda_q8_block(x * o.w[grp * 32 + lane], o.q + e, o.d + n * kb + grp);
-        } else {
-            tg_cuda_q8_block(x, o.q + e, o.d + n * kb + grp);
-        }
-    }
-    if (threadIdx.x == 0) o.cnt[grp] = 0;
-}
-
 // ROPE (R >= 2): rope and rope_kv_update folded in (p.rope; the q/k/v launch only)
 template <tg_type T, int NMAX, int R, bool ROPE = false>
 __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? (R == 4 ? (ROPE ? 4 : 5) : R == 2 ? (ROPE ? 6 : 7) : 8) : 1)
@@ -331,65 +290,59 @@ __global__ void __launch_bounds__(32 * kWarps, NMAX == 1 && T != TG_TYPE_Q4_K ? 
     else if (wpr > 1) __syncthreads();
     else __syncwarp();
     if (rope && !go) tg_cuda_mmv_rope_report(p.rope, prior);
-    // the outputs (the groups' first warps); then, linked to the next launch,
-    // the whole block counts its rows and may quantize them for it
-    auto epilogue = [&]() {
-        if (!active || part != 0) return;
-        // folded norm (one batch: tg_cuda_mmv_can_fold, so c0 is 0 and y and z
-        // are indexed as x): column n's 1 / rms from its K / 32 sums of squares
-        // (lane order, then the shuffle tree: the same in every warp), the norm's
-        // y and z by the groups' first warps, grid-stride
-        float sc[NMAX];
+    if (!active || part != 0) return;
+    // folded norm (one batch: tg_cuda_mmv_can_fold, so c0 is 0 and y and z
+    // are indexed as x): column n's 1 / rms from its K / 32 sums of squares
+    // (lane order, then the shuffle tree: the same in every warp), the norm's
+    // y and z by the groups' first warps, grid-stride
+    float sc[NMAX];
 #pragma unroll
-        for (int n = 0; n < NMAX; n++) {
-            sc[n] = 1.0f;
-            if (!args.bss || n >= N) continue;
-            float t = 0.0f;
-            for (long long b = lane; b < kb; b += 32) t += args.bss[(c0 + n) * kb + b];
-            sc[n] = tg_cuda_rms_scale(tg_warp_sum(t), K, p.norm.eps);
-        }
-        auto scale_of = [&](int n) {  // sc[n] without a local-memory index
-            float v = sc[0];
+    for (int n = 0; n < NMAX; n++) {
+        sc[n] = 1.0f;
+        if (!args.bss || n >= N) continue;
+        float t = 0.0f;
+        for (long long b = lane; b < kb; b += 32) t += args.bss[(c0 + n) * kb + b];
+        sc[n] = tg_cuda_rms_scale(tg_warp_sum(t), K, p.norm.eps);
+    }
+    auto scale_of = [&](int n) {  // sc[n] without a local-memory index
+        float v = sc[0];
 #pragma unroll
-            for (int q = 1; q < NMAX; q++)
-                if (q == n) v = sc[q];
-            return v;
-        };
-        if (args.bss && (p.norm.y || p.norm.z))
-            for (long long e = g * 32 + lane; e < (long long)N * K; e += args.ngroups * 32) {
-                const int n = (int)(e / K);
-                const float v = p.norm.x[e] * scale_of(n);
-                if (p.norm.y) p.norm.y[e] = v;
-                if (p.norm.z) p.norm.z[e] = v * p.norm.w[e - (long long)n * K];
-            }
-        if (lane >= R * NMAX) return;
-        auto total = [&](int i) {
-            float t = red[warp][i];
-            for (int q = 1; q < wpr; q++) t += red[warp + q][i];
-            return t;
-        };
-        // lane i writes output i = r * NMAX + n
-        const int r = lane / NMAX, n = lane % NMAX;
-        if (n >= N) return;
-        const float s = scale_of(n);
-        if (p.swiglu) {
-            const long long m = m0 + r;
-            if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;
-            const float gv = total(lane) * s, uv = total(lane + (R / 2) * NMAX) * s;
-            tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
-            return;
-        }
-        const tg_cuda_mmv_job &jb = p.job[j];
-        const long long m = m0 + r;
-        if (m >= jb.a.ne[1]) return;
-        const float v = total(lane) * s;
-        if (rope)  // the pair partner: row m ^ 1 is row r ^ 1 of the group (R even, m0 a multiple of R)
-            tg_cuda_mmv_store_rope(p, j, m, n, v, total((r ^ 1) * NMAX + n) * s, rope_cs[warp][lane], go);
-        else
-            tg_cuda_mmv_store(jb, m, n, i2, i3, v);
+        for (int q = 1; q < NMAX; q++)
+            if (q == n) v = sc[q];
+        return v;
     };
-    epilogue();
-    if (p.qout.src) mmvq_link_out(args, N);
+    if (args.bss && (p.norm.y || p.norm.z))
+        for (long long e = g * 32 + lane; e < (long long)N * K; e += args.ngroups * 32) {
+            const int n = (int)(e / K);
+            const float v = p.norm.x[e] * scale_of(n);
+            if (p.norm.y) p.norm.y[e] = v;
+            if (p.norm.z) p.norm.z[e] = v * p.norm.w[e - (long long)n * K];
+        }
+    if (lane >= R * NMAX) return;
+    auto total = [&](int i) {
+        float t = red[warp][i];
+        for (int q = 1; q < wpr; q++) t += red[warp + q][i];
+        return t;
+    };
+    // lane i writes output i = r * NMAX + n
+    const int r = lane / NMAX, n = lane % NMAX;
+    if (n >= N) return;
+    const float s = scale_of(n);
+    if (p.swiglu) {
+        const long long m = m0 + r;
+        if (r >= R / 2 || m >= p.job[0].a.ne[1]) return;
+        const float gv = total(lane) * s, uv = total(lane + (R / 2) * NMAX) * s;
+        tg_cuda_mmv_store_swiglu(p, m, n, i2, i3, gv, uv);
+        return;
+    }
+    const tg_cuda_mmv_job &jb = p.job[j];
+    const long long m = m0 + r;
+    if (m >= jb.a.ne[1]) return;
+    const float v = total(lane) * s;
+    if (rope)  // the pair partner: row m ^ 1 is row r ^ 1 of the group (R even, m0 a multiple of R)
+        tg_cuda_mmv_store_rope(p, j, m, n, v, total((r ^ 1) * NMAX + n) * s, rope_cs[warp][lane], go);
+    else
+        tg_cuda_mmv_store(jb, m, n, i2, i3, v);
 }
 
 template <tg_type T, int NMAX, int R> void launch_mmvq_r(cudaStream_t st, const mmvq_args &args, long long batches) {
@@ -493,8 +446,8 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     mmvq_args args;
     args.p = p;
     const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
-    if (p.qin.q) {  // b quantized by the launch before (p.qin, cuda/fuse.cu's link)
-        args.bq = p.qin.q, args.bd = p.qin.d, args.bss = p.norm.x ? p.qin.ss : nullptr;
+    if (p.qin.q) {  // b quantized by the attention kernel before (p.qin, cuda/fuse.cu's link)
+        args.bq = p.qin.q, args.bd = p.qin.d, args.bss = nullptr;
     } else {
         size_t q_bytes = 0;
         char *scratch = nullptr;
@@ -505,8 +458,8 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
         float *bss = (float *)(scratch + q_bytes + tg_cuda_align256((size_t)(ncols * kb) * sizeof(float2)));
         args.bss = p.norm.x ? bss : nullptr;
         // b quantized to 8-bit blocks once per launch (bench/NOTES.md: quantizing it in the norm that
-        // writes it, or in every GEMV block, measured slower; quantized by the GEMV that writes it
-        // where cuda/fuse.cu links the two launches)
+        // writes it, in every GEMV block, or by the last block of the GEMV that writes it, measured
+        // slower; with knob qlink attention's combine kernel quantizes its output for the o product, cuda/fuse.cu)
         const long long nblk = ncols * kb;
         tg_cuda_launch(pdl, impl->stream, quantize_b_kernel, tg_cuda_blocks(nblk * 32, 256), 256, 0, p.b,
                        (int8_t *)scratch, (float2 *)(scratch + q_bytes), nblk, kb, p.norm, bss);

@@ -126,14 +126,14 @@ struct tg_cuda_sig_knobs {
     // kernel it replaced (one unit per row per lane; no fusion of quantized
     // products).
     int mmq_kernel = 0;
-    // quantized decode GEMV launches back to back, the second reading what the
-    // first wrote (gate/up + swiglu -> down, o + residual -> the next norm's
-    // gate/up, down + residual -> the next layer's q/k/v; attention's combine
-    // kernel -> o; cuda/fuse.cu): 0 (default) the first launch's blocks quantize its output
-    // for the second (the last block to finish each 32 rows, by a per-launch
-    // counter), so the second launch has no quantize kernel before it; 1 never
-    // (each launch quantizes its own b). The same bits either way. Env
-    // TG_CUDA_QLINK=0 sets 1 when the backend is created.
+    // attention's output quantized by its combine kernel for the quantized o
+    // GEMV after it (cuda/fuse.cu; where attention runs the split and combine
+    // kernels), so that the GEMV launches no quantize kernel: 0 (default) off,
+    // 1 on (env TG_CUDA_QLINK=1 when the backend is created). The same bits
+    // either way. Off until measured: written in session 36, whose one GPU run
+    // measured it only together with the GEMV-to-GEMV form of the link (the
+    // last block of each 32 rows of a quantized GEMV quantizing them for the
+    // next GEMV), which lost and was removed (bench/NOTES.md session 36).
     int qlink = 0;
     // attention with several ranges of KV rows per query (decode): 0 auto
     // (one kernel of thread-block clusters on sm_90, cuda/attention_cluster.cu,
@@ -211,8 +211,8 @@ long long tg_cuda_mm_b_reuses(tg_backend *be);
 // (kind 5) rms_norm*w folded into the GEMV after it (also counted as kind 0,
 // and as its GEMV's kind 1-3 where it has one), and (kind 6) rope(q) +
 // rope_kv_update folded into the q/k/v GEMV launch (also counted as kind 3,
-// not as kind 4), and (kind 7) a quantized GEMV launch whose b the launch
-// before it quantized (knob qlink). All 0 with fusion off.
+// not as kind 4), and (kind 7) a quantized GEMV launch whose b the attention
+// kernel before it quantized (knob qlink). All 0 with fusion off.
 constexpr int TG_CUDA_FUSION_KINDS = 8;
 void tg_cuda_fusions_last(tg_backend *be, int counts[TG_CUDA_FUSION_KINDS]);
 // Fusion on or off for this backend (default: on unless TG_CUDA_FUSE=0 when it

@@ -2,8 +2,8 @@
 // backend: mul_mat against a float64 product of the dequantized weights
 // (tg_dequantize) and against the CPU backend, get_rows against
 // tg_dequantize, bad ids, quantized copies, a quantized llama whose greedy
-// tokens on CUDA are the CPU's, and its logits with the quantized GEMV
-// launches linked (knob qlink) bit for bit those without.
+// tokens on CUDA are the CPU's, and its logits with attention quantizing the
+// o product's b (knob qlink) bit for bit those without.
 //
 // Every output goes through a cpy into the head of a persistent sink whose
 // head is NaN and whose random tail must come back bit-identical; the compute
@@ -622,20 +622,15 @@ TEST_P(CudaQuantLlama, GreedyTokensMatchCpu) {
 }
 
 #ifdef TG_HAVE_CUDA
-// Quantized GEMV launches linked (knob qlink, cuda/fuse.cu: a launch whose
-// output the next launch reads as b quantizes it for that launch, the last
-// block of each 32 rows doing it) against each launch quantizing its own b:
-// greedy decoding of three sequences at once (3 columns per GEMV) and then of
-// one (1 column), every step's logits bit for bit (the link quantizes as the
-// quantize kernel does), fed the unlinked run's tokens. The link is taken 3
-// times per layer less one (gate/up after o + residual, down after gate/up,
-// q/k/v after the layer before's down + residual; not the output head, whose
-// norm reads the last token's rows through a get_rows), and once more per
-// layer where attention takes the split and
-// combine kernels (the combine kernel quantizes its output for o + residual:
-// forced with three sequences, the default kernel choice with one), and never
-// with knob qlink 1. Each step is a replay of a captured graph after the
-// first, so the counters must come back to zero.
+// Attention's combine kernel quantizing its output for the quantized o
+// product after it (knob qlink, cuda/fuse.cu) against the product quantizing
+// its own b: greedy decoding of three sequences at once (3 columns per GEMV)
+// and then of one (1 column), every step's logits bit for bit (the combine
+// kernel quantizes as the quantize kernel does), fed the unlinked run's
+// tokens. The link is taken once per layer where attention takes the split
+// and combine kernels (forced with three sequences, the default kernel
+// choice with one), never otherwise or with knob qlink 0. Each step after the
+// first replays a captured graph.
 TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
     SKIP_WITHOUT_CUDA();
     const tg_type t = GetParam();
@@ -661,7 +656,7 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
         bool combine = false;  // the linked run's attention: split and combine kernels
         tg_cuda_knobs(gpu.get())->attn_split = nseq == 3 ? 1 : 0;
         for (int pass = 0; pass < 2; pass++) {  // unlinked, linked
-            tg_cuda_knobs(gpu.get())->qlink = pass == 0 ? 1 : 0;
+            tg_cuda_knobs(gpu.get())->qlink = pass;
             tgm::session *s = tgm::session_new(m, nseq, sc.n_ctx);
             ASSERT_NE(s, nullptr) << tg_last_error();
             std::vector<int32_t> in((size_t)nseq * 5);
@@ -692,8 +687,8 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
         tg_cuda_knobs(gpu.get())->qlink = 0;
         tg_cuda_knobs(gpu.get())->attn_split = 0;
         if (nseq == 3) EXPECT_TRUE(combine) << "attention not on the split and combine kernels with knob attn_split 1";
-        EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 1";
-        EXPECT_EQ(links[1], (combine ? 4 : 3) * sc.n_layer - 1) << tn << " " << nseq << " sequences: links in a decode step";
+        EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 0";
+        EXPECT_EQ(links[1], combine ? sc.n_layer : 0) << tn << " " << nseq << " sequences: links in a decode step";
         ASSERT_EQ(logits[0].size(), logits[1].size());
         for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x)) << tn;
         for (size_t i = 0; i < logits[0].size(); i++)
