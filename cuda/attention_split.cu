@@ -427,7 +427,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         if (link) {
             size_t q_bytes = 0;
             (void)tg_cuda_mmvq_scratch(Dv * Hq, T * B, &q_bytes);
-            qb = (int8_t *)(base + ql.region_off), qd = (float2 *)(base + ql.region_off + q_bytes);
+            qb = (int8_t *)base, qd = (float2 *)(base + q_bytes);
         }
     }
     const dim3 grid((unsigned)nsplit, (unsigned)(nqc * Hkv), (unsigned)B);

@@ -92,12 +92,13 @@ struct tg_cuda_impl {
     bool fuse = true;
     int fusions[TG_CUDA_FUSION_KINDS] = {};
     // an attention launch's output quantized for the quantized GEMV after it
-    // (knob qlink, cuda/fuse.cu): set by the fuse pass around that one launch (want; the
-    // scratch offsets of the quantized b and of the split kernel's partial
-    // sums), q and d set by the split path where its combine kernel took it
+    // (knob qlink, cuda/fuse.cu): set by the fuse pass around that one launch
+    // (want; the quantized b at the scratch's start, the split kernel's
+    // partial sums at part_off past it), q and d set by the split path where
+    // its combine kernel took it
     struct attn_qlink_t {
         bool want = false;
-        size_t region_off = 0, part_off = 0;
+        size_t part_off = 0;
         int8_t *q = nullptr;
         float2 *d = nullptr;
     } attn_qlink;

@@ -50,7 +50,7 @@ struct matcher {
             for (const tg_tensor *s : t->src)
                 if (s) reads[tg_view_root(const_cast<tg_tensor *>(s))]++;
             // the largest b a quantized GEMV of the graph quantizes (attention_link)
-            if (t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
+            if (tg_cuda(be)->sig.qlink == 1 && t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
                 size_t q_bytes = 0;
                 const long long ncols = t->src[1]->ne[1] * t->src[1]->ne[2] * t->src[1]->ne[3];
                 qregion = std::max(qregion, tg_cuda_align256(tg_cuda_mmvq_scratch(t->src[0]->ne[0], ncols, &q_bytes)));
@@ -389,7 +389,7 @@ struct matcher {
             return false;
         impl->attn_qlink = tg_cuda_impl::attn_qlink_t();
         impl->attn_qlink.want = true;
-        impl->attn_qlink.region_off = 0, impl->attn_qlink.part_off = qregion;
+        impl->attn_qlink.part_off = qregion;
         *st = tg_op_get(TG_OP_ATTENTION).cuda(be, nodes[i]);
         if (*st == TG_OK && impl->attn_qlink.q) {
             qin_node = k, qin_b = att->data;
