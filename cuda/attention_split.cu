@@ -4,17 +4,27 @@
 // One block per (split of the KV rows, kv head hk, sequence b, chunk of QN
 // queries of that kv head): the queries are the group's Hq/Hkv heads times
 // the T tokens, so every K and V row a block reads serves all of them (GQA
-// sharing). Per tile of kRows cache rows:
-//   scores   thread per row; the row's K is read with 16-byte loads, the QN
-//            query rows come from shared memory (broadcast)
+// sharing). Per tile of up to kRows cache rows (tn of them):
+//   scores   G threads per row, G the largest power of two with G tn <=
+//            kThreads and G <= the row's 16-byte units (G = 1 for a full
+//            tile): each sums its units' products (units g, g + G, ...) for
+//            the QN query rows (from shared memory, broadcast), then the G
+//            lanes' sums are added by shuffles (xor tree: every lane of the
+//            row gets the sum)
 //   softmax  per query: tile max and sum over the block (shuffles + one
 //            shared slot per warp), running max m and sum l rescaled
 //   values   threads along Dv in 16-byte chunks, row groups over the tile's
 //            rows; QN accumulators per value, summed over row groups at the
 //            end in a fixed order (deterministic)
 // Decode (few queries per kv head) splits the KV rows into nsplit ranges so
-// that the grid fills the GPU (flash-decoding); each split writes its
-// unnormalized sums with its m and l, and a combine kernel merges them:
+// that the grid fills the GPU (flash-decoding). The ranges follow the
+// positions, not the cache's length (as the cluster kernel's): with nmax the
+// most rows any of the block's queries reaches (read on the device), split s
+// takes rows [s c, (s + 1) c), c = ceil(nmax / nsplit) rounded up to 16, at
+// most the host's chunk (which covers the whole cache), so a 2,048-row cache
+// holding 532 positions spreads them over every split instead of the first
+// nine. Each split writes its unnormalized sums with its m and l (a split
+// with no rows: m = -inf), and a combine kernel merges them:
 //   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
 // Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
 // no rows and gives zeros, as the reference; a query with rows gives o / l
@@ -53,8 +63,19 @@ struct split_args {
     int pre_l2;    // pos_pre, and the block's K and V rows go to the L2 before the wait
     int rows_pre;  // pre_l2, and the rows below a sequence's least position may be read
                    // before the wait (tg_cuda_attention_rows_pre)
+    int pos_ranges;  // ranges from the positions (else s * chunk: the cache's length)
+    int row_lanes;   // G threads per row when scoring a tile of few rows (else 1)
     float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
 };
+
+// Threads per row when scoring a tile of tn rows with units 16-byte units per row.
+__device__ __forceinline__ int score_lanes(int tn, int units, bool on) {
+    int g = 1;
+    if (on)
+        while (g < 32 && 2 * g <= units && 2 * g * tn <= kThreads) g *= 2;
+    return g;
+}
+constexpr int kRangeRows = 16;  // position ranges: rows per split a multiple of this
 
 // Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
 // ml[2][QN], nrow[QN] (int), racc[RG][QN][Dv].
@@ -105,20 +126,27 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
             nrow[tid] = n;
         }
     };
-    const long long j_begin = (long long)s * A.chunk;
-    long long j_end = j_begin;
+    long long j_begin = (long long)s * A.chunk, j_end = j_begin;
     auto range = [&]() {
         int nmax = 0;
 #pragma unroll
         for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
-        j_end = min(j_begin + A.chunk, (long long)nmax);
+        long long c = A.chunk;
+        if (A.pos_ranges) {
+            // nsplit c >= nmax; c <= chunk since nsplit chunk >= L >= nmax (chunk a multiple of 16 or L)
+            const long long per = ((long long)nmax + A.nsplit - 1) / A.nsplit;
+            c = min(c, max((long long)kRangeRows, (per + kRangeRows - 1) / kRangeRows * kRangeRows));
+        }
+        j_begin = (long long)s * c;
+        j_end = min(j_begin + c, (long long)nmax);
     };
+    const int units = (int)(D / VE);  // 16-byte units per K row
     // before the wait, with the positions: the block's K and V rows into the
     // L2 (only moves lines, where the kernel before writes too: nothing read
     // early is used), and where no node writes the rows below the sequence's
     // least position, the first kU 16-byte units of the thread's K row of the
-    // first tile (kpre) into registers
-    uint4 kpre[kU];
+    // first tile into registers (raw, where the tile loop below loads its units)
+    uint4 raw[kU];
     bool has_kpre = false;
     if (A.pos_pre) {
         rows_of_queries();
@@ -129,13 +157,17 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         tg_attn_prefetch_rows(tg_cuda_ptr(A.k, 0, hk, 0, b), A.k.nb[2], D * (long long)sizeof(T), tg_cuda_ptr(A.v, 0, hk, 0, b),
                               A.v.nb[2], Dv * (long long)sizeof(T), j_begin, j_end);
         if (A.rows_pre) {
+            // the units the thread scores first (as in the tile loop below)
             const long long pmin = tg_attn_least_pos(A.pos, T_, b);
-            const long long j = j_begin + tid;
-            if (tid < kRows && j < j_end && j < pmin) {
+            const int G = score_lanes((int)min((long long)kRows, j_end - j_begin), units, A.row_lanes);
+            const long long j = j_begin + tid / G;
+            if (j < j_end && j < pmin) {
                 const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j, b);
 #pragma unroll
-                for (int u = 0; u < kU; u++)
-                    if (u * VE < D) kpre[u] = __ldg((const uint4 *)(kr + u * VE));
+                for (int u = 0; u < kU; u++) {
+                    const int un = u * G + tid % G;
+                    if (un < units) raw[u] = __ldg((const uint4 *)(kr + (I)un * VE));
+                }
                 has_kpre = true;
             }
         }
@@ -165,30 +197,33 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
 
     for (long long j0 = j_begin; j0 < j_end; j0 += kRows) {
         const int tn = (int)min((long long)kRows, j_end - j0);
+        // G lanes per row: the thread scores row r, units g, g + G, ...
+        const int G = score_lanes(tn, units, A.row_lanes), r = tid / G, g = tid % G;
         float sc[QN];
 #pragma unroll
         for (int qq = 0; qq < QN; qq++) sc[qq] = 0.0f;
-        if (tid < tn) {
-            const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + tid, b);
+        if (r < tn) {
+            const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + r, b);
             // kU 16-byte loads in flight before their first use
-            constexpr int kDU = DC ? (DC + kU * VE - 1) / (kU * VE) : 1;  // DC: the whole row unrolled
-#pragma unroll kDU
-            for (I d0 = 0; d0 < D; d0 += kU * VE) {
-                uint4 raw[kU];
-                const bool from_pre = has_kpre && j0 == j_begin && d0 == 0;
+#pragma unroll 1
+            for (int u0 = 0; u0 < units; u0 += kU * G) {
+                if (!(has_kpre && j0 == j_begin && u0 == 0))  // else raw holds them from before the wait
 #pragma unroll
-                for (int u = 0; u < kU; u++)
-                    if (d0 + u * VE < D) raw[u] = from_pre ? kpre[u] : __ldg((const uint4 *)(kr + d0 + u * VE));
+                    for (int u = 0; u < kU; u++) {
+                        const int un = u0 + u * G + g;
+                        if (un < units) raw[u] = __ldg((const uint4 *)(kr + (I)un * VE));
+                    }
 #pragma unroll
                 for (int u = 0; u < kU; u++) {
-                    if (d0 + u * VE >= D) break;
+                    const int un = u0 + u * G + g;
+                    if (un >= units) break;
                     float kf[VE];
                     tg_cuda_cvt16(raw[u], kf, T());
 #pragma unroll
                     for (int qq = 0; qq < QN; qq++)
 #pragma unroll
                         for (int e = 0; e < VE; e += 4) {
-                            const float4 qv = *(const float4 *)(qs + qq * D + d0 + u * VE + e);
+                            const float4 qv = *(const float4 *)(qs + qq * D + (I)un * VE + e);
                             sc[qq] = fmaf(qv.x, kf[e], sc[qq]);
                             sc[qq] = fmaf(qv.y, kf[e + 1], sc[qq]);
                             sc[qq] = fmaf(qv.z, kf[e + 2], sc[qq]);
@@ -197,8 +232,12 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
                 }
             }
         }
+        // the row's G lanes are adjacent (G divides 32): each gets the row's sum
+        for (int off = 1; off < G; off <<= 1)
+#pragma unroll
+            for (int qq = 0; qq < QN; qq++) sc[qq] += __shfl_xor_sync(0xffffffffu, sc[qq], off);
         float corr[QN];
-        tg_attn_tile_softmax<QN, kWarps>(sc, tid, true, tn, j0, nrow, A.scale, ps, kRows, red, warp, lane, m_run,
+        tg_attn_tile_softmax<QN, kWarps>(sc, r, g == 0, tn, j0, nrow, A.scale, ps, kRows, red, warp, lane, m_run,
                                          l_run, corr);
         if (v_active) {
 #pragma unroll
@@ -207,16 +246,16 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
                 for (int e = 0; e < VE; e++) acc[qq][e] *= corr[qq];
             const T *vb = (const T *)tg_cuda_ptr(A.v, (long long)vc * VE, hk, j0, b);
             for (int j1 = vg; j1 < tn; j1 += kU * RG) {
-                uint4 raw[kU];
+                uint4 vraw[kU];
 #pragma unroll
                 for (int u = 0; u < kU; u++)
-                    if (j1 + u * RG < tn) raw[u] = __ldg((const uint4 *)((const char *)vb + (j1 + u * RG) * A.v.nb[2]));
+                    if (j1 + u * RG < tn) vraw[u] = __ldg((const uint4 *)((const char *)vb + (j1 + u * RG) * A.v.nb[2]));
 #pragma unroll
                 for (int u = 0; u < kU; u++) {
                     const int jj = j1 + u * RG;
                     if (jj >= tn) break;
                     float vf[VE];
-                    tg_cuda_cvt16(raw[u], vf, T());
+                    tg_cuda_cvt16(vraw[u], vf, T());
 #pragma unroll
                     for (int qq = 0; qq < QN; qq++) {
                         // p = 0: a row past this query's position (another query of the
@@ -411,6 +450,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
     A.pre_l2 = A.pos_pre && tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN_PRE);
     A.rows_pre = A.pre_l2 && tg_cuda_attention_rows_pre(impl, dst);
+    A.pos_ranges = (impl->sig.attn_split_rows & 1) == 0;
+    A.row_lanes = (impl->sig.attn_split_rows & 2) == 0;
     const long long nq = Hq * T * B;
     // the link (impl->attn_qlink, cuda/fuse.cu): the combine kernel also
     // quantizes out for the GEMV after it, the partial sums past its quantized b

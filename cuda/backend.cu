@@ -564,11 +564,12 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_DELTA_PHASE_FULL")) impl->sig.delta_chunk_phase_full = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_DELTA_H16")) impl->sig.delta_chunk_h16 = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_ATTN_SPLIT_DC")) impl->sig.attn_split_dc = atoi(env) == 0 ? 2 : 1;
+    if (const char *env = getenv("TG_CUDA_ATTN_ROWS")) impl->sig.attn_split_rows = atoi(env) & 3;
     if (const char *env = getenv("TG_CUDA_MMVQ_FILL")) impl->sig.mmvq_fill = std::max(0, atoi(env));
     // 0 = rms_norm*w never folded into the GEMV after it (knob norm_fold)
     if (const char *env = getenv("TG_CUDA_NORM_FOLD")) impl->sig.norm_fold = strcmp(env, "0") == 0 ? 1 : 0;
-    // 1 = attention's combine kernel quantizes the o product's b (knob qlink)
-    if (const char *env = getenv("TG_CUDA_QLINK")) impl->sig.qlink = strcmp(env, "1") == 0 ? 1 : 0;
+    // 0 = attention's combine kernel never quantizes the o product's b (knob qlink 1)
+    if (const char *env = getenv("TG_CUDA_QLINK")) impl->sig.qlink = strcmp(env, "0") == 0 ? 1 : 0;
     // 0 = rope(q) + rope_kv_update never folded into the q/k/v GEMV (knob rope_fold)
     if (const char *env = getenv("TG_CUDA_ROPE_FOLD"))
         impl->sig.rope_fold = strcmp(env, "0") == 0 ? 1 : strcmp(env, "2") == 0 ? 2 : 0;

@@ -50,7 +50,7 @@ struct matcher {
             for (const tg_tensor *s : t->src)
                 if (s) reads[tg_view_root(const_cast<tg_tensor *>(s))]++;
             // the largest b a quantized GEMV of the graph quantizes (attention_link)
-            if (tg_cuda(be)->sig.qlink == 1 && t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
+            if (tg_cuda(be)->sig.qlink != 1 && t->op == TG_OP_MUL_MAT && tg_type_is_quantized(t->src[0]->type) && t->ne[1] <= 8) {
                 size_t q_bytes = 0;
                 const long long ncols = t->src[1]->ne[1] * t->src[1]->ne[2] * t->src[1]->ne[3];
                 qregion = std::max(qregion, tg_cuda_align256(tg_cuda_mmvq_scratch(t->src[0]->ne[0], ncols, &q_bytes)));
@@ -377,7 +377,7 @@ struct matcher {
         tg_cuda_impl *impl = tg_cuda(be);
         const int k = next(i);
         gemv_plan g;
-        if (impl->sig.qlink != 1 || k < 0 || nodes[k]->op != TG_OP_MUL_MAT || !plan_mm_add(k, &g) ||
+        if (impl->sig.qlink == 1 || k < 0 || nodes[k]->op != TG_OP_MUL_MAT || !plan_mm_add(k, &g) ||
             !quant_gemv(be, g.p))
             return false;
         const tg_tensor *att = nodes[i];

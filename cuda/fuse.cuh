@@ -10,7 +10,7 @@
 //   q/k/v launch, rope(q), rope_kv_update(k, v)   -> the rope pair in the GEMV's
 //                                                    epilogue (mmv.cuh tg_cuda_mmv_rope)
 //   attention (split and combine kernels), then the quantized o GEMV (+ residual)
-//   (knob qlink, off by default)                  -> the combine kernel quantizes its output
+//   (knob qlink; on by default)                   -> the combine kernel quantizes its output
 //                                                    for the GEMV, which launches no quantize
 //                                                    kernel (mmv.cuh tg_cuda_mmv_qin)
 // Each fused kernel computes the same bits as the unfused kernels and still

@@ -128,12 +128,11 @@ struct tg_cuda_sig_knobs {
     int mmq_kernel = 0;
     // attention's output quantized by its combine kernel for the quantized o
     // GEMV after it (cuda/fuse.cu; where attention runs the split and combine
-    // kernels), so that the GEMV launches no quantize kernel: 0 (default) off,
-    // 1 on (env TG_CUDA_QLINK=1 when the backend is created). The same bits
-    // either way. Off until measured: written in session 36, whose one GPU run
-    // measured it only together with the GEMV-to-GEMV form of the link (the
-    // last block of each 32 rows of a quantized GEMV quantizing them for the
-    // next GEMV), which lost and was removed (bench/NOTES.md session 36).
+    // kernels), so that the GEMV launches no quantize kernel: 0 (default) on,
+    // 1 never (env TG_CUDA_QLINK=0 sets 1 when the backend is created). The
+    // same bits either way. On since session 37 (H100, 1.1B Q4_0 batch 1,
+    // same binary: bench/NOTES.md session 37); the GEMV-to-GEMV form of the
+    // link (session 36) lost and was removed.
     int qlink = 0;
     // attention with several ranges of KV rows per query (decode): 0 auto
     // (one kernel of thread-block clusters on sm_90, cuda/attention_cluster.cu,
@@ -153,6 +152,14 @@ struct tg_cuda_sig_knobs {
     // runtime-D kernel only (attn.decode.f16 23.5 -> 18.4 us, session 32).
     // Env TG_CUDA_ATTN_SPLIT_DC (0: off).
     int attn_split_dc = 0;
+    // the split kernel's rows (cuda/attention_split.cu): 0 (default) ranges
+    // of KV rows that follow the positions (ceil(nmax / nsplit) rounded up to
+    // 16) and G threads per row when a tile has few rows; bit 1 the ranges of
+    // the cache's length (s * chunk), bit 2 one thread per row (the kernel of
+    // session 35). Env TG_CUDA_ATTN_ROWS, for A/B. Results do not depend on
+    // it beyond the order of the scores' sums (bit 2 set: the same bits as
+    // before).
+    int attn_split_rows = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
 // the backend, not of the process, so two backends never share them. Change

@@ -343,16 +343,20 @@ void PrintTo(const attn_case &c, std::ostream *os) { *os << c.name; }
 class CudaLlmAttention : public ::testing::TestWithParam<attn_case> {};
 
 // One run of case c on gpu with the knob attn_split set to knob (0 auto, 1
-// split and combine, 2 cluster) and attn_split_dc to dc (0 auto: the
-// compile-time head dims where they apply, 2 the runtime-D kernel): the path taken, the
+// split and combine, 2 cluster), attn_split_dc to dc (0 auto: the
+// compile-time head dims where they apply, 2 the runtime-D kernel) and
+// attn_split_rows to rows (0: ranges from the positions and several lanes per
+// row, 3: the cache-length ranges and one lane per row): the path taken, the
 // output's tail, and every sampled query against float64; the output into
 // *out when out is given.
-void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr) {
+void check_attention(tg_backend *gpu, const attn_case &c, int knob, int dc = 0, std::vector<float> *out = nullptr,
+                     int rows = 0) {
     SCOPED_TRACE(std::string(knob == 1 ? "split and combine kernels forced" : knob == 2 ? "cluster kernel forced" : "auto") +
-                 (dc == 2 ? ", runtime head dims" : ""));
+                 (dc == 2 ? ", runtime head dims" : "") + (rows ? ", split rows knob " + std::to_string(rows) : ""));
 #ifdef TG_HAVE_CUDA
     tg_cuda_knobs(gpu)->attn_split = knob;
     tg_cuda_knobs(gpu)->attn_split_dc = dc;
+    tg_cuda_knobs(gpu)->attn_split_rows = rows;
 #endif
     std::mt19937 rng(11 + knob);
     std::vector<leaf> leaves;
@@ -457,6 +461,10 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         if (HasFatalFailure()) return;
         ASSERT_EQ(rt.size(), ct.size());
         EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "compile-time head dims changed the bits";
+        // the split kernel as it was (ranges of the cache's length, a lane per
+        // row when scoring) and each half of the change alone
+        for (int rows = 1; rows <= 3 && !HasFatalFailure(); rows++) check_attention(gpu.get(), c, 1, 0, nullptr, rows);
+        if (HasFatalFailure()) return;
     }
     if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);

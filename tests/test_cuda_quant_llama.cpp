@@ -200,7 +200,7 @@ TEST_P(CudaQuantLlama, GreedyTokensMatchCpu) {
 // kernel quantizes as the quantize kernel does), fed the unlinked run's
 // tokens. The link is taken once per layer where attention takes the split
 // and combine kernels (forced with three sequences, the default kernel
-// choice with one), never otherwise or with knob qlink 0. Each step after the
+// choice with one), never otherwise or with knob qlink 1. Each step after the
 // first replays a captured graph.
 TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
     SKIP_WITHOUT_CUDA();
@@ -227,7 +227,7 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
         bool combine = false;  // the linked run's attention: split and combine kernels
         tg_cuda_knobs(gpu.get())->attn_split = nseq == 3 ? 1 : 0;
         for (int pass = 0; pass < 2; pass++) {  // unlinked, linked
-            tg_cuda_knobs(gpu.get())->qlink = pass;
+            tg_cuda_knobs(gpu.get())->qlink = pass == 0 ? 1 : 0;  // 1: never linked
             tgm::session *s = tgm::session_new(m, nseq, sc.n_ctx);
             ASSERT_NE(s, nullptr) << tg_last_error();
             std::vector<int32_t> in((size_t)nseq * 5);
@@ -258,7 +258,7 @@ TEST_P(CudaQuantLlama, LinkedLaunchesSameLogits) {
         tg_cuda_knobs(gpu.get())->qlink = 0;
         tg_cuda_knobs(gpu.get())->attn_split = 0;
         if (nseq == 3) EXPECT_TRUE(combine) << "attention not on the split and combine kernels with knob attn_split 1";
-        EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 0";
+        EXPECT_EQ(links[0], 0) << tn << " " << nseq << " sequences: a link with knob qlink 1";
         EXPECT_EQ(links[1], combine ? sc.n_layer : 0) << tn << " " << nseq << " sequences: links in a decode step";
         ASSERT_EQ(logits[0].size(), logits[1].size());
         for (float x : logits[0]) ASSERT_TRUE(std::isfinite(x)) << tn;
