@@ -6,8 +6,9 @@
 // the T tokens, so every K and V row a block reads serves all of them (GQA
 // sharing). Per tile of up to kRows cache rows (tn of them):
 //   scores   G threads per row, G the largest power of two with G tn <=
-//            kThreads and G <= the row's 16-byte units (G = 1 for a full
-//            tile): each sums its units' products (units g, g + G, ...) for
+//            kThreads, G <= the row's 16-byte units and G <= 32 (a warp's
+//            lanes; G = 1 for a full tile): each sums its units' products
+//            (units g, g + G, ..., kU loads in flight) for
 //            the QN query rows (from shared memory, broadcast), then the G
 //            lanes' sums are added by shuffles (xor tree: every lane of the
 //            row gets the sum)
@@ -21,10 +22,11 @@
 // positions, not the cache's length (as the cluster kernel's): with nmax the
 // most rows any of the block's queries reaches (read on the device), split s
 // takes rows [s c, (s + 1) c), c = ceil(nmax / nsplit) rounded up to 16, at
-// most the host's chunk (which covers the whole cache), so a 2,048-row cache
-// holding 532 positions spreads them over every split instead of the first
-// nine. Each split writes its unnormalized sums with its m and l (a split
-// with no rows: m = -inf), and a combine kernel merges them:
+// most the host's chunk (which covers the whole cache): a 1.1B layer's
+// 4,608-row cache (48 splits of 96 rows) holding 600 positions gives 38
+// splits of 16 rows (and 10 empty ones) instead of 7 of 96 rows and 41 empty.
+// Each split writes its unnormalized sums with its m and l (a split with no
+// rows: m = -inf), and a combine kernel merges them:
 //   M = max_s m_s, w_s = exp(m_s - M), out = sum_s w_s o_s / sum_s w_s l_s.
 // Rows past a query's n = min(p + 1, L) are masked; a query with p < 0 has
 // no rows and gives zeros, as the reference; a query with rows gives o / l
@@ -34,8 +36,9 @@
 // rows are prefetched into the L2; where the graph's only writer of the
 // caches is the update at the attention's own positions
 // (tg_cuda_attention_rows_pre), a thread whose first-tile row is below its
-// sequence's least position also loads the row's first kU 16-byte units of K
-// into registers before the wait.
+// sequence's least position also loads the first kU 16-byte units it scores
+// of that row (g, g + G, ..., with the first tile's G) into registers before
+// the wait.
 #include <climits>
 #include <type_traits>
 
@@ -48,7 +51,7 @@
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
-constexpr int kRows = kThreads;  // cache rows per tile: one per thread when scoring
+constexpr int kRows = kThreads;  // cache rows per tile at most: G = 1 lane per row for a full tile
 constexpr int kU = 8;            // 16-byte loads each thread has in flight
 
 
@@ -92,10 +95,12 @@ inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
 // capped to their old occupancy they spilled 40-72 and 16-20 bytes.
 //
 // DC: D = Dv = DC fixed at compile time (64 or 128, knob attn_split_dc), index arithmetic in 32 bits
-// (I): the loops over a row unroll whole and the divisions by D and by the group become shifts or
-// 32-bit divisions, where DC 0 divides in 64 bits (the q rows' and the outputs' loops: ~2,700
-// instructions in a row per warp in session 29's ncu). Same products in the same order: the
-// same bits as DC 0.
+// (I): the divisions by D and by the group become shifts or 32-bit divisions, where DC 0 divides in
+// 64 bits (the q rows' and the outputs' loops: ~2,700 instructions in a row per warp in session 29's
+// ncu). Same products in the same order: the same bits as DC 0. (Until session 37 the DC instances
+// also unrolled the K row's loop whole; with G lanes per row its trip count is a runtime value, and
+// that loop is not unrolled for any DC: F32 at D 128 and L 4096, one lane per row, measured 28.0 us
+// against 25.1 for it, bench/NOTES.md session 37.)
 template <typename T, int QN, int DC>
 __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split_kernel(split_args A) {
     using I = std::conditional_t<DC != 0, int, long long>;  // indices below QN * Dv and the flat queries
@@ -144,8 +149,9 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
     // before the wait, with the positions: the block's K and V rows into the
     // L2 (only moves lines, where the kernel before writes too: nothing read
     // early is used), and where no node writes the rows below the sequence's
-    // least position, the first kU 16-byte units of the thread's K row of the
-    // first tile into registers (raw, where the tile loop below loads its units)
+    // least position, the first kU 16-byte units the thread scores of its K
+    // row of the first tile into registers (raw, where the tile loop below
+    // loads its units)
     uint4 raw[kU];
     bool has_kpre = false;
     if (A.pos_pre) {

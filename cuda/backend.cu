@@ -564,7 +564,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_DELTA_PHASE_FULL")) impl->sig.delta_chunk_phase_full = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_DELTA_H16")) impl->sig.delta_chunk_h16 = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_ATTN_SPLIT_DC")) impl->sig.attn_split_dc = atoi(env) == 0 ? 2 : 1;
-    if (const char *env = getenv("TG_CUDA_ATTN_ROWS")) impl->sig.attn_split_rows = atoi(env) & 3;
+    if (const char *env = getenv("TG_CUDA_ATTN_ROWS")) {
+        const int v = atoi(env);
+        impl->sig.attn_split_rows = v >= 0 && v <= 3 ? v : 0;
+    }
     if (const char *env = getenv("TG_CUDA_MMVQ_FILL")) impl->sig.mmvq_fill = std::max(0, atoi(env));
     // 0 = rms_norm*w never folded into the GEMV after it (knob norm_fold)
     if (const char *env = getenv("TG_CUDA_NORM_FOLD")) impl->sig.norm_fold = strcmp(env, "0") == 0 ? 1 : 0;

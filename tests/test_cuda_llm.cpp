@@ -462,9 +462,23 @@ TEST_P(CudaLlmAttention, MatchesFloat64) {
         ASSERT_EQ(rt.size(), ct.size());
         EXPECT_EQ(memcmp(rt.data(), ct.data(), rt.size() * sizeof(float)), 0) << "compile-time head dims changed the bits";
         // the split kernel as it was (ranges of the cache's length, a lane per
-        // row when scoring) and each half of the change alone
-        for (int rows = 1; rows <= 3 && !HasFatalFailure(); rows++) check_attention(gpu.get(), c, 1, 0, nullptr, rows);
+        // row when scoring) and each half of the change alone, against float64;
+        // and the knob's bits reach the kernel: with one range per query (split1)
+        // the ranges are the same either way (0 = 1, 2 = 3 bit for bit), and a
+        // short context's tiles (decode_short*) are scored in another order
+        // with a lane per row (0 != 2)
+        std::vector<float> by_rows[4];
+        by_rows[0] = ct;
+        for (int rows = 1; rows <= 3 && !HasFatalFailure(); rows++)
+            check_attention(gpu.get(), c, 1, 0, &by_rows[rows], rows);
         if (HasFatalFailure()) return;
+        const size_t nb = ct.size() * sizeof(float);
+        if (!strcmp(c.path, "split1")) {
+            EXPECT_EQ(memcmp(by_rows[0].data(), by_rows[1].data(), nb), 0) << "one range per query: ranges differ by knob";
+            EXPECT_EQ(memcmp(by_rows[2].data(), by_rows[3].data(), nb), 0) << "one range per query: ranges differ by knob";
+        }
+        if (!strncmp(c.name, "decode_short", 12))
+            EXPECT_NE(memcmp(by_rows[0].data(), by_rows[2].data(), nb), 0) << "knob attn_split_rows 2 did not reach the kernel";
     }
     if (strcmp(c.path, "decode") != 0) return;
     check_attention(gpu.get(), c, 2);
