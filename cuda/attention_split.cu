@@ -97,10 +97,9 @@ inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
 // DC: D = Dv = DC fixed at compile time (64 or 128, knob attn_split_dc), index arithmetic in 32 bits
 // (I): the divisions by D and by the group become shifts or 32-bit divisions, where DC 0 divides in
 // 64 bits (the q rows' and the outputs' loops: ~2,700 instructions in a row per warp in session 29's
-// ncu). Same products in the same order: the same bits as DC 0. (Until session 37 the DC instances
-// also unrolled the K row's loop whole; with G lanes per row its trip count is a runtime value, and
-// that loop is not unrolled for any DC: F32 at D 128 and L 4096, one lane per row, measured 28.0 us
-// against 25.1 for it, bench/NOTES.md session 37.)
+// ncu). Same products in the same order: the same bits as DC 0. With one lane per row (G = 1) the DC
+// instances also unroll the K row's loop whole, so that the next units' loads issue before this
+// one's products (F32 D 128 at L 4096: 24.3 us against 28.1 with the loop rolled, session 38).
 template <typename T, int QN, int DC>
 __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split_kernel(split_args A) {
     using I = std::conditional_t<DC != 0, int, long long>;  // indices below QN * Dv and the flat queries
@@ -210,18 +209,17 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         for (int qq = 0; qq < QN; qq++) sc[qq] = 0.0f;
         if (r < tn) {
             const T *kr = (const T *)tg_cuda_ptr(A.k, 0, hk, j0 + r, b);
-            // kU 16-byte loads in flight before their first use
-#pragma unroll 1
-            for (int u0 = 0; u0 < units; u0 += kU * G) {
+            // units u0 + u * Gs + g, u < kU: kU 16-byte loads in flight before their first use
+            auto score_units = [&](int u0, int Gs) {
                 if (!(has_kpre && j0 == j_begin && u0 == 0))  // else raw holds them from before the wait
 #pragma unroll
                     for (int u = 0; u < kU; u++) {
-                        const int un = u0 + u * G + g;
+                        const int un = u0 + u * Gs + g;
                         if (un < units) raw[u] = __ldg((const uint4 *)(kr + (I)un * VE));
                     }
 #pragma unroll
                 for (int u = 0; u < kU; u++) {
-                    const int un = u0 + u * G + g;
+                    const int un = u0 + u * Gs + g;
                     if (un >= units) break;
                     float kf[VE];
                     tg_cuda_cvt16(raw[u], kf, T());
@@ -236,6 +234,16 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
                             sc[qq] = fmaf(qv.w, kf[e + 3], sc[qq]);
                         }
                 }
+            };
+            if (DC != 0 && G == 1) {
+                // one lane per row (a full tile) at a compile-time head dim: the whole row unrolled
+                // (F32 D 128 at L 4096: 24.3 us against 28.1 with the loop below, not unrolled)
+                constexpr int kDU = DC ? (DC / VE + kU - 1) / kU : 1;
+#pragma unroll kDU
+                for (int u0 = 0; u0 < units; u0 += kU) score_units(u0, 1);
+            } else {
+#pragma unroll 1
+                for (int u0 = 0; u0 < units; u0 += kU * G) score_units(u0, G);
             }
         }
         // the row's G lanes are adjacent (G divides 32): each gets the row's sum

@@ -4,7 +4,9 @@
 // an offset in one buffer. Nodes are visited in run order: a node's result is
 // placed (in place on src[0] when allowed, else best fit in the free list,
 // else at the end), then the blocks whose last consumer was this node are
-// freed and merged with free neighbours. Graph outputs stay live to the end.
+// freed and merged with free neighbours (the input of a norm that a backend
+// may fold into the product after it: after that product, release_at).
+// Graph outputs stay live to the end.
 #include <algorithm>
 #include <map>
 
@@ -96,6 +98,28 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
         if (owns_storage(r)) last_use[r] = k_forever;
     }
 
+    // The storage of an rms_norm's input goes back to the free list after the
+    // product in `mul_mat(w2, rms_norm(x) * w)` (the three nodes back to back,
+    // views aside), not after the norm: a backend may run the three as one
+    // launch (the CUDA backend's folded norm, cuda/fuse.cu), which reads x
+    // while it writes the product, and declines the fusion where the product
+    // was placed over x (a llama's logits over the last token's row, ~8 us of
+    // a 1.1B decode step). The cost is x held two nodes longer in that
+    // pattern only. In-place results are unaffected: rms_norm is not in place,
+    // and an in-place node frees its input at itself.
+    auto next_node = [&](int i) {
+        while (++i < n && nodes[i]->op == TG_OP_VIEW) {}
+        return i;
+    };
+    auto release_at = [&](int lu) {
+        if (lu >= n || nodes[lu]->op != TG_OP_RMS_NORM) return lu;
+        const int j = next_node(lu), k = j < n ? next_node(j) : n;
+        if (k >= n || nodes[j]->op != TG_OP_MUL || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != nodes[j] ||
+            (nodes[j]->src[0] != nodes[lu] && nodes[j]->src[1] != nodes[lu]))
+            return lu;
+        return k;
+    };
+
     // blocks: one per allocation; an in-place result continues its input's block
     struct block {
         size_t off, size;
@@ -134,7 +158,7 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
             blocks.push_back({off, size, i, i});
             b = (int)blocks.size() - 1;
         }
-        int lu = last_use[t];
+        int lu = release_at(last_use[t]);
         blocks[b].last = lu;
         block_of[t] = b;
         p.node_offset[(size_t)i] = blocks[b].off;

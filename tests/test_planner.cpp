@@ -246,6 +246,66 @@ TEST(Planner, NoInPlaceWhenInputHasAnotherConsumer) {
     EXPECT_LT(tgt::rel_error(out, ref), 1e-6);
 }
 
+// mul_mat(W, rms_norm(x) * w), three nodes back to back: the product is not
+// placed over x, which a backend folding the three into one launch still
+// reads while it writes the product (cuda/fuse.cu declines the fold there).
+// Only that pattern holds x: a second norm in the product's place takes x's
+// storage. Both graphs also compute the right values.
+TEST(Planner, FoldableNormKeepsItsInputPastTheProduct) {
+    for (int pattern = 0; pattern < 2; pattern++) {
+        SCOPED_TRACE(pattern ? "norm, mul, mul_mat" : "norm, mul, norm");
+        tgt::env e;
+        const int K = 64, M = 16;
+        tg_tensor *a = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, K), *b = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, K);
+        tg_tensor *w = tg_new_tensor_1d(e.ctx, TG_TYPE_F32, K), *W = tg_new_tensor_2d(e.ctx, TG_TYPE_F32, K, M);
+        tg_tensor *x = tg_add(e.ctx, a, b);  // the first intermediate (a, b are persistent)
+        tg_tensor *z = tg_mul(e.ctx, tg_rms_norm(e.ctx, x, 1e-5f), w);
+        tg_tensor *out = pattern ? tg_mul_mat(e.ctx, W, z) : tg_rms_norm(e.ctx, z, 1e-5f);
+        ASSERT_NE(e.alloc(), nullptr);
+        std::mt19937 rng(11 + pattern);
+        auto av = tgt::random_floats(rng, K), bv = tgt::random_floats(rng, K), wv = tgt::random_floats(rng, K);
+        auto Wv = tgt::random_floats(rng, (size_t)K * M);
+        ASSERT_EQ(tg_tensor_set(a, av.data(), 0, K * 4), TG_OK);
+        ASSERT_EQ(tg_tensor_set(b, bv.data(), 0, K * 4), TG_OK);
+        ASSERT_EQ(tg_tensor_set(w, wv.data(), 0, K * 4), TG_OK);
+        ASSERT_EQ(tg_tensor_set(W, Wv.data(), 0, (size_t)K * M * 4), TG_OK);
+        tg_graph *g = tg_graph_new(e.ctx);
+        ASSERT_EQ(tg_graph_expand(g, out), TG_OK);
+        const int64_t n_out = tg_ne(out, 0);
+        std::vector<float> got((size_t)n_out + 1, NAN);  // poisoned, one sentinel past the end
+        const float sentinel = 12345.0f;
+        got[(size_t)n_out] = sentinel;
+        ASSERT_EQ(tg_graph_compute(e.cpu, g), TG_OK) << tg_last_error();
+        ASSERT_EQ(tg_tensor_get(out, got.data(), 0, (size_t)n_out * 4), TG_OK);
+        EXPECT_EQ(got[(size_t)n_out], sentinel);
+        const size_t xo = planned_offset(g, x), oo = planned_offset(g, out);
+        ASSERT_NE(xo, TG_PLAN_NONE);
+        ASSERT_NE(oo, TG_PLAN_NONE);
+        const bool overlap = xo < oo + tg_nbytes(out) && oo < xo + tg_nbytes(x);
+        if (pattern) EXPECT_FALSE(overlap) << "the product placed over the norm's input";
+        else EXPECT_EQ(oo, xo) << "a norm outside the pattern did not take the freed input's storage";
+        // float64 oracle
+        std::vector<double> xd(K), zd(K), ref((size_t)n_out);
+        double ss = 0;
+        for (int i = 0; i < K; i++) xd[i] = (double)av[i] + bv[i], ss += xd[i] * xd[i];
+        const double inv = 1.0 / std::sqrt(ss / K + 1e-5);
+        double zz = 0;
+        for (int i = 0; i < K; i++) zd[i] = xd[i] * inv * wv[i], zz += zd[i] * zd[i];
+        for (int64_t r = 0; r < n_out; r++) {
+            if (pattern) {
+                double acc = 0;
+                for (int i = 0; i < K; i++) acc += (double)Wv[(size_t)r * K + i] * zd[i];
+                ref[(size_t)r] = acc;
+            } else {
+                ref[(size_t)r] = zd[(size_t)r] / std::sqrt(zz / K + 1e-5);
+            }
+        }
+        for (int64_t r = 0; r < n_out; r++) ASSERT_FALSE(std::isnan(got[(size_t)r])) << "row " << r;
+        got.resize((size_t)n_out);
+        EXPECT_LT(tgt::rel_error(got, ref), 1e-5);
+    }
+}
+
 // Persistent tensors are never planned over, and outputs survive the graph.
 TEST(Planner, PersistentTensorsAreNotPlanned) {
     tgt::env e;
