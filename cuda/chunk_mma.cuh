@@ -3,7 +3,8 @@
 //
 // A product's output is cut into warp tiles of (16 MT) x 8: MT row blocks of
 // one mma.sync m16n8k8 each, sharing one B fragment per k step. Tiles go
-// round-robin to the block's warps (tile base + warp + NW r, r < R).
+// round-robin to the block's warps (tile base + warp + NW r, r < R), or (ROWS)
+// a warp's R tiles sit side by side and share their A fragments too.
 // Fragments come from shared memory in one of two ways:
 //   lda_rows / ldb_rows  ldmatrix.x4 / .x2: the operand's k index is the
 //                        contiguous one (A row-major, B stored as B^T); one
@@ -121,13 +122,24 @@ __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
 // FULL: M, N and the block's warp count fixed at compile time and every warp holding R whole
 // tiles (the single kernel's D128 / 128-column case): no guards, fully unrolled k loops, and with
 // the warp index masked to NW - 1 the tile rows fold to constants where N / 8 is a multiple of NW.
-template <int NW, int R, int MT, bool FULL = false> struct wtiles {
+// ROWS (FULL only, base 0, N / 8 a multiple of R): the warp's R tiles are adjacent columns of the
+// same rows, one warp tile of (16 MT) x (8 R), so that wmma loads each A fragment once per k step
+// for all R of them (R - 1 of every R ldmatrix of A saved; the products and their order per
+// element are those of the default tiles: the same bits).
+template <int NW, int R, int MT, bool FULL = false, bool ROWS = false> struct wtiles {
+    static_assert(!ROWS || FULL, "shared rows: the full case only");
     int M, m0[R], n0[R];
     __device__ wtiles(int base, int M_, int N) : M(M_) {
         const int warp = FULL ? (threadIdx.x >> 5) & (NW - 1) : threadIdx.x >> 5, ntn = N / 8;
         const int ntiles = ((M + 16 * MT - 1) / (16 * MT)) * ntn;
 #pragma unroll
         for (int r = 0; r < R; r++) {
+            if constexpr (ROWS) {
+                const int groups = ntn / R;  // warp tiles per row of warp tiles
+                m0[r] = (warp / groups) * 16 * MT;
+                n0[r] = ((warp % groups) * R + r) * 8;
+                continue;
+            }
             const int t = base + warp + NW * r;
             m0[r] = FULL || t < ntiles ? (t / ntn) * 16 * MT : -1;
             n0[r] = FULL || t < ntiles ? (t % ntn) * 8 : 0;
@@ -151,9 +163,32 @@ template <int R, int MT> __device__ inline void zero(float (&acc)[R][MT][4]) {
 // fb(k0, n0) -> frag_b. LOWER: A is lower triangular (a row block's k loop stops after its
 // last row). TWO: also acc2 += A2 B with the same B fragments (fa2). A FULL tile set takes K
 // as a compile-time constant after inlining and unrolls the k loop whole.
-template <int NW, int R, int MT, bool LOWER, bool TWO, bool FULL, typename FA, typename FB, typename FA2>
-__device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL> &wt, int K, FA fa, FB fb,
+template <int NW, int R, int MT, bool LOWER, bool TWO, bool FULL, bool ROWS, typename FA, typename FB, typename FA2>
+__device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL, ROWS> &wt, int K, FA fa, FB fb,
                             float (*acc2)[MT][4], FA2 fa2) {
+    if constexpr (ROWS) {  // every tile's rows are m0[0]'s: A once per (row block, k step)
+#pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            if (LOWER && k0 >= wt.m0[0] + 16 * MT) continue;
+            frag_b b[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) b[r] = fb(k0, wt.n0[r]);
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const int m = wt.m0[0] + 16 * mi;
+                if (LOWER && k0 >= m + 16) continue;
+                const frag_a a = fa(m, k0);
+#pragma unroll
+                for (int r = 0; r < R; r++) mma_tf32(acc[r][mi], a, b[r]);
+                if constexpr (TWO) {
+                    const frag_a a2 = fa2(m, k0);
+#pragma unroll
+                    for (int r = 0; r < R; r++) mma_tf32(acc2[r][mi], a2, b[r]);
+                }
+            }
+        }
+        return;
+    }
     if constexpr (FULL) {
 #pragma unroll
         for (int k0 = 0; k0 < K; k0 += 8) {
@@ -192,15 +227,15 @@ __device__ inline void wmma(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL
         }
     }
 }
-template <int NW, int R, int MT, bool LOWER, bool FULL, typename FA, typename FB>
-__device__ inline void wmma1(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL> &wt, int K, FA fa, FB fb) {
+template <int NW, int R, int MT, bool LOWER, bool FULL, bool ROWS, typename FA, typename FB>
+__device__ inline void wmma1(float (&acc)[R][MT][4], const wtiles<NW, R, MT, FULL, ROWS> &wt, int K, FA fa, FB fb) {
     wmma<NW, R, MT, LOWER, false>(acc, wt, K, fa, fb, (float(*)[MT][4]) nullptr, fa);
 }
 
 // f(r, mi, e, row, col) for the element pairs acc[r][mi][e], [e + 1] (e = 0, 2) of the warp's
 // tiles: columns col, col + 1 of row.
-template <int NW, int R, int MT, bool FULL, typename F>
-__device__ inline void for_pairs(const wtiles<NW, R, MT, FULL> &wt, F f) {
+template <int NW, int R, int MT, bool FULL, bool ROWS, typename F>
+__device__ inline void for_pairs(const wtiles<NW, R, MT, FULL, ROWS> &wt, F f) {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int r = 0; r < R; r++)

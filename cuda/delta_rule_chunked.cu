@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
     auto v_at = [&](int k, int n) { return ldb_cols(sV, VS, k, n); };
     auto p_at = [&](int m, int k) { return lda_rows(sP, kPS, m, k); };
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
-    const wtiles<NW, RQ, 2, FULL> wq(0, kC, BV);  // the C x BV products' tiles, fixed: Q S stays in registers
+    // the C x BV products' tiles, fixed: Q S stays in registers (FULL: warp tiles of 32 x 16)
+    const wtiles<NW, RQ, 2, FULL, FULL> wq(0, kC, BV);
     float accQS[RQ][2][4];
     char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);  // o(j0 + j, h, t, b) at + j nb[0] + t nb[2]
 #pragma unroll 1
@@ -157,10 +158,15 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         const int flags = *sTab;
         const bool tab = flags & 1, fin = flags & 2;  // decay tables hold; every d(t, -1) finite
         auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
-        // (K (.) d(C-1, t))^T into sKt (rounded to TF32), where it fits
+        // (K (.) d(C-1, t))^T into sKt (rounded to TF32), where it fits. FULL: a warp takes a patch
+        // of 8 rows t by 4 columns i, so that its reads of K (row stride QS = 4 mod 32) hit 32 banks
+        // and its writes (kPS = 4 mod 32) 2 lanes a bank, where a warp along t read 4 lanes a bank
+        // (the generic kernel keeps that: the patch's index math cost it spills)
         auto put_kt = [&]() {
+            static_assert(kC == 64, "8 patches of 8 rows");
             for (int x = tid; x < DKP * kC && kt; x += NT) {
-                const int i = x / kC, t = x - i * kC;
+                const int p = x >> 5, l = x & 31;
+                const int t = FULL ? (p & 7) * 8 + (l & 7) : x % kC, i = FULL ? (p >> 3) * 4 + (l >> 3) : x / kC;
                 sKt[i * kPS + t] = tf32r(sK[t * QS + i] * sDl[t]);
             }
         };
@@ -242,7 +248,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         });
         //    S = d(C-1, -1) S + (K (.) d(C-1, t))^T U: each thread its own elements of S
         {
-            const wtiles<NW, RS, 4, FULL> ws(0, DKP, BV);
+            const wtiles<NW, RS, 4, FULL, FULL> ws(0, DKP, BV);  // FULL: warp tiles of 64 x 16
             float acc[RS][4][4];
             zero(acc);
             if (kt) {
