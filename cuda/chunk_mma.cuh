@@ -122,10 +122,10 @@ __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
 // FULL: M, N and the block's warp count fixed at compile time and every warp holding R whole
 // tiles (the single kernel's D128 / 128-column case): no guards, fully unrolled k loops, and with
 // the warp index masked to NW - 1 the tile rows fold to constants where N / 8 is a multiple of NW.
-// ROWS (FULL only, base 0, N / 8 a multiple of R): the warp's R tiles are adjacent columns of the
-// same rows, one warp tile of (16 MT) x (8 R), so that wmma loads each A fragment once per k step
-// for all R of them (R - 1 of every R ldmatrix of A saved; the products and their order per
-// element are those of the default tiles: the same bits).
+// ROWS (FULL only; N / 8 and base multiples of R): the warp's R tiles are adjacent columns of the
+// same rows, one warp tile of (16 MT) x (8 R) (warp tile base / R + warp, row-major), so that wmma
+// loads each A fragment once per k step for all R of them (R - 1 of every R ldmatrix of A saved;
+// the products and their order per element are those of the default tiles: the same bits).
 template <int NW, int R, int MT, bool FULL = false, bool ROWS = false> struct wtiles {
     static_assert(!ROWS || FULL, "shared rows: the full case only");
     int M, m0[R], n0[R];
@@ -135,9 +135,9 @@ template <int NW, int R, int MT, bool FULL = false, bool ROWS = false> struct wt
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if constexpr (ROWS) {
-                const int groups = ntn / R;  // warp tiles per row of warp tiles
-                m0[r] = (warp / groups) * 16 * MT;
-                n0[r] = ((warp % groups) * R + r) * 8;
+                const int groups = ntn / R, q = base / R + warp;  // warp tiles per row of them; this one
+                m0[r] = (q / groups) * 16 * MT;
+                n0[r] = ((q % groups) * R + r) * 8;
                 continue;
             }
             const int t = base + warp + NW * r;

@@ -51,7 +51,10 @@ template <int NW> constexpr int kRP = 16 / NW;
 // 16-byte row loads): compile-time tiles and strides, unrolled products, leaner staging and norms.
 template <int NW, bool FULL>
 __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_args a) {
-    constexpr int NT = NW * 32, RQ = kRQ<NW>, RP = kRP<NW>, RS = 2;
+    // FULL: warp tiles of 16 x 16 for the C x C products (RP 2 of MP 1 row block), 32 x 32 for the
+    // state update (RS 4 of MS 2); else (16 MT) x 8 tiles round-robin
+    constexpr int NT = NW * 32, RQ = kRQ<NW>, RP = FULL ? 2 : kRP<NW>, MP = FULL ? 1 : 2, RS = FULL ? 4 : 2,
+                  MS = FULL ? 2 : 4;
     // (the full case on 8 warps of up to 255 registers, RQ = RS = 4, measured 1,219 us against 857 at
     // gdn.prefill: bench/NOTES.md "Session 22")
     static_assert(!FULL || NW == 16, "the full case runs 16 warps");
@@ -173,19 +176,19 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
 
         // 2. P = Q K^T (.) decay (s <= t); A = beta K K^T (.) decay (s < t)
         {
-            const wtiles<NW, RP, 2, FULL> wt(0, kC, kC);
-            float acc[RP][2][4];
+            const wtiles<NW, RP, MP, FULL, FULL> wt(0, kC, kC);
+            float acc[RP][MP][4];
             zero(acc);
             if (a.delta) {
-                float accA[RP][2][4];
+                float accA[RP][MP][4];
                 zero(accA);
-                wmma<NW, RP, 2, false, true>(acc, wt, DKP, q_at, kT_at, accA, k_at);
+                wmma<NW, RP, MP, false, true>(acc, wt, DKP, q_at, kT_at, accA, k_at);
                 for_pairs(wt, [&](int r, int mi, int e, int t, int s) {
                     for (int d = 0; d < 2; d++)  // F32: read by the substitution only
                         sA[t * kPS + s + d] = s + d < t ? sB[t] * accA[r][mi][e + d] * decay(t, s + d) : 0.0f;
                 });
             } else {
-                wmma1<NW, RP, 2, false>(acc, wt, DKP, q_at, kT_at);
+                wmma1<NW, RP, MP, false>(acc, wt, DKP, q_at, kT_at);
             }
             for_pairs(wt, [&](int r, int mi, int e, int t, int s) {
                 for (int d = 0; d < 2; d++) sP[t * kPS + s + d] = s + d <= t ? tf32r(acc[r][mi][e + d] * decay(t, s + d)) : 0.0f;
@@ -248,14 +251,14 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         });
         //    S = d(C-1, -1) S + (K (.) d(C-1, t))^T U: each thread its own elements of S
         {
-            const wtiles<NW, RS, 4, FULL, FULL> ws(0, DKP, BV);  // FULL: warp tiles of 64 x 16
-            float acc[RS][4][4];
+            const wtiles<NW, RS, MS, FULL, FULL> ws(0, DKP, BV);
+            float acc[RS][MS][4];
             zero(acc);
             if (kt) {
-                wmma1<NW, RS, 4, false>(acc, ws, kC, [&](int m, int k) { return lda_rows(sKt, kPS, m, k); }, v_at);
+                wmma1<NW, RS, MS, false>(acc, ws, kC, [&](int m, int k) { return lda_rows(sKt, kPS, m, k); }, v_at);
             } else {
                 const int g = lane >> 2, c = lane & 3;
-                wmma1<NW, RS, 4, false>(acc, ws, kC, [&](int m, int k) {
+                wmma1<NW, RS, MS, false>(acc, ws, kC, [&](int m, int k) {
                     frag_a f;
                     f.x[0] = __float_as_uint(sK[(k + c) * QS + m + g] * sDl[k + c]);
                     f.x[1] = __float_as_uint(sK[(k + c) * QS + m + g + 8] * sDl[k + c]);

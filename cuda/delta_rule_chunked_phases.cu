@@ -130,7 +130,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1), sDl[tid] = chunk_decay(sL, sSg, sZ, kC - 1, tid);
     if (tid == 0) a.gam[u] = chunk_decay(sL, sSg, sZ, kC - 1, -1);
     if (a.delta) {
-        const wtiles<NW, 2, 2, FULL> wt(0, kC, kC);  // 16 tiles of 32 x 8: one pass
+        const wtiles<NW, 2, 2, FULL, FULL> wt(0, kC, kC);  // 16 tiles of 32 x 8 (FULL: warp tiles of 32 x 16): one pass
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, [&](int m, int k) { return lda_rows(sK, QS, m, k); },
@@ -202,9 +202,9 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     // W = T K', U = T V' (T lower triangular), straight to the scratch
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
     float *W = a.W + u * kC * DKP;
-    using WT = wtiles<NW, 2, 2, FULL>;
+    using WT = wtiles<NW, 2, 2, FULL, FULL>;
     if (h16) {
-        // both passes' tiles held (FULL: 64 x 128 in tiles of 32 x 8, 16 per pass), rounded to TF32
+        // both passes' tiles held (FULL: 64 x 128, a pass of 32 rows in warp tiles of 32 x 16), rounded to TF32
         // as the F32 path stores them; each row's largest magnitude; then, once every warp is past
         // its reads of K', the rows scaled into F16 in sK's place and copied out 16 bytes at a time
         constexpr int NP = (kC / 32) * (128 / 8) / (NW * 2);
@@ -308,7 +308,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1);
     auto q_at = [&](int m, int k) { return lda_rows(sQ, QS, m, k); };
     {
-        const wtiles<NW, 2, 2, FULL> wt(0, kC, kC);
+        const wtiles<NW, 2, 2, FULL, FULL> wt(0, kC, kC);
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int s) { return ldb_rows(sK, QS, k, s); });
@@ -331,7 +331,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
             *(float4 *)&sV[t * kVSC + j] = __ldg((const float4 *)&V[t * DVP + jb + j]);
         }
         __syncthreads();
-        const wtiles<NW, 2, 2, FULL> wt(0, kC, nc);  // 64 x 64: 16 tiles of 32 x 8, one pass
+        const wtiles<NW, 2, 2, FULL> wt(0, kC, nc);  // 64 x 64: 16 tiles of 32 x 8, one pass (ROWS here: 52 bytes of spills, gdn.long the same, session 38)
         float acc[2][2][4];
         zero(acc);
         wmma1<NW, 2, 2, false>(acc, wt, DKP, q_at, [&](int k, int j) { return ldb_cols(sS, kVSC, k, j); });
