@@ -298,32 +298,48 @@ template <int NT> __device__ inline void stage3(const row_job &j0, const row_job
 // that follows; one rsqrt).
 // Unit u of a job of 128-element rows (sh: log2 of the units per row, 5 for F32, 4 for 16 bits).
 __device__ inline int unit_shift(const row_job &j) { return j.type == TG_TYPE_F32 ? 5 : 4; }
-__device__ inline const char *unit_at(const row_job &j, int u, int sh) {
-    return j.base + (u >> sh) * j.rs + 16LL * (u & ((1 << sh) - 1));
-}
+// The units thread tid takes of such a job, u = tid + NT m (NT a multiple of 32, so NT m adds whole
+// rows): row row0 + m rstep, 16-byte column tid & (2^sh - 1); its source and destination pointers
+// are set once and step by a fixed amount per m (recomputing them per unit was ~10% of the single
+// kernel's stall samples, session 38).
+struct unit_walk {
+    int sh, row0, rstep;
+    const char *src;
+    long long sstep;
+    float *dst;
+    int dstep;
+    template <int NT> __device__ static unit_walk of(const row_job &j) {
+        unit_walk w;
+        const int tid = threadIdx.x;
+        w.sh = unit_shift(j), w.row0 = tid >> w.sh, w.rstep = NT >> w.sh;
+        const int col = tid & ((1 << w.sh) - 1);
+        w.src = j.base + w.row0 * j.rs + 16LL * col, w.sstep = w.rstep * j.rs;
+        w.dst = j.dst + w.row0 * j.ds + col * (j.type == TG_TYPE_F32 ? 4 : 8), w.dstep = w.rstep * j.ds;
+        return w;
+    }
+};
 template <int NT> __device__ inline void stage3_128(const row_job &j0, const row_job &j1, const row_job &j2, int norm) {
     static_assert(NT % 32 == 0, "whole warps");
     constexpr int M = (kC * 32 + NT - 1) / NT;  // units per thread and tensor at most (F32 rows: 32 units)
-    const int tid = threadIdx.x;
     const row_job *job[3] = {&j0, &j1, &j2};
+    unit_walk wk[3];
+#pragma unroll
+    for (int j = 0; j < 3; j++) wk[j] = unit_walk::of<NT>(*job[j]);
     uint4 r[3][M];
 #pragma unroll
     for (int j = 0; j < 3; j++) {
-        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-            const int u = tid + NT * m;
-            if (u < total) r[j][m] = __ldg((const uint4 *)unit_at(*job[j], u, sh));
-        }
+        for (int m = 0; m < M; m++)
+            if (wk[j].row0 + m * wk[j].rstep < job[j]->n) r[j][m] = __ldg((const uint4 *)(wk[j].src + m * wk[j].sstep));
     }
 #pragma unroll
     for (int j = 0; j < 3; j++) {
         const tg_type type = job[j]->type;
-        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
+        const int sh = wk[j].sh;
 #pragma unroll
         for (int m = 0; m < M; m++) {
-            const int u = tid + NT * m;
-            const bool in = u < total;  // the same for every lane of a row's lanes (rows are whole)
+            // the same for every lane of a row's lanes (rows are whole)
+            const bool in = wk[j].row0 + m * wk[j].rstep < job[j]->n;
             float f[8];
             int cnt = 8;
             if (type == TG_TYPE_F32) {
@@ -369,7 +385,7 @@ template <int NT> __device__ inline void stage3_128(const row_job &j0, const row
                 for (int e = 0; e < 8; e++) f[e] = tf32r(f[e] * mul);
             }
             if (!in) continue;
-            float *d = job[j]->dst + (u >> sh) * job[j]->ds + (u & ((1 << sh) - 1)) * (cnt == 4 ? 4 : 8);
+            float *d = wk[j].dst + m * wk[j].dstep;
             *(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
             if (cnt == 8) *(float4 *)(d + 4) = make_float4(f[4], f[5], f[6], f[7]);
         }
@@ -379,17 +395,15 @@ template <int NT> __device__ inline void stage3_128(const row_job &j0, const row
 // while this chunk computes).
 template <int NT> __device__ inline void prefetch3_128(const row_job &j0, const row_job &j1, const row_job &j2) {
     constexpr int M = (kC * 32 + NT - 1) / NT;
-    const int tid = threadIdx.x;
     const row_job *job[3] = {&j0, &j1, &j2};
+    const bool even = (threadIdx.x & 1) == 0;  // u = tid + NT m is even with tid
 #pragma unroll
     for (int j = 0; j < 3; j++) {
         // one prefetch per 32-byte sector pair is enough: every other unit
-        const int sh = unit_shift(*job[j]), total = job[j]->n << sh;
+        const unit_walk w = unit_walk::of<NT>(*job[j]);
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-            const int u = tid + NT * m;
-            if (u < total && (u & 1) == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(unit_at(*job[j], u, sh)));
-        }
+        for (int m = 0; m < M; m++)
+            if (even && w.row0 + m * w.rstep < job[j]->n) asm volatile("prefetch.global.L2 [%0];" ::"l"(w.src + m * w.sstep));
     }
 }
 
