@@ -313,7 +313,8 @@ struct unit_walk {
         const int tid = threadIdx.x;
         w.sh = unit_shift(j), w.row0 = tid >> w.sh, w.rstep = NT >> w.sh;
         const int col = tid & ((1 << w.sh) - 1);
-        w.src = j.base + w.row0 * j.rs + 16LL * col, w.sstep = w.rstep * j.rs;
+        // (as an integer: an empty job has no base, and its pointer is never formed nor read)
+        w.src = (const char *)((uintptr_t)j.base + (uintptr_t)(w.row0 * j.rs + 16LL * col)), w.sstep = w.rstep * j.rs;
         w.dst = j.dst + w.row0 * j.ds + col * (j.type == TG_TYPE_F32 ? 4 : 8), w.dstep = w.rstep * j.ds;
         return w;
     }

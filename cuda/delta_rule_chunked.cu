@@ -43,7 +43,8 @@ size_t chunk_smem(int DKP, int BV) {
                      3 * (size_t)kC * kPS + 8 * (size_t)kC + 4;
     return f * sizeof(float);
 }
-// warp tiles (32 x 8) per warp of the C x BV products: RQ; of the C x C products: RP
+// the generic kernel's warp tiles (32 x 8) per warp of the C x BV products: RQ; of the C x C
+// products: RP (the full case: RP, MP, RS, MS in delta_chunked_kernel)
 template <int NW> constexpr int kRQ = NW == 16 ? 2 : 1;
 template <int NW> constexpr int kRP = 16 / NW;
 
@@ -75,19 +76,23 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
     const bool has_state = a.state.data != nullptr;
 
     // padding (columns past Dk / the slice, rows past the last token) is zero; the state slice
-    // S[i][jj] at sS[i * VS + jj], zero past Dk / Dv and without a state
+    // S[i][jj] at sS[i * VS + jj], zero past Dk / Dv and without a state. FULL: transposed, at
+    // sS[jj * ST + i] (ST = DKP + 4: 128 rows of 132 in the 128 x 136 region), so that the B
+    // fragments of Q S and K S come by ldmatrix (ldb_rows) instead of two scalar loads each
+    const int ST = DKP + 4;
+    auto s_idx = [&](int i, int jj) { return FULL ? jj * ST + i : i * VS + jj; };
     for (int x = tid; x < 2 * kC * QS + kC * VS; x += NT) sQ[x] = 0.0f;
 #pragma unroll 4
     for (int x = tid; x < DKP * BV; x += NT) {
         const int jj = x / DKP, i = x - jj * DKP;  // i fastest: coalesced along the state's rows
-        sS[i * VS + jj] = has_state && i < a.Dk && jj < nv ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
+        sS[s_idx(i, jj)] = has_state && i < a.Dk && jj < nv ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
 
     // fragments: Q, K rows (A), K^T (B of Q K^T), S, V / R / U (B), P, T (A)
     auto q_at = [&](int m, int k) { return lda_rows(sQ, QS, m, k); };
     auto k_at = [&](int m, int k) { return lda_rows(sK, QS, m, k); };
     auto kT_at = [&](int k, int n) { return ldb_rows(sK, QS, k, n); };
-    auto s_at = [&](int k, int n) { return ldb_cols(sS, VS, k, n); };
+    auto s_at = [&](int k, int n) { return FULL ? ldb_rows(sS, ST, k, n) : ldb_cols(sS, VS, k, n); };
     auto v_at = [&](int k, int n) { return ldb_cols(sV, VS, k, n); };
     auto p_at = [&](int m, int k) { return lda_rows(sP, kPS, m, k); };
     auto t_at = [&](int m, int k) { return lda_rows(sT, kPS, m, k); };
@@ -270,8 +275,8 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             const float dl = sD0[kC - 1];
             by_mul(fin, [&](auto mul) {
                 for_pairs(ws, [&](int r, int mi, int e, int i, int j) {
-                    float *x = &sS[i * VS + j];
-                    x[0] = mul(dl, x[0]) + acc[r][mi][e], x[1] = mul(dl, x[1]) + acc[r][mi][e + 1];
+                    float &x0 = sS[s_idx(i, j)], &x1 = sS[s_idx(i, j + 1)];
+                    x0 = mul(dl, x0) + acc[r][mi][e], x1 = mul(dl, x1) + acc[r][mi][e + 1];
                 });
             });
         }
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
     if (!has_state || !clear) return;
     for (int x = tid; x < a.Dk * nv; x += NT) {
         const int jj = x / a.Dk, i = x - jj * a.Dk;
-        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[s_idx(i, jj)]);
     }
 }
 

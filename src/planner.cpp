@@ -99,25 +99,32 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
     }
 
     // The storage of an rms_norm's input goes back to the free list after the
-    // product in `mul_mat(w2, rms_norm(x) * w)` (the three nodes back to back,
-    // views aside), not after the norm: a backend may run the three as one
+    // products in `mul_mat(w2, rms_norm(x) * w)` (norm, mul and product back
+    // to back, views aside), not after the norm: a backend may run them as one
     // launch (the CUDA backend's folded norm, cuda/fuse.cu), which reads x
-    // while it writes the product, and declines the fusion where the product
-    // was placed over x (a llama's logits over the last token's row, ~8 us of
-    // a 1.1B decode step). The cost is x held two nodes longer in that
-    // pattern only. In-place results are unaffected: rms_norm is not in place,
-    // and an in-place node frees its input at itself.
+    // while it writes its results, and declines the fusion where a result was
+    // placed over x (a llama's logits over the last token's row: one norm
+    // kernel, ~7 us, per 1.1B decode step). Such a launch may also take the
+    // next products of the same operand (q, k, v; gate and up) and a swiglu or
+    // add after them, so x is held until those are placed too. The cost is x
+    // held a few nodes longer in that pattern only.
     auto next_node = [&](int i) {
         while (++i < n && nodes[i]->op == TG_OP_VIEW) {}
         return i;
     };
     auto release_at = [&](int lu) {
         if (lu >= n || nodes[lu]->op != TG_OP_RMS_NORM) return lu;
-        const int j = next_node(lu), k = j < n ? next_node(j) : n;
+        const int j = next_node(lu);
+        int k = j < n ? next_node(j) : n;
         if (k >= n || nodes[j]->op != TG_OP_MUL || nodes[k]->op != TG_OP_MUL_MAT || nodes[k]->src[1] != nodes[j] ||
             (nodes[j]->src[0] != nodes[lu] && nodes[j]->src[1] != nodes[lu]))
             return lu;
-        return k;
+        for (int more = 0, q; more < 2 && (q = next_node(k)) < n && nodes[q]->op == TG_OP_MUL_MAT &&
+                              nodes[q]->src[1] == nodes[j];
+             more++)
+            k = q;
+        const int e = next_node(k);
+        return e < n && (nodes[e]->op == TG_OP_SWIGLU || nodes[e]->op == TG_OP_ADD) ? e : k;
     };
 
     // blocks: one per allocation; an in-place result continues its input's block
@@ -143,7 +150,8 @@ tg_status tg_plan_graph(tg_graph *g, const char *call) {
                 if (t->src[s] && tg_view_root(t->src[s]) == s0) ok = false;  // another operand aliases it
             if (ok) {
                 b = block_of[s0];
-                auto &fa = frees_at[i];
+                // (the block was due back at its release point, i itself unless release_at held it)
+                auto &fa = frees_at[blocks[b].last < k_forever ? blocks[b].last : i];
                 fa.erase(std::remove(fa.begin(), fa.end(), b), fa.end());
                 p.stats.n_inplace++;
             }
