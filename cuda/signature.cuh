@@ -148,7 +148,8 @@ struct tg_cuda_sig_knobs {
     int attn_cluster = 0;
     // the split kernel (cuda/attention_split.cu): 0 auto and 1 its instances
     // with the head dim fixed at compile time where D = Dv is 64 or 128
-    // (32-bit index arithmetic; the same bits), 2 the
+    // (32-bit index arithmetic, and the K row's loop unrolled whole where a
+    // lane scores each row; the same bits), 2 the
     // runtime-D kernel only (attn.decode.f16 23.5 -> 18.4 us, session 32).
     // Env TG_CUDA_ATTN_SPLIT_DC (0: off).
     int attn_split_dc = 0;
@@ -159,8 +160,8 @@ struct tg_cuda_sig_knobs {
     // session 35). Env TG_CUDA_ATTN_ROWS (0 to 3), for A/B. Results do not
     // depend on it beyond the order of sums: bit 1 moves the ranges'
     // boundaries (the online softmax's and the combine's sums), bit 2 the
-    // scores' order; 3 gives the bits of before (not its code: the K row's
-    // loop is no longer unrolled whole for D 64 or 128).
+    // scores' order; 3 gives the bits of before (and, with a lane per row,
+    // the K row's loop unrolled whole for D 64 or 128 again, since session 38).
     int attn_split_rows = 0;
 };
 // The knobs of one CUDA backend (all 0, auto, when it is created): state of
