@@ -289,6 +289,56 @@ template <int NT> __device__ inline void stage3(const row_job &j0, const row_job
     }
 }
 
+// A 16-byte unit of a row as floats (F32: 4 values, f[4..7] zero; F16/BF16: 8); all zero where
+// !in (a row past the chunk's end). Returns the count of values.
+__device__ __forceinline__ int unit_floats(const uint4 &u, tg_type type, bool in, float (&f)[8]) {
+    int cnt = 8;
+    if (type == TG_TYPE_F32) {
+        cnt = 4;
+        f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+        f[4] = f[5] = f[6] = f[7] = 0.0f;
+    } else {
+        const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 x;
+            if (type == TG_TYPE_F16) {
+                __half2 hh;
+                memcpy(&hh, &w[e], 4);
+                x = __half22float2(hh);
+            } else {
+                __nv_bfloat162 hh;
+                memcpy(&hh, &w[e], 4);
+                x = __bfloat1622float2(hh);
+            }
+            f[2 * e] = x.x, f[2 * e + 1] = x.y;
+        }
+    }
+    if (!in) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = 0.0f;
+    }
+    return cnt;
+}
+// A q or k unit's values l2-normalized over the row (norm; the row's units are the 2^sh lanes
+// around this one, every lane of the warp calls this) and rounded to TF32.
+__device__ __forceinline__ void qk_unit_finish(float (&f)[8], int sh, int norm) {
+    float mul = 1.0f;
+    if (norm) {  // every lane takes part in the shuffles (rows past n: zeros, not stored)
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float o = __shfl_xor_sync(0xffffffffu, ss, off);
+            if (off < (1 << sh)) ss += o;  // within the row's lanes
+        }
+        mul = rsqrtf(ss + 1e-6f);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; e++) f[e] = tf32r(f[e] * mul);
+}
+
 // Rows t < n of three tensors whose rows are 128 elements (16-byte units, as stage3): each
 // thread's units of all three in flight together, then converted and stored; the unit's row
 // and column by shift and mask. The first two (q and k) are l2-normalized as norm_rows<NW, true>
@@ -342,49 +392,8 @@ template <int NT> __device__ inline void stage3_128(const row_job &j0, const row
             // the same for every lane of a row's lanes (rows are whole)
             const bool in = wk[j].row0 + m * wk[j].rstep < job[j]->n;
             float f[8];
-            int cnt = 8;
-            if (type == TG_TYPE_F32) {
-                cnt = 4;
-                f[0] = __uint_as_float(r[j][m].x), f[1] = __uint_as_float(r[j][m].y);
-                f[2] = __uint_as_float(r[j][m].z), f[3] = __uint_as_float(r[j][m].w);
-                f[4] = f[5] = f[6] = f[7] = 0.0f;
-            } else {
-                const unsigned w[4] = {r[j][m].x, r[j][m].y, r[j][m].z, r[j][m].w};
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float2 x;
-                    if (type == TG_TYPE_F16) {
-                        __half2 hh;
-                        memcpy(&hh, &w[e], 4);
-                        x = __half22float2(hh);
-                    } else {
-                        __nv_bfloat162 hh;
-                        memcpy(&hh, &w[e], 4);
-                        x = __bfloat1622float2(hh);
-                    }
-                    f[2 * e] = x.x, f[2 * e + 1] = x.y;
-                }
-            }
-            if (!in) {
-#pragma unroll
-                for (int e = 0; e < 8; e++) f[e] = 0.0f;
-            }
-            if (j < 2) {
-                float mul = 1.0f;
-                if (norm) {  // every lane takes part in the shuffles (rows past n: zeros, not stored)
-                    float ss = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss);
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) {
-                        const float o = __shfl_xor_sync(0xffffffffu, ss, off);
-                        if (off < (1 << sh)) ss += o;  // within the row's lanes
-                    }
-                    mul = rsqrtf(ss + 1e-6f);
-                }
-#pragma unroll
-                for (int e = 0; e < 8; e++) f[e] = tf32r(f[e] * mul);
-            }
+            const int cnt = unit_floats(r[j][m], type, in, f);
+            if (j < 2) qk_unit_finish(f, sh, norm);
             if (!in) continue;
             float *d = wk[j].dst + m * wk[j].dstep;
             *(float4 *)d = make_float4(f[0], f[1], f[2], f[3]);
@@ -561,5 +570,14 @@ inline tg_status smem_limit(tg_backend *be, K kernel, size_t smem, size_t &set, 
 // device (optin bytes per block) and its scratch the budget; *taken false: the caller runs the
 // single-kernel form instead.
 tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, int optin, bool *taken);
+
+// The GATED_LINEAR full case on warpgroup tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu):
+// whether this build has it (sm_90a code), the device runs it (compute capability 9.0) and knob
+// delta_chunk_wg allows it; its shared memory; its launch (grid: one block per slice, head and
+// sequence, as delta_chunked_kernel<16, true>).
+bool tg_cuda_delta_wg_ready(tg_backend *be);
+size_t tg_cuda_delta_wg_smem();
+bool tg_cuda_delta_wg_takes(const chunk_args &a);  // GATED_LINEAR, q, k and v F16 or BF16
+tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid);
 
 }  // namespace tg_chunk

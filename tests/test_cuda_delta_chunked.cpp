@@ -26,6 +26,7 @@ struct ck_case {
     tg_type out = TG_TYPE_F32;  // o's type (params out_type)
     int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
     int generic = 0;            // knob delta_chunk_generic: 1 the single kernel's generic tiles in the full case
+    int wg = 0;                 // knob delta_chunk_wg: 1 keeps GATED_LINEAR's full case off wgmma
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -183,6 +184,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = c.wg;
         // the chunk-parallel form's compile-time kernels: the default (0); the cases named "s128_"
         // ask for them (1), the other chunk-parallel cases at D128 keep the generic kernels (2)
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = phase_full ? 1 : 2;
@@ -209,6 +211,17 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // the form: forced by the knob (1 single-kernel, 2 chunk-parallel), else by the grid (either)
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+#ifdef TG_HAVE_CUDA
+    // GATED_LINEAR's full case with 16-bit q/k/v runs on wgmma wherever the build and the device
+    // have it, unless the knob says no; F32 q/k/v and GATED_DELTA never do
+    if (std::string(c.name).rfind("full_", 0) == 0) {
+        const bool gla16 = c.mode == TG_DELTA_GATED_LINEAR && c.io != TG_TYPE_F32 && c.wg == 0;
+        const bool want = gla16 && tg_cuda_delta_wgmma(CudaSig::gpu);
+        EXPECT_EQ(variant.find("/wgmma") != std::string::npos, want) << variant;
+        if (gla16 && !want)
+            std::printf("note: %s ran delta_chunked_kernel: no sm_90a code or not a compute capability 9.0 device\n", c.name);
+    }
+#endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
     if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
@@ -345,6 +358,19 @@ std::vector<ck_case> ck_cases() {
         {"full_gdn_no_l2norm_f16_out", 2, 130, 2, 2, 128, 128, GD, LOG, false, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
         {"full_gdn_Hv4Hk1_Dv256_bf16_state", 2, 200, 1, 4, 128, 256, GD, LOG, true, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
         {"full_gdn_beta_1", 1, 100, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
+        // GATED_LINEAR's full case with 16-bit q/k/v on wgmma (cuda/sm90a/delta_rule_chunked_wg.cu),
+        // and the same on delta_chunked_kernel (knob delta_chunk_wg 1)
+        {"full_gla_log_gates_to_-30_bf16", 1, 200, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_log_-inf_gates_f16", 2, 200, 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, F32, 1},
+        {"full_gla_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1},
+        {"full_gla_linear_negative_gates_f16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, F16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_beta_1_T64_bf16", 1, 64, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_T1_f16", 2, 1, 2, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_Hv4Hk1_Dv256_f16_out_bf16_state", 2, 130, 1, 4, 128, 256, GL, LOG, false, BF16, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
+        {"full_gla_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
+        {"full_gla_T2048_f32_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_mma_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 1},
+        {"full_gla_mma_linear_zero_gates_f16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, F16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 1},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
         {"scan_switch_D128_T2048", 1, Tl, 1, 2, 128, 128, GD, LOG, true, F32, F32, SCAN},
         {"scan_switch_f16_io", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, F16, SCAN},

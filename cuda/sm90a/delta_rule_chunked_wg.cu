@@ -1,0 +1,592 @@
+// delta_rule_chunked_wg.cu - the single-kernel chunked delta rule's GATED_LINEAR full case on
+// Hopper's warpgroup tensor cores (wgmma, sm_90a; cuda/delta_rule_chunked.cu has the form and the
+// math, docs/ops.md the policy).
+//
+// Same walk as delta_chunked_kernel<16, true>: one block of 16 warps per (128-column slice of
+// Dv, value head, sequence) takes the chunks of C = 64 tokens in order. What differs is where the
+// products' operands live: wgmma reads A and B straight from shared memory (descriptors of
+// K-major tiles in the 128-byte swizzled layout: rows of 32 TF32 values, 16-byte units of a row
+// XOR-ed with the row's index mod 8), so no warp loads fragments into registers. The state slice
+// (F32) lives in shared memory as S^T, the B operand of Q S; each warpgroup updates a 64 x 64
+// block of it in its accumulator registers. Per chunk:
+//   stage   Q, K (l2-normalized if asked, TF32) as 64 x 128 tiles, V^T (128 x 64, TF32), gates
+//   A       Q S (warpgroup w: columns 32w .. 32w + 31) and P = Q K^T (columns 16w .. 16w + 15)
+//   P       masked, times the decays and beta (beta folded here and into K~ instead of into V:
+//           U = beta V never materializes), to shared memory; K~^T = (K (.) d(C-1, t) beta)^T
+//   B       O = d(t, -1) Q S + P V (to global), S = d(C-1, -1) S + K~^T V; while B's wgmmas run,
+//           the next chunk's Q, K and gates are staged (its V^T after them, past a barrier)
+// F32 q/k/v and GATED_DELTA (the UT transform) stay on delta_chunked_kernel. Knob delta_chunk_wg.
+#include <cstdint>
+
+#include "../chunk_parts.cuh"
+#include "../delta_rule_chunked.cuh"
+#include "ops.h"
+#include "../signature.cuh"
+
+using namespace tg_chunk;
+
+namespace {
+
+constexpr int kNT = 512;
+// shared memory, bytes from a 1024-byte aligned base (the swizzle's atoms are 8 rows of 128 bytes)
+constexpr int oQ = 0;          // Q: 64 rows x 128 (4 blocks of 32 columns of 64 x 128 B)
+constexpr int oK = 32768;      // K: the same
+constexpr int oV = 65536;      // V^T: 128 rows (value columns) x 64 (tokens): 2 blocks of 128 x 128 B
+constexpr int oS = 98304;      // S^T: 128 rows (value columns) x 128 (key dims): 4 blocks of 128 x 128 B
+constexpr int oP = 163840;     // P: 64 x 64: 2 blocks of 64 x 128 B
+constexpr int oKt = 180224;    // K~^T: 128 rows (key dims) x 64 (tokens): 2 blocks of 128 x 128 B
+constexpr int oF = 212992;     // gates and decays: 7 x 64 floats, 64 ints, the flags
+constexpr size_t kSmem = oF + (8 * kC + 4) * 4 + 1024;  // + the alignment slack
+
+// Byte offset of element (r, k) in a K-major tile of `rows` rows, 128-byte swizzle.
+__device__ __forceinline__ int sw(int rows, int r, int k) {
+    return (k >> 5) * rows * 128 + r * 128 + ((((k >> 2) & 7) ^ (r & 7)) << 4) + ((k & 3) << 2);
+}
+// The descriptor of the K-major operand whose rows start at shared address a (1024-aligned
+// but for the k step's 32-byte offsets): 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t sdesc(uint32_t a) {
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// (k step kk of a tile of ROWS rows starts (kk >> 2) blocks of 32 columns and (kk & 3) 32-byte steps
+// past k 0: the chains below add that to the descriptor's address field, in 16-byte units)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Pins accumulator registers at this point of the program: the compiler moves no read or write of
+// them into the span between wg_fence and wg_wait0 (a non-wgmma access there serializes every
+// wgmma of the span).
+template <int N> __device__ __forceinline__ void pin(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i]));
+}
+// this thread's shared-memory writes visible to the async proxy (wgmma), before the barrier
+__device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// D = A B^T over 16 k steps of 8: A 64-row tile, B 128-row tile (descriptors at k 0), 64 x 32
+// outputs; every wgmma in one asm block, so that no other instruction sits between them
+__device__ __forceinline__ void wg_qs(float (&d)[16], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .b64 da, db;\n"
+        ".reg .pred p;\n"
+        "mov.b64 da, %16;\n"
+        "mov.b64 db, %17;\n"
+        "setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 1018;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 1018;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 1018;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db));
+}
+// D = A B^T over 16 k steps of 8: A 64-row tile, B 64-row tile (descriptors at k 0), 64 x 16
+// outputs; every wgmma in one asm block, so that no other instruction sits between them
+__device__ __forceinline__ void wg_qk(float (&d)[8], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .b64 da, db;\n"
+        ".reg .pred p;\n"
+        "mov.b64 da, %8;\n"
+        "mov.b64 db, %9;\n"
+        "setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 506;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 506;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 506;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db));
+}
+// D += A B^T over 8 k steps of 8: A 64-row tile, B 128-row tile (descriptors at k 0), 64 x 32
+// outputs; every wgmma in one asm block, so that no other instruction sits between them
+__device__ __forceinline__ void wg_pv(float (&d)[16], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .b64 da, db;\n"
+        ".reg .pred p;\n"
+        "mov.b64 da, %16;\n"
+        "mov.b64 db, %17;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 506;\n"
+        "add.s64 db, db, 1018;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db));
+}
+// D += A B^T over 8 k steps of 8: A 128-row tile, B 128-row tile (descriptors at k 0), 64 x 64
+// outputs; every wgmma in one asm block, so that no other instruction sits between them
+__device__ __forceinline__ void wg_upd(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .b64 da, db;\n"
+        ".reg .pred p;\n"
+        "mov.b64 da, %32;\n"
+        "mov.b64 db, %33;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 1018;\n"
+        "add.s64 db, db, 1018;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "add.s64 da, da, 2;\n"
+        "add.s64 db, db, 2;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db));
+}
+#endif
+
+// q, k and v F16 or BF16 (8 values per 16-byte unit). (An F32 instance, 4 values per unit, ran
+// 476 us at gla.prefill against delta_chunked_kernel's 447 on an H100, session 39: F32 stays there.)
+__global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
+    constexpr int W = 8;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 wsm4[];
+    // (the base moved by a byte count, not by integer casts: the pointer stays a shared-memory one
+    // to the compiler, 32-bit addresses and shared loads and stores)
+    unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(sm);
+    float *sL = (float *)(sm + oF), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    float *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
+    auto at = [&](int off, int rows, int r, int k) -> float & { return *(float *)(sm + off + sw(rows, r, k)); };
+
+    // (wg from a lane-0 shuffle, warp-uniform to the compiler, took the kernel from 58 to 450 bytes
+    // of spills)
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
+    const bool clear = tg_cuda_record_clear(a.err);
+    const bool has_state = a.state.data != nullptr;
+    // accumulator element r of a 64 x N tile: row 16 wq + g + 8 ((r >> 1) & 1), column 8 (r >> 2) + 2 c + (r & 1)
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
+    auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
+
+    // the state slice, F32, as S^T in shared memory: the B operand of Q S (the tensor cores read
+    // its TF32 part, as delta_chunked_kernel's ldmatrix fragments do) and the update's start.
+    // Warpgroup wg updates rows i of block ib = wg >> 1, columns of block jb = wg & 1, in the
+    // accumulator layout
+    const int ib = 64 * (wg >> 1), jb = 64 * (wg & 1);
+    // (element r at one of four thread bases, by (r >> 1) & 1 and r & 1, plus (r >> 2) 1024 bytes:
+    // row jb + acol(r), column ib + arow(r) of S^T)
+    unsigned char *s_base[2][2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) s_base[hh][e] = sm + oS + sw(128, jb + c2 + e, ib + 16 * wq + g + 8 * hh);
+    auto s_at = [&](int r) -> float & { return *(float *)(s_base[(r >> 1) & 1][r & 1] + (r >> 2) * 1024); };
+#pragma unroll 4
+    for (int r = 0; r < 32; r++)
+        s_at(r) = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, ib + arow(r), j0 + jb + acol(r), h, b), a.state.type) : 0.0f;
+
+    char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);
+    // Staging of chunk t0's rows (nn of them; rows past nn are zeros, the tiles are restaged whole):
+    // Q and K by units as stage3_128 (a row's units are adjacent lanes), V^T by a warp taking 8 rows
+    // t by 4 units (64-byte pieces of rows; its scattered stores spread over the banks). Loads and
+    // stores are apart, so that the loads of the next chunk are in flight while this one's wgmma runs.
+    constexpr int SH = 4, M = (kC << SH) / kNT;  // 16 units per row (2^SH), M per thread and tensor
+    const int vt = (warp & 7) * 8 + (lane & 7), vc0 = (warp >> 3) * 4 + (lane >> 3);
+    auto rows_of = [&](long long c0) { return (int)(a.T - c0 < kC ? a.T - c0 : kC); };
+    // (one tensor at a time, j 0 = q, 1 = k: fewer registers live beside the accumulators)
+    auto load_qk = [&](int j, long long c0, uint4 (&rq)[M]) {
+        const int nn = rows_of(c0);
+        const tg_cuda_desc &x = j == 0 ? a.q : a.k;
+        const unit_walk wk = unit_walk::of<kNT>({nullptr, 0, tg_cuda_ptr(x, 0, hk, c0, b), x.nb[2], x.type, nn, 128});
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            if (wk.row0 + m * wk.rstep < nn) rq[m] = __ldg((const uint4 *)(wk.src + m * wk.sstep));
+    };
+    auto store_qk = [&](int j, long long c0, const uint4 (&rq)[M]) {
+        const int nn = rows_of(c0), row0 = tid >> SH, col = tid & ((1 << SH) - 1), off = j == 0 ? oQ : oK;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int t = row0 + m * (kNT >> SH);
+            float f[8];
+            unit_floats(rq[m], j == 0 ? a.q.type : a.k.type, t < nn, f);
+            qk_unit_finish(f, SH, a.l2norm);
+            *(float4 *)(sm + off + sw(kC, t, col * W)) = make_float4(f[0], f[1], f[2], f[3]);
+            *(float4 *)(sm + off + sw(kC, t, col * W + 4)) = make_float4(f[4], f[5], f[6], f[7]);
+        }
+    };
+    auto load_v = [&](long long c0, uint4 (&rv)[M]) {
+        const int nn = rows_of(c0);
+        const char *vsrc = tg_cuda_ptr(a.v, j0, h, c0, b) + vt * a.v.nb[2] + 16LL * vc0;
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            if (vt < nn) rv[m] = __ldg((const uint4 *)(vsrc + 16LL * 8 * m));
+    };
+    auto store_v = [&](long long c0, const uint4 (&rv)[M]) {
+        const int nn = rows_of(c0);
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            float f[8];
+            unit_floats(rv[m], a.v.type, vt < nn, f);
+#pragma unroll
+            for (int e = 0; e < W; e++) at(oV, 128, (vc0 + 8 * m) * W + e, vt) = tf32r(f[e]);
+        }
+    };
+    // gates and beta of chunk t0 (warp 0: two tokens per lane) into registers, and from there into
+    // the prefix and decay arrays (the loads issued a phase before they are used)
+    auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) {
+        const int nn = rows_of(c0);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int t = 2 * lane + e;
+            gl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.g, h, c0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+            bl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.beta, h, c0 + t, b, 0)) : 0.0f;
+        }
+    };
+    auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) sL[2 * lane + e] = gl[e], sB[2 * lane + e] = bl[e];
+        __syncwarp();
+        gate_prefix(sL, sSg, sZ, a.log_gate);
+        __syncwarp();
+        chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+    };
+    // the rows of the chunk after t0 into L2 (while t0 computes)
+    auto prefetch_next = [&](long long c0) {
+        if (c0 + kC >= a.T) return;
+        const int nn = rows_of(c0 + kC);
+        prefetch3_128<kNT>({nullptr, 0, tg_cuda_ptr(a.q, 0, hk, c0 + kC, b), a.q.nb[2], a.q.type, nn, 128},
+                           {nullptr, 0, tg_cuda_ptr(a.k, 0, hk, c0 + kC, b), a.k.nb[2], a.k.type, nn, 128},
+                           {nullptr, 0, tg_cuda_ptr(a.v, j0, h, c0 + kC, b), a.v.nb[2], a.v.type, nn, 128});
+    };
+
+    // the operands' descriptors at k 0: Q (A of Q S and Q K^T), S^T rows 32 wg .. (B of Q S), K rows
+    // 16 wg .. (B of Q K^T), P (A of P V), V^T rows 32 wg .. (B of P V), K~^T rows ib .. (A of the
+    // update), V^T rows jb .. (its B)
+    const uint64_t dQ = sdesc(sb + oQ), dS = sdesc(sb + oS + 32 * wg * 128), dK = sdesc(sb + oK + 16 * wg * 128);
+    const uint64_t dP = sdesc(sb + oP), dVo = sdesc(sb + oV + 32 * wg * 128), dKt = sdesc(sb + oKt + ib * 128),
+                   dVs = sdesc(sb + oV + jb * 128);
+
+    // the first chunk
+    {
+        uint4 rq[2][M], rv[M];
+        load_qk(0, 0, rq[0]);
+        load_qk(1, 0, rq[1]);
+        load_v(0, rv);
+        prefetch_next(0);
+        if (warp == 0) {
+            float gl[2], bl[2];
+            load_gates(0, gl, bl);
+            gates(gl, bl);
+        }
+        store_qk(0, 0, rq[0]);
+        store_qk(1, 0, rq[1]);
+        store_v(0, rv);
+    }
+    proxy_fence();
+    __syncthreads();
+#pragma unroll 1
+    for (long long t0 = 0; t0 < a.T; t0 += kC) {
+        // (declared per chunk: Q S and P start over with each chunk's first wgmma (no accumulate),
+        // and accumulators carried across the loop got copies between wgmmas, which serialize them)
+        float accQ[16], accP[8];
+        const int n = rows_of(t0);
+        const bool more = t0 + kC < a.T;
+        float gl[2], bl[2];  // the next chunk's gates (warp 0)
+        if (warp == 0 && more) load_gates(t0 + kC, gl, bl);
+        const int flags = *sTab;
+        const bool tab = flags & 1;  // (flags & 2, every decay finite: keep_zero_mul below needs no branch)
+        auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
+
+        // A: Q S (columns 32 wg ..) and Q K^T (columns 16 wg ..), k over the 128 key dims
+        pin(accQ), pin(accP);
+        wg_fence();
+        wg_qs(accQ, dQ, dS);
+        wg_qk(accP, dQ, dK);
+        wg_commit();
+        wg_wait0();
+        pin(accQ), pin(accP);
+        // P (.) decay, s <= t, times beta_s, to shared memory; Q S times d(t, -1)
+#pragma unroll
+        for (int r = 0; r < 8; r += 2) {
+            const int t = arow(r), s = 16 * wg + acol(r);
+            const float p0 = s <= t ? tf32r(accP[r] * decay(t, s) * sB[s]) : 0.0f;
+            const float p1 = s + 1 <= t ? tf32r(accP[r + 1] * decay(t, s + 1) * sB[s + 1]) : 0.0f;
+            *(float2 *)&at(oP, kC, t, s) = make_float2(p0, p1);
+        }
+        // (keep_zero_mul everywhere: with every decay finite it is the plain product but for a zero's
+        // sign; one code path keeps the accumulators where the wgmma pipeline has them)
+        {
+            const float d0 = sD0[arow(0)], d1 = sD0[arow(2)];
+#pragma unroll
+            for (int r = 0; r < 16; r++) accQ[r] = keep_zero_mul((r & 2) ? d1 : d0, accQ[r]);
+        }
+        // K~^T = (K (.) d(C-1, t) beta_t)^T: a warp reads 32 rows t of one 16-byte unit, writes
+        // 32 distinct banks
+#pragma unroll
+        for (int m = 0; m < kC * 32 / kNT; m++) {
+            const int u = tid + kNT * m, t = u & (kC - 1), i0 = (u >> 6) * 4;
+            const float4 kv = *(const float4 *)(sm + oK + sw(kC, t, i0));
+            const float w = sDl[t] * sB[t];
+            at(oKt, 128, i0, t) = tf32r(kv.x * w), at(oKt, 128, i0 + 1, t) = tf32r(kv.y * w);
+            at(oKt, 128, i0 + 2, t) = tf32r(kv.z * w), at(oKt, 128, i0 + 3, t) = tf32r(kv.w * w);
+        }
+        // the last decay, read before the barrier: warp 0 rebuilds the arrays for the next chunk after it
+        const float dl = sD0[kC - 1];
+        proxy_fence();
+        __syncthreads();  // (1) Q, K, the gate arrays free; P, K~^T, V^T ready
+
+        // B: O += P V (k over the chunk's tokens), S = d(C-1, -1) S + K~^T V (Q S read S^T in A,
+        // before the barrier above)
+        float accS[32];
+#pragma unroll
+        for (int r = 0; r < 32; r++) accS[r] = keep_zero_mul(dl, s_at(r));
+        pin(accQ), pin(accS);
+        wg_fence();
+        wg_pv(accQ, dP, dVo);
+        wg_upd(accS, dKt, dVs);
+        wg_commit();
+        // while it runs: the next chunk's Q and K into their (free) tiles, its gates (warp 0), and
+        // its V rows into registers
+        uint4 rv[M];
+        if (more) {
+            uint4 rq[M];
+            load_qk(0, t0 + kC, rq);
+            prefetch_next(t0 + kC);
+            if (warp == 0) gates(gl, bl);
+            store_qk(0, t0 + kC, rq);
+            load_qk(1, t0 + kC, rq);
+            store_qk(1, t0 + kC, rq);
+            load_v(t0 + kC, rv);
+        }
+        wg_wait0();
+        pin(accQ), pin(accS);
+        // S^T back (every read of it, phase A's, ended before barrier (1)), then O: rows t = arow(0),
+        // arow(2); columns 32 wg + c2 + 8 n8 (n8 < 4), two per store
+#pragma unroll
+        for (int r = 0; r < 32; r++) s_at(r) = accS[r];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int t = arow(2 * hh);
+            if (t >= n) continue;
+            char *const p = obase + (t0 + t) * a.o.nb[2] + (32 * wg + c2) * a.o.nb[0];
+            if (a.o.type == TG_TYPE_F32 && a.o_pair) {
+#pragma unroll
+                for (int n8 = 0; n8 < 4; n8++)
+                    *(float2 *)(p + 32 * n8) = make_float2(a.scale * accQ[4 * n8 + 2 * hh], a.scale * accQ[4 * n8 + 2 * hh + 1]);
+            } else {
+#pragma unroll
+                for (int n8 = 0; n8 < 4; n8++)
+                    store_pair(p + 8 * n8 * a.o.nb[0], a.o.nb[0], a.o.type, a.scale * accQ[4 * n8 + 2 * hh],
+                               a.scale * accQ[4 * n8 + 2 * hh + 1], true, a.o_pair);
+            }
+        }
+        if (!more) break;
+        __syncthreads();  // (2) every warpgroup's B is done with V^T
+        store_v(t0 + kC, rv);
+        proxy_fence();
+        __syncthreads();  // (3) the next chunk's tiles, gates and S^T ready
+    }
+    if (!has_state || !clear) return;
+#pragma unroll 4
+    for (int r = 0; r < 32; r++)
+        tg_cuda_store(tg_cuda_ptr(a.state, ib + arow(r), j0 + jb + acol(r), h, b), a.state.type, s_at(r));
+#endif
+}
+
+}  // namespace
+
+namespace tg_chunk {
+
+bool tg_cuda_delta_wg_ready(tg_backend *be) {
+#if TG_WGMMA
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return (void)cudaGetLastError(), false;
+    return major == 9 && minor == 0 && tg_cuda(be)->sig.delta_chunk_wg == 0;
+#else
+    (void)be;
+    return false;
+#endif
+}
+
+size_t tg_cuda_delta_wg_smem() { return kSmem; }
+
+bool tg_cuda_delta_wg_takes(const chunk_args &a) {
+    auto half = [](tg_type t) { return t == TG_TYPE_F16 || t == TG_TYPE_BF16; };
+    return !a.delta && half(a.q.type) && half(a.k.type) && half(a.v.type);
+}
+
+tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
+    const char *call = "delta_rule";
+    tg_cuda_impl *cu = tg_cuda(be);
+    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG];
+    if (const tg_status s = smem_limit(be, delta_wg_kernel, kSmem, set, call); s != TG_OK) return s;
+    delta_wg_kernel<<<grid, kNT, kSmem, cu->stream>>>(a);
+    TG_CUDA_LAUNCHED(be, call);
+    return TG_OK;
+}
+
+}  // namespace tg_chunk
+
+bool tg_cuda_delta_wgmma(tg_backend *be) { return tg_chunk::tg_cuda_delta_wg_ready(be); }
