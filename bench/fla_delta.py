@@ -9,8 +9,13 @@ gdn.long, bf16 and f32 inputs, so that one GPU run prints both columns.
 TFLOP/s uses bench.cu's count of the chunked algorithm (delta_chunked_flops).
 
 Usage: python3 bench/fla_delta.py [out.json] [--ours tinygml-bench.json]
+       [--rows ID,ID] [--dtypes bf16,f32]
 (needs torch, triton, fla). With --ours, also prints tinygml's rows of that
 run beside fla's (the same shapes; fla with bf16 and with f32 inputs).
+--rows and --dtypes time only those (each kernel's first call compiles and
+autotunes for minutes: a device call with little time left picks one).
+gla.prefill.bf16 is gla.prefill's shape with bf16 inputs, beside tinygml's
+BF16 row of that name.
 """
 import json
 import math
@@ -67,6 +72,14 @@ def main():
         i = args.index("--ours")
         ours = args[i + 1]
         del args[i:i + 2]
+    def opt(name):
+        if name not in args:
+            return None
+        i = args.index(name)
+        v = args[i + 1].split(",")
+        del args[i:i + 2]
+        return v
+    only_rows, only_dtypes = opt("--rows"), opt("--dtypes")
     out = args[0] if args else "fla_delta.json"
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
@@ -75,11 +88,18 @@ def main():
         ("gdn.prefill", 8, 2048, 16, 128, True),
         ("gdn.prefill.bf16", 8, 2048, 16, 128, True),
         ("gla.prefill", 8, 2048, 16, 128, False),
+        ("gla.prefill.bf16", 8, 2048, 16, 128, False),
         ("gdn.long", 1, 16384, 16, 128, True),
     ]
     seen = {}  # (shape, delta, dtype) -> row: gdn.prefill and gdn.prefill.bf16 share fla's runs
     for rid, B, T, H, D, delta in cases:
+        if only_rows and rid not in only_rows:
+            continue
         for dtype in (torch.bfloat16, torch.float32):
+            if only_dtypes and ("bf16" if dtype == torch.bfloat16 else "f32") not in only_dtypes:
+                continue
+            if rid == "gla.prefill.bf16" and dtype != torch.bfloat16:
+                continue
             key = (B, T, H, D, delta, dtype)
             if key in seen:
                 rows.append(dict(seen[key], id=rid))
