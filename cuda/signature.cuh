@@ -81,9 +81,9 @@ struct tg_cuda_sig_knobs {
     // the single-kernel form's GATED_LINEAR full case (Dk 128, whole 128-column slices) with F16
     // or BF16 q, k and v on warpgroup tensor cores (wgmma; cuda/sm90a/delta_rule_chunked_wg.cu):
     // 0 auto (where the build has sm_90a code and the device is compute capability 9.0), 1 never
-    // (delta_chunked_kernel<16, true>, before / after: gla.prefill.bf16 432 -> 390 us on an H100,
-    // session 39). Env TG_CUDA_DELTA_WG=0 sets 1. Not the same bits: the products sum in another
-    // order, and beta scales P and K~ instead of V.
+    // (delta_chunked_kernel<16, true>, before / after: gla.prefill.bf16 430 -> 352 us (graph) on an
+    // H100, session 39). Env TG_CUDA_DELTA_WG=0 sets 1. Not the same bits: the products sum in
+    // another order, and beta scales P and K~ instead of V.
     int delta_chunk_wg = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
@@ -200,9 +200,10 @@ const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 bool tg_cuda_attention_clusters(tg_backend *be);
 
 // Whether backend be runs GATED_LINEAR's full chunked case with 16-bit q, k and v on warpgroup
-// tensor cores (this build has sm_90a code, the device is compute capability 9.0, knob
-// delta_chunk_wg 0; cuda/sm90a/delta_rule_chunked_wg.cu).
-bool tg_cuda_delta_wgmma(tg_backend *be);
+// tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu): 0 yes; else why not: 1 knob delta_chunk_wg
+// says never, 2 the device is not compute capability 9.0, 3 this build has no sm_90a code (nvcc
+// before 12.0).
+int tg_cuda_delta_wgmma_state(tg_backend *be);
 
 // Device pre-check of a rope_kv_update node's positions (range, table,
 // repeats): the op table's cuda_check, launched by the backend before any

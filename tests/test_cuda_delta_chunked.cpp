@@ -177,6 +177,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // (and the generic case at D128: knob delta_chunk_generic 1 must win over it)
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
+    int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
@@ -191,6 +192,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
+        if (CudaSig::gpu) wg_state = tg_cuda_delta_wgmma_state(CudaSig::gpu);
         *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
@@ -215,11 +217,16 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // GATED_LINEAR's full case with 16-bit q/k/v runs on wgmma wherever the build and the device
     // have it, unless the knob says no; F32 q/k/v and GATED_DELTA never do
     if (std::string(c.name).rfind("full_", 0) == 0) {
-        const bool gla16 = c.mode == TG_DELTA_GATED_LINEAR && c.io != TG_TYPE_F32 && c.wg == 0;
-        const bool want = gla16 && tg_cuda_delta_wgmma(CudaSig::gpu);
-        EXPECT_EQ(variant.find("/wgmma") != std::string::npos, want) << variant;
-        if (gla16 && !want)
-            std::printf("note: %s ran delta_chunked_kernel: no sm_90a code or not a compute capability 9.0 device\n", c.name);
+        const bool gla16 = c.mode == TG_DELTA_GATED_LINEAR && c.io != TG_TYPE_F32;
+        EXPECT_EQ(wg_state == 1, c.wg == 1) << "knob delta_chunk_wg " << c.wg << ", state " << wg_state;
+        EXPECT_EQ(variant.find("/wgmma") != std::string::npos, gla16 && wg_state == 0) << variant;
+#ifdef TG_WGMMA_BUILT
+        // the library was built with sm_90a code: a compute capability 9.0 device must find it
+        EXPECT_NE(wg_state, 3) << "this build's wgmma kernel is a stub";
+#endif
+        if (gla16 && c.wg == 0 && wg_state != 0)
+            std::printf("note: %s ran delta_chunked_kernel (wgmma state %d: 2 = not a compute capability 9.0 device, 3 = no "
+                        "sm_90a code)\n", c.name, wg_state);
     }
 #endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
@@ -516,14 +523,17 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         int T, kern;
         tg_delta_algo algo;
         int fused = 0, D = 64, bv = 0;
+        tg_delta_mode mode = TG_DELTA_GATED_DELTA;
+        tg_type io = TG_TYPE_F32;
     };
     for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
                              variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
+                             variant{"chunked_full_gla_bf16", 70, 0, CHUNKED, 1, 128, 128, GL, BF16},
                              variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
         SCOPED_TRACE(w.name);
-        const ck_case c = {"err", 2, w.T, 2, 4, w.D, w.D, GD, LOG, true, F32, F32, w.algo};
+        const ck_case c = {"err", 2, w.T, 2, 4, w.D, w.D, w.mode, LOG, true, F32, w.io, w.algo};
         const ck_data d = make_ck(c, 3);
         knobs kn(0, 0, 0, 0, w.kern);
 #ifdef TG_HAVE_CUDA
@@ -539,6 +549,11 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         std::string ran;
         EXPECT_EQ(run_gpu(d, o, st, &ran, 2), TG_OK) << tg_last_error();
         if (w.bv == 128) EXPECT_NE(ran.find("/full"), std::string::npos) << "variant " << ran;
+#ifdef TG_HAVE_CUDA
+        // GATED_LINEAR with 16-bit q/k/v: the wgmma kernel where the device has it
+        if (w.mode == TG_DELTA_GATED_LINEAR && CudaSig::gpu)
+            EXPECT_EQ(ran.find("/wgmma") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << ran;
+#endif
         if (w.bv == 16) EXPECT_NE(ran.find("/full-s128"), std::string::npos) << "variant " << ran;
         EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";
     }

@@ -29,22 +29,22 @@ namespace {
 
 constexpr int kNT = 512;
 // shared memory, bytes from a 1024-byte aligned base (the swizzle's atoms are 8 rows of 128 bytes)
-constexpr int oQ = 0;          // Q: 64 rows x 128 (4 blocks of 32 columns of 64 x 128 B)
-constexpr int oK = 32768;      // K: the same
-constexpr int oV = 65536;      // V^T: 128 rows (value columns) x 64 (tokens): 2 blocks of 128 x 128 B
-constexpr int oS = 98304;      // S^T: 128 rows (value columns) x 128 (key dims): 4 blocks of 128 x 128 B
-constexpr int oP = 163840;     // P: 64 x 64: 2 blocks of 64 x 128 B
-constexpr int oKt = 180224;    // K~^T: 128 rows (key dims) x 64 (tokens): 2 blocks of 128 x 128 B
+[[maybe_unused]] constexpr int oQ = 0;          // Q: 64 rows x 128 (4 blocks of 32 columns of 64 x 128 B)
+[[maybe_unused]] constexpr int oK = 32768;      // K: the same
+[[maybe_unused]] constexpr int oV = 65536;      // V^T: 128 rows (value columns) x 64 (tokens): 2 blocks of 128 x 128 B
+[[maybe_unused]] constexpr int oS = 98304;      // S^T: 128 rows (value columns) x 128 (key dims): 4 blocks of 128 x 128 B
+[[maybe_unused]] constexpr int oP = 163840;     // P: 64 x 64: 2 blocks of 64 x 128 B
+[[maybe_unused]] constexpr int oKt = 180224;    // K~^T: 128 rows (key dims) x 64 (tokens): 2 blocks of 128 x 128 B
 constexpr int oF = 212992;     // gates and decays: 7 x 64 floats, 64 ints, the flags
 constexpr size_t kSmem = oF + (8 * kC + 4) * 4 + 1024;  // + the alignment slack
 
 // Byte offset of element (r, k) in a K-major tile of `rows` rows, 128-byte swizzle.
-__device__ __forceinline__ int sw(int rows, int r, int k) {
+[[maybe_unused]] __device__ __forceinline__ int sw(int rows, int r, int k) {
     return (k >> 5) * rows * 128 + r * 128 + ((((k >> 2) & 7) ^ (r & 7)) << 4) + ((k & 3) << 2);
 }
 // The descriptor of the K-major operand whose rows start at shared address a (1024-aligned
 // but for the k step's 32-byte offsets): 128-byte swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t sdesc(uint32_t a) {
+[[maybe_unused]] __device__ __forceinline__ uint64_t sdesc(uint32_t a) {
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
 // (k step kk of a tile of ROWS rows starts (kk >> 2) blocks of 32 columns and (kk & 3) 32-byte steps
@@ -302,10 +302,11 @@ __device__ __forceinline__ void wg_upd(float (&d)[32], uint64_t da, uint64_t db)
 #endif
 
 // q, k and v F16 or BF16 (8 values per 16-byte unit). (An F32 instance, 4 values per unit, ran
-// 476 us at gla.prefill against delta_chunked_kernel's 447 on an H100, session 39: F32 stays there.)
+// 476 us at gla.prefill against delta_chunked_kernel's 449 on an H100, session 39, before the asm
+// chains below removed ptxas's wgmma serialization: F32 stays there for now.)
 __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
-    constexpr int W = 8;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int W = 8;
     extern __shared__ float4 wsm4[];
     // (the base moved by a byte count, not by integer casts: the pointer stays a shared-memory one
     // to the compiler, 32-bit addresses and shared loads and stores)
@@ -357,7 +358,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     auto load_qk = [&](int j, long long c0, uint4 (&rq)[M]) {
         const int nn = rows_of(c0);
         const tg_cuda_desc &x = j == 0 ? a.q : a.k;
-        const unit_walk wk = unit_walk::of<kNT>({nullptr, 0, tg_cuda_ptr(x, 0, hk, c0, b), x.nb[2], x.type, nn, 128});
+        const unit_walk wk = unit_walk::of<kNT>({(float *)sm, 0, tg_cuda_ptr(x, 0, hk, c0, b), x.nb[2], x.type, nn, 128});
 #pragma unroll
         for (int m = 0; m < M; m++)
             if (wk.row0 + m * wk.rstep < nn) rq[m] = __ldg((const uint4 *)(wk.src + m * wk.sstep));
@@ -414,9 +415,9 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     auto prefetch_next = [&](long long c0) {
         if (c0 + kC >= a.T) return;
         const int nn = rows_of(c0 + kC);
-        prefetch3_128<kNT>({nullptr, 0, tg_cuda_ptr(a.q, 0, hk, c0 + kC, b), a.q.nb[2], a.q.type, nn, 128},
-                           {nullptr, 0, tg_cuda_ptr(a.k, 0, hk, c0 + kC, b), a.k.nb[2], a.k.type, nn, 128},
-                           {nullptr, 0, tg_cuda_ptr(a.v, j0, h, c0 + kC, b), a.v.nb[2], a.v.type, nn, 128});
+        prefetch3_128<kNT>({(float *)sm, 0, tg_cuda_ptr(a.q, 0, hk, c0 + kC, b), a.q.nb[2], a.q.type, nn, 128},
+                           {(float *)sm, 0, tg_cuda_ptr(a.k, 0, hk, c0 + kC, b), a.k.nb[2], a.k.type, nn, 128},
+                           {(float *)sm, 0, tg_cuda_ptr(a.v, j0, h, c0 + kC, b), a.v.nb[2], a.v.type, nn, 128});
     };
 
     // the operands' descriptors at k 0: Q (A of Q S and Q K^T), S^T rows 32 wg .. (B of Q S), K rows
@@ -557,20 +558,9 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
 
 namespace tg_chunk {
 
-bool tg_cuda_delta_wg_ready(tg_backend *be) {
-#if TG_WGMMA
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return (void)cudaGetLastError(), false;
-    return major == 9 && minor == 0 && tg_cuda(be)->sig.delta_chunk_wg == 0;
-#else
-    (void)be;
-    return false;
-#endif
-}
+bool tg_cuda_delta_wg_ready(tg_backend *be) { return tg_cuda_delta_wgmma_state(be) == 0; }
 
-size_t tg_cuda_delta_wg_smem() { return kSmem; }
+size_t tg_cuda_delta_wg_smem() { return TG_WGMMA ? kSmem : 0; }
 
 bool tg_cuda_delta_wg_takes(const chunk_args &a) {
     auto half = [](tg_type t) { return t == TG_TYPE_F16 || t == TG_TYPE_BF16; };
@@ -582,11 +572,18 @@ tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned 
     tg_cuda_impl *cu = tg_cuda(be);
     size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG];
     if (const tg_status s = smem_limit(be, delta_wg_kernel, kSmem, set, call); s != TG_OK) return s;
-    delta_wg_kernel<<<grid, kNT, kSmem, cu->stream>>>(a);
-    TG_CUDA_LAUNCHED(be, call);
+    delta_wg_kernel<<<grid, kNT, kSmem, cu->stream>>>(a);  // (the caller checks the launch)
     return TG_OK;
 }
 
 }  // namespace tg_chunk
 
-bool tg_cuda_delta_wgmma(tg_backend *be) { return tg_chunk::tg_cuda_delta_wg_ready(be); }
+int tg_cuda_delta_wgmma_state(tg_backend *be) {
+    if (tg_cuda(be)->sig.delta_chunk_wg != 0) return 1;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return (void)cudaGetLastError(), 2;
+    if (major != 9 || minor != 0) return 2;
+    return TG_WGMMA ? 0 : 3;
+}
