@@ -106,6 +106,30 @@ __device__ inline void chunk_decays(const float *sL, const float *sSg, const int
     const bool fin = __all_sync(0xffffffffu, isfinite(d0[2 * lane]) && isfinite(d0[2 * lane + 1]));
     if (lane == 0) *tab = (ok ? 1 : 0) | (fin ? 2 : 0);
 }
+// The gates and betas of the chunk at token c0 of head h, sequence b (nn tokens; past them a
+// neutral gate and beta 0), two tokens per lane of the calling warp (2 lane, 2 lane + 1), into
+// registers: loaded a phase before chunk_gates uses them.
+__device__ inline void load_chunk_gates(const chunk_args &a, int h, int b, long long c0, int nn, float (&gl)[2],
+                                        float (&bl)[2]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int t = 2 * lane + e;
+        gl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.g, h, c0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+        bl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.beta, h, c0 + t, b, 0)) : 0.0f;
+    }
+}
+// ... then, by the same warp, into sL and sB, the gate prefix and the chunk's decays.
+__device__ inline void chunk_gates(const float (&gl)[2], const float (&bl)[2], int log_gate, float *sL, float *sB,
+                                   float *sSg, int *sZ, float *d0, float *dl, float *ep, float *em, int *tab) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < 2; e++) sL[2 * lane + e] = gl[e], sB[2 * lane + e] = bl[e];
+    __syncwarp();
+    gate_prefix(sL, sSg, sZ, log_gate);
+    __syncwarp();
+    chunk_decays(sL, sSg, sZ, d0, dl, ep, em, tab);
+}
 // d(t, s) for 0 <= s <= t of one chunk: by the tables where they hold (chunk_decays), else exactly
 __device__ inline float decay_ts(const float *sL, const float *sSg, const int *sZ, const float *ep, const float *em,
                                  bool tab, int t, int s) {

@@ -111,14 +111,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
         }
         // gates and beta: warp 0 (FULL: two per lane, into registers first), else threads t < C
         float gl[2], bl[2];
-        if (FULL && warp == 0) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int t = 2 * lane + e;
-                gl[e] = t < n ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
-                bl[e] = t < n ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + t, b, 0)) : 0.0f;
-            }
-        }
+        if (FULL && warp == 0) load_chunk_gates(a, h, b, t0, n, gl, bl);
         if (FULL) {  // rows of 128 elements, 16-byte units; q and k normalized and rounded on the way
             const row_job jq = {sQ, QS, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], a.q.type, n, 128};
             const row_job jk = {sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.type, n, 128};
@@ -139,14 +132,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
             stage_rows<NT>(sK, QS, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], a.k.nb[0], a.k.type, n, a.Dk, a.qk_vec);
             stage_rows<NT>(sV, VS, tg_cuda_ptr(a.v, j0, h, t0, b), a.v.nb[2], a.v.nb[0], a.v.type, n, nv, a.v_vec);
         }
-        if (FULL && warp == 0) {
-#pragma unroll
-            for (int e = 0; e < 2; e++) sL[2 * lane + e] = gl[e], sB[2 * lane + e] = bl[e];
-            __syncwarp();
-            gate_prefix(sL, sSg, sZ, a.log_gate);
-            __syncwarp();
-            chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
-        }
+        if (FULL && warp == 0) chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
         if (!FULL && tid < kC) {
             const bool in = tid < n;
             sL[tid] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + tid, b, 0)) : (a.log_gate ? 0.0f : 1.0f);

@@ -63,241 +63,59 @@ template <int N> __device__ __forceinline__ void pin(float (&d)[N]) {
 }
 // this thread's shared-memory writes visible to the async proxy (wgmma), before the barrier
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// D = A B^T over 16 k steps of 8: A 64-row tile, B 128-row tile (descriptors at k 0), 64 x 32
-// outputs; every wgmma in one asm block, so that no other instruction sits between them
+// The products' k steps, each product's in one asm block so that no other instruction sits between
+// its wgmmas (accumulator copies there made ptxas serialize them all). A chain starts at the
+// descriptors of k 0 (operands N and N + 1 after the accumulators) and steps both by a k step's
+// offset in 16-byte units: 2 (32 bytes) within a block of 32 columns, to the next block ROWS * 128
+// bytes less the 96 already stepped (506 for a 64-row tile, 1018 for 128 rows). FIRST 0: the first
+// wgmma overwrites D (D = A B^T), 1: every wgmma accumulates.
+#define TG_ACC8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define TG_ACC16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define TG_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define TG_WG(SHAPE, ACC) "wgmma.mma_async.sync.aligned." SHAPE ".f32.tf32.tf32 " ACC ", da, db, p, 1, 1;\n"
+#define TG_WG_HEAD(SHAPE, ACC, IA, IB, FIRST) \
+    "{\n.reg .b64 da, db;\n.reg .pred p;\nmov.b64 da, %" #IA ";\nmov.b64 db, %" #IB ";\nsetp.ne.b32 p, " #FIRST ", 0;\n" TG_WG(SHAPE, ACC)
+#define TG_WG_STEP(SHAPE, ACC, JA, JB) \
+    "add.s64 da, da, " #JA ";\nadd.s64 db, db, " #JB ";\nsetp.ne.b32 p, 1, 0;\n" TG_WG(SHAPE, ACC)
+// the three further steps of a 32-column block
+#define TG_WG_REST(SHAPE, ACC) TG_WG_STEP(SHAPE, ACC, 2, 2) TG_WG_STEP(SHAPE, ACC, 2, 2) TG_WG_STEP(SHAPE, ACC, 2, 2)
+// a further block of 32 columns: its first step jumps by JA / JB
+#define TG_WG_BLOCK(SHAPE, ACC, JA, JB) TG_WG_STEP(SHAPE, ACC, JA, JB) TG_WG_REST(SHAPE, ACC)
+
+// Q S: 64 x 32 outputs, k over 128 (Q 64 rows, S^T 128 rows)
 __device__ __forceinline__ void wg_qs(float (&d)[16], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .b64 da, db;\n"
-        ".reg .pred p;\n"
-        "mov.b64 da, %16;\n"
-        "mov.b64 db, %17;\n"
-        "setp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 1018;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 1018;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 1018;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db));
+    asm volatile(TG_WG_HEAD("m64n32k8", TG_ACC16, 16, 17, 0) TG_WG_REST("m64n32k8", TG_ACC16)
+                 TG_WG_BLOCK("m64n32k8", TG_ACC16, 506, 1018) TG_WG_BLOCK("m64n32k8", TG_ACC16, 506, 1018)
+                 TG_WG_BLOCK("m64n32k8", TG_ACC16, 506, 1018) "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db));
 }
-// D = A B^T over 16 k steps of 8: A 64-row tile, B 64-row tile (descriptors at k 0), 64 x 16
-// outputs; every wgmma in one asm block, so that no other instruction sits between them
+// Q K^T: 64 x 16 outputs, k over 128 (Q and K 64 rows)
 __device__ __forceinline__ void wg_qk(float (&d)[8], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .b64 da, db;\n"
-        ".reg .pred p;\n"
-        "mov.b64 da, %8;\n"
-        "mov.b64 db, %9;\n"
-        "setp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 506;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 506;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 506;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(da), "l"(db));
+    asm volatile(TG_WG_HEAD("m64n16k8", TG_ACC8, 8, 9, 0) TG_WG_REST("m64n16k8", TG_ACC8)
+                 TG_WG_BLOCK("m64n16k8", TG_ACC8, 506, 506) TG_WG_BLOCK("m64n16k8", TG_ACC8, 506, 506)
+                 TG_WG_BLOCK("m64n16k8", TG_ACC8, 506, 506) "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "l"(da), "l"(db));
 }
-// D += A B^T over 8 k steps of 8: A 64-row tile, B 128-row tile (descriptors at k 0), 64 x 32
-// outputs; every wgmma in one asm block, so that no other instruction sits between them
+// O += P V: 64 x 32 outputs, k over the chunk's 64 tokens (P 64 rows, V^T 128 rows)
 __device__ __forceinline__ void wg_pv(float (&d)[16], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .b64 da, db;\n"
-        ".reg .pred p;\n"
-        "mov.b64 da, %16;\n"
-        "mov.b64 db, %17;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 506;\n"
-        "add.s64 db, db, 1018;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(da), "l"(db));
+    asm volatile(TG_WG_HEAD("m64n32k8", TG_ACC16, 16, 17, 1) TG_WG_REST("m64n32k8", TG_ACC16)
+                 TG_WG_BLOCK("m64n32k8", TG_ACC16, 506, 1018) "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db));
 }
-// D += A B^T over 8 k steps of 8: A 128-row tile, B 128-row tile (descriptors at k 0), 64 x 64
-// outputs; every wgmma in one asm block, so that no other instruction sits between them
+// S += K~^T V: 64 x 64 outputs, k over the chunk's 64 tokens (K~^T and V^T 128 rows)
 __device__ __forceinline__ void wg_upd(float (&d)[32], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        ".reg .b64 da, db;\n"
-        ".reg .pred p;\n"
-        "mov.b64 da, %32;\n"
-        "mov.b64 db, %33;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 1018;\n"
-        "add.s64 db, db, 1018;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "add.s64 da, da, 2;\n"
-        "add.s64 db, db, 2;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, da, db, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db));
+    asm volatile(TG_WG_HEAD("m64n64k8", TG_ACC32, 32, 33, 1) TG_WG_REST("m64n64k8", TG_ACC32)
+                 TG_WG_BLOCK("m64n64k8", TG_ACC32, 1018, 1018) "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db));
 }
 #endif
 
@@ -392,24 +210,10 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
             for (int e = 0; e < W; e++) at(oV, 128, (vc0 + 8 * m) * W + e, vt) = tf32r(f[e]);
         }
     };
-    // gates and beta of chunk t0 (warp 0: two tokens per lane) into registers, and from there into
-    // the prefix and decay arrays (the loads issued a phase before they are used)
-    auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) {
-        const int nn = rows_of(c0);
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int t = 2 * lane + e;
-            gl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.g, h, c0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
-            bl[e] = t < nn ? __ldg((const float *)tg_cuda_ptr(a.beta, h, c0 + t, b, 0)) : 0.0f;
-        }
-    };
+    // gates and beta of chunk c0 (warp 0), into registers a phase before they are used
+    auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
     auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) sL[2 * lane + e] = gl[e], sB[2 * lane + e] = bl[e];
-        __syncwarp();
-        gate_prefix(sL, sSg, sZ, a.log_gate);
-        __syncwarp();
-        chunk_decays(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+        chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
     };
     // the rows of the chunk after t0 into L2 (while t0 computes)
     auto prefetch_next = [&](long long c0) {
