@@ -119,9 +119,9 @@ __device__ __forceinline__ void wg_upd(float (&d)[32], uint64_t da, uint64_t db)
 }
 #endif
 
-// q, k and v F16 or BF16 (8 values per 16-byte unit). (An F32 instance, 4 values per unit, ran
-// 476 us at gla.prefill against delta_chunked_kernel's 449 on an H100, session 39, before the asm
-// chains below removed ptxas's wgmma serialization: F32 stays there for now.)
+// q, k and v F16 or BF16 (8 values per 16-byte unit). (An F32 instance, 4 values per unit, lost
+// to delta_chunked_kernel's both before the asm chains below (476 against 449 us at gla.prefill on
+// an H100, session 39) and after them (471 against 447, session 40): F32 stays there.)
 __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int W = 8;
