@@ -1,0 +1,383 @@
+// emu_main.cpp - the harness: deterministic inputs, every block of a small problem run on the
+// emulated block (emu_rt.cpp + emu_kernel.cpp), a float64 sequential oracle of tg_delta_rule's
+// recurrence (docs/ops.md), and the comparison.
+// Usage: emu [CASE-SUBSTRING] [--order N] [--base B] [--all-orders] [--stats]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu_api.h"
+
+// ---------------------------------------------------------------- BF16 / F16 by hand (no CUDA headers here)
+static uint16_t f2bf(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return (uint16_t)((u >> 16) | ((u & 0xFFFF) ? 0x40 : 0));
+    u += 0x7FFFu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f2h(float x) {  // round to nearest even, normals and subnormals (|x| < 65504 here)
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint32_t sgn = (u >> 16) & 0x8000;
+    const float a = std::fabs(x);
+    if (a < 6.103515625e-05f) {  // subnormal half: multiples of 2^-24
+        const float q = std::nearbyint(a * 16777216.0f);
+        return (uint16_t)(sgn | (uint32_t)q);
+    }
+    uint32_t m = u & 0x7FFFFFFF;
+    uint32_t e = (m >> 23) - 127 + 15, f = m & 0x7FFFFF;
+    uint32_t h = (e << 10) | (f >> 13);
+    const uint32_t rest = f & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sgn | h);
+}
+static float h2f(uint16_t h) {
+    const uint32_t sgn = (h & 0x8000) << 16, e = (h >> 10) & 31, f = h & 1023;
+    float v = e == 0 ? std::ldexp((float)f, -24) : std::ldexp((float)(f | 1024), (int)e - 25);
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u |= sgn;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static uint16_t enc(int type, float x) { return type == 1 ? f2h(x) : f2bf(x); }
+static float dec(int type, uint16_t h) { return type == 1 ? h2f(h) : bf2f(h); }
+
+struct Buf {  // a tensor with 64 KB guards on both sides
+    std::vector<unsigned char> mem;
+    size_t bytes;
+    char *data() { return (char *)mem.data() + 65536; }
+    void alloc(size_t n) { bytes = n, mem.assign(n + 2 * 65536, 0xCD); }
+};
+
+struct Case {
+    const char *name;
+    int delta;        // 1 GATED_DELTA, 0 GATED_LINEAR
+    long long T;
+    int B, Hk, Hv, Dv;
+    float glo, ghi;   // log gates uniform in [glo, ghi]
+    int ninf;         // -inf gates: 1 = a pattern of them
+    int l2norm;
+    int has_state;
+    int otype;        // 0 F32, 2 BF16
+    int lin = 0;      // 1: LINEAR gates (a = g; glo..ghi, with zeros and some negative gates)
+    int qkvtype = 2;  // 2 BF16, 1 F16
+};
+
+struct Result {
+    bool cover_ok;
+    std::vector<float> o, s;
+};
+
+static double relL2(const std::vector<double> &ref, const std::vector<float> &x) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const double d = (double)x[i] - ref[i];
+        num += d * d, den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+// the inputs of a case, deterministic
+struct Inputs {
+    int Dk = 128;
+    std::vector<uint16_t> q, k, v;  // BF16 or F16 bits (Case::qkvtype)
+    std::vector<float> g, beta, s0;
+};
+static Inputs make_inputs(const Case &c) {
+    Inputs in;
+    std::mt19937_64 rng(0x5eed + c.T * 131 + c.delta);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+    const int Dk = in.Dk;
+    const float qks = c.l2norm ? 1.0f : 1.0f / std::sqrt((float)Dk);
+    in.q.resize((size_t)Dk * c.Hk * c.T * c.B);
+    in.k.resize(in.q.size());
+    in.v.resize((size_t)c.Dv * c.Hv * c.T * c.B);
+    for (auto &x : in.q) x = enc(c.qkvtype, nd(rng) * qks);
+    for (auto &x : in.k) x = enc(c.qkvtype, nd(rng) * qks);
+    for (auto &x : in.v) x = enc(c.qkvtype, nd(rng));
+    in.g.resize((size_t)c.Hv * c.T * c.B);
+    in.beta.resize(in.g.size());
+    for (size_t i = 0; i < in.g.size(); i++) {
+        in.g[i] = c.glo + (c.ghi - c.glo) * ud(rng);
+        in.beta[i] = ud(rng);
+        if (c.lin && i % 23 == 7) in.g[i] = 0.0f;                   // zero gates (cut the chunk)
+        if (c.lin && i % 29 == 3) in.g[i] = -in.g[i];               // negative gates (sign path)
+    }
+    if (c.ninf) {  // -inf gates: the first token, a chunk's last and first, and a pattern
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.Hv; h++)
+                for (long long t = 0; t < c.T; t++)
+                    if ((h == 1 && t == 0) || t == 63 || t == 64 || t % 37 == 5 || (h == 1 && t == 100) || t == c.T - 1)
+                        in.g[(size_t)h + (size_t)c.Hv * (t + c.T * b)] = -INFINITY;
+    }
+    in.s0.resize((size_t)Dk * c.Dv * c.Hv * c.B);
+    for (auto &x : in.s0) x = 0.3f * nd(rng);
+    return in;
+}
+
+// float64 sequential recurrence (docs/ops.md, tg_delta_rule):
+//   GATED_LINEAR: S = a_t S + beta_t k_t v_t^T;                      o_t = scale S^T q_t
+//   GATED_DELTA:  S = a_t S; u = beta_t (v_t - S^T k_t); S += k_t u^T; o_t = scale S^T q_t
+// a_t = exp(g_t) (LOG gates), q/k l2-normalized first (x / sqrt(sum x^2 + 1e-6)) when asked.
+static void oracle(const Case &c, const Inputs &in, float scale, std::vector<double> &o, std::vector<double> &s) {
+    const int Dk = in.Dk, Dv = c.Dv;
+    o.assign((size_t)Dv * c.Hv * c.T * c.B, 0.0);
+    s.assign(in.s0.size(), 0.0);
+    const int grp = c.Hv / c.Hk;
+    std::vector<double> S((size_t)Dk * Dv), q(Dk), k(Dk), u(Dv);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.Hv; h++) {
+            const int hk = h / grp;
+            for (int j = 0; j < Dv; j++)
+                for (int i = 0; i < Dk; i++) S[(size_t)i * Dv + j] = c.has_state ? in.s0[(size_t)i + (size_t)Dk * (j + (size_t)Dv * (h + (size_t)c.Hv * b))] : 0.0;
+            for (long long t = 0; t < c.T; t++) {
+                double nq = 0, nk = 0;
+                for (int i = 0; i < Dk; i++) {
+                    q[i] = dec(c.qkvtype, in.q[(size_t)i + (size_t)Dk * (hk + (size_t)c.Hk * (t + c.T * b))]);
+                    k[i] = dec(c.qkvtype, in.k[(size_t)i + (size_t)Dk * (hk + (size_t)c.Hk * (t + c.T * b))]);
+                    nq += q[i] * q[i], nk += k[i] * k[i];
+                }
+                if (c.l2norm) {
+                    const double iq = 1.0 / std::sqrt(nq + 1e-6), ik = 1.0 / std::sqrt(nk + 1e-6);
+                    for (int i = 0; i < Dk; i++) q[i] *= iq, k[i] *= ik;
+                }
+                const size_t gi = (size_t)h + (size_t)c.Hv * (t + c.T * b);
+                const double gv = in.g[gi], a = c.lin ? gv : gv == -INFINITY ? 0.0 : std::exp(gv), beta = in.beta[gi];
+                auto vj = [&](int j) { return (double)dec(c.qkvtype, in.v[(size_t)j + (size_t)Dv * (h + (size_t)c.Hv * (t + c.T * b))]); };
+                for (auto &x : S) x *= a;
+                if (c.delta) {
+                    for (int j = 0; j < Dv; j++) {
+                        double sk = 0;
+                        for (int i = 0; i < Dk; i++) sk += S[(size_t)i * Dv + j] * k[i];
+                        u[j] = beta * (vj(j) - sk);
+                    }
+                } else {
+                    for (int j = 0; j < Dv; j++) u[j] = beta * vj(j);
+                }
+                for (int i = 0; i < Dk; i++)
+                    for (int j = 0; j < Dv; j++) S[(size_t)i * Dv + j] += k[i] * u[j];
+                for (int j = 0; j < Dv; j++) {
+                    double y = 0;
+                    for (int i = 0; i < Dk; i++) y += S[(size_t)i * Dv + j] * q[i];
+                    o[(size_t)j + (size_t)Dv * (h + (size_t)c.Hv * (t + c.T * b))] = scale * y;
+                }
+            }
+            for (int j = 0; j < Dv; j++)
+                for (int i = 0; i < Dk; i++) s[(size_t)i + (size_t)Dk * (j + (size_t)Dv * (h + (size_t)c.Hv * b))] = S[(size_t)i * Dv + j];
+        }
+}
+
+static EmuDesc desc(char *data, int type, long long n0, long long n1, long long n2, long long n3) {
+    EmuDesc d;
+    d.data = data, d.type = type;
+    const long long es = type == 0 ? 4 : 2;
+    d.ne[0] = n0, d.ne[1] = n1, d.ne[2] = n2, d.ne[3] = n3;
+    d.nb[0] = es, d.nb[1] = es * n0, d.nb[2] = es * n0 * n1, d.nb[3] = es * n0 * n1 * n2;
+    return d;
+}
+
+static Result run_kernel(const Case &c, const Inputs &in, int late, int order, uint32_t sbase, float scale) {
+    const int Dk = in.Dk;
+    Buf bq, bk, bv, bg, bb, bs, bo;
+    bq.alloc(in.q.size() * 2), bk.alloc(in.k.size() * 2), bv.alloc(in.v.size() * 2);
+    memcpy(bq.data(), in.q.data(), bq.bytes), memcpy(bk.data(), in.k.data(), bk.bytes), memcpy(bv.data(), in.v.data(), bv.bytes);
+    bg.alloc(in.g.size() * 4), bb.alloc(in.beta.size() * 4);
+    memcpy(bg.data(), in.g.data(), bg.bytes), memcpy(bb.data(), in.beta.data(), bb.bytes);
+    bs.alloc(in.s0.size() * 4);
+    memcpy(bs.data(), in.s0.data(), bs.bytes);
+    const size_t no = (size_t)c.Dv * c.Hv * c.T * c.B;
+    const int oes = c.otype == 0 ? 4 : 2;
+    bo.alloc(no * oes);
+    memset(bo.data(), 0xFF, bo.bytes);  // NaN pattern: unwritten outputs show
+    EmuArgs a = {};
+    a.q = desc(bq.data(), c.qkvtype, Dk, c.Hk, c.T, c.B);
+    a.k = desc(bk.data(), c.qkvtype, Dk, c.Hk, c.T, c.B);
+    a.v = desc(bv.data(), c.qkvtype, c.Dv, c.Hv, c.T, c.B);
+    a.g = desc(bg.data(), 0, c.Hv, c.T, c.B, 1);
+    a.beta = desc(bb.data(), 0, c.Hv, c.T, c.B, 1);
+    a.state = c.has_state ? desc(bs.data(), 0, Dk, c.Dv, c.Hv, c.B) : desc(nullptr, 0, 1, 1, 1, 1);
+    if (!c.has_state) a.state.nb[0] = a.state.nb[1] = a.state.nb[2] = a.state.nb[3] = 0;
+    a.o = desc(bo.data(), c.otype, c.Dv, c.Hv, c.T, c.B);
+    a.Dk = Dk, a.Dv = c.Dv, a.Hk = c.Hk, a.Hv = c.Hv, a.B = c.B, a.T = c.T;
+    a.delta = c.delta, a.log_gate = !c.lin, a.l2norm = c.l2norm, a.scale = scale;
+    a.DKP = 128, a.BV = 128, a.nslices = c.Dv / 128, a.qk_vec = 1, a.v_vec = 1, a.o_pair = 1;
+    emu_clear_globals();
+    emu_add_global("q", bq.data(), bq.bytes, 0);
+    emu_add_global("k", bk.data(), bk.bytes, 0);
+    emu_add_global("v", bv.data(), bv.bytes, 0);
+    emu_add_global("g", bg.data(), bg.bytes, 0);
+    emu_add_global("beta", bb.data(), bb.bytes, 0);
+    if (c.has_state) emu_add_global("state", bs.data(), bs.bytes, 2);
+    emu_add_global("o", bo.data(), bo.bytes, 1);
+    const size_t ksm = tg_emu_kSmem(c.delta);
+    // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
+    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, tg_emu_layout(c.delta));
+    const int blocks = c.B * c.Hv * (c.Dv / 128);
+    for (int blk = 0; blk < blocks; blk++) emu_run_block(blk, order, [&]() { tg_emu_kernel(c.delta, late, a); });
+    Result r;
+    r.cover_ok = true;
+    const auto &wo = emu_global_writes("o");
+    for (size_t i = 0; i < wo.size(); i++)
+        if (wo[i] != 1) {
+            r.cover_ok = false;
+            emu_finding("output byte written != once", "o byte " + std::to_string(i) + " written " + std::to_string(wo[i]) + "x");
+        }
+    if (c.has_state) {
+        const auto &ws = emu_global_writes("state");
+        for (size_t i = 0; i < ws.size(); i++)
+            if (ws[i] != 1) {
+                r.cover_ok = false;
+                emu_finding("state byte written != once", "state byte " + std::to_string(i) + " written " + std::to_string(ws[i]) + "x");
+            }
+    }
+    r.o.resize(no);
+    for (size_t i = 0; i < no; i++) {
+        if (c.otype == 0) memcpy(&r.o[i], bo.data() + 4 * i, 4);
+        else {
+            uint16_t h;
+            memcpy(&h, bo.data() + 2 * i, 2);
+            r.o[i] = bf2f(h);
+        }
+    }
+    r.s.resize(in.s0.size());
+    memcpy(r.s.data(), bs.data(), bs.bytes);
+    return r;
+}
+
+// per chunk of 64 tokens, the o rel-L2; and the largest element error over rms(o)
+static void print_chunks(const Case &c, const std::vector<double> &oref, const std::vector<float> &o) {
+    std::string pc;
+    double mx = 0, rms = 0;
+    for (double x : oref) rms += x * x;
+    rms = std::sqrt(rms / oref.size());
+    for (long long c0 = 0; c0 < c.T; c0 += 64) {
+        double num = 0, den = 0;
+        for (int b = 0; b < c.B; b++)
+            for (long long t = c0; t < std::min(c.T, c0 + 64); t++)
+                for (size_t j = 0; j < (size_t)c.Dv * c.Hv; j++) {
+                    const size_t i = j + (size_t)c.Dv * c.Hv * (t + c.T * b);
+                    const double d = o[i] - oref[i];
+                    num += d * d, den += oref[i] * oref[i], mx = std::max(mx, std::fabs(d) / rms);
+                }
+        char b[48];
+        snprintf(b, sizeof b, " %.2e", std::sqrt(num / den));
+        pc += b;
+    }
+    printf("    o rel-L2 per chunk:%s; max |err| / rms(o) %.2e\n", pc.c_str(), mx);
+}
+
+int main(int argc, char **argv) {
+    std::string filter;
+    int order = 0;
+    uint32_t sbase = 16;
+    bool all_orders = false, stats = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--order") && i + 1 < argc) order = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--base") && i + 1 < argc) sbase = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--all-orders")) all_orders = true;
+        else if (!strcmp(argv[i], "--stats")) stats = true;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [CASE-SUBSTRING] [--order 0|1|2] [--base B] [--all-orders] [--stats]\n", argv[0]);
+            return 2;
+        } else filter = argv[i];
+    }
+    // name, delta, T, B, Hk, Hv, Dv, glo, ghi, ninf, l2norm, has_state, otype[, lin, qkvtype]
+    const Case cases[] = {
+        {"gd_T130_g0.2", 1, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gd_T64", 1, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gd_T1", 1, 1, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gd_T130_g30", 1, 130, 1, 1, 1, 128, -30.0f, 0.0f, 0, 1, 1, 0},
+        {"gd_T130_inf", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 1, 1, 1, 0},
+        {"gd_T130_inf_nostate", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 1, 1, 0, 0},
+        {"gd_T200_nol2_bf16o", 1, 200, 2, 1, 2, 128, -0.5f, 0.0f, 0, 0, 1, 2},
+        {"gd_T200_linear_zero_neg_f16", 1, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 1},
+        {"gl_T200_linear_zero_neg_f16", 0, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 1},
+        {"gl_T130_g0.2", 0, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gl_T64", 0, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gl_T1", 0, 1, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
+        {"gl_T130_g30", 0, 130, 1, 1, 1, 128, -30.0f, 0.0f, 0, 1, 1, 0},
+        {"gl_T130_inf", 0, 130, 1, 1, 2, 128, -0.2f, 0.0f, 1, 1, 1, 0},
+    };
+    const float scale = 1.0f / std::sqrt(128.0f);
+    const bool has_delta = tg_emu_has_delta();
+    int bad = 0, runs = 0, skipped = 0, form_runs[3] = {};  // GATED_LINEAR, GATED_DELTA LATE=false, LATE=true
+    double orel_lo = INFINITY, orel_hi = 0, srel_lo = INFINITY, srel_hi = 0;
+    for (const Case &c : cases) {
+        if (!filter.empty() && std::string(c.name).find(filter) == std::string::npos) continue;
+        if (c.delta && !has_delta) {
+            printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA, LATE>): skipped\n", c.name);
+            skipped++;
+            continue;
+        }
+        const Inputs in = make_inputs(c);
+        std::vector<double> oref, sref;
+        oracle(c, in, scale, oref, sref);
+        std::vector<float> o_early, s_early;  // GATED_DELTA LATE=false's results, for LATE=true's
+        for (int late = 0; late <= (c.delta ? 1 : 0); late++) {
+            const char *form = !c.delta ? "GATED_LINEAR          " : late ? "GATED_DELTA LATE=true " : "GATED_DELTA LATE=false";
+            emu_clear_findings();
+            const Result r = run_kernel(c, in, late, order, sbase, scale);
+            runs++, form_runs[c.delta + late]++;
+            const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
+            bool same = true;
+            if (all_orders)
+                for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
+                    const Result r2 = run_kernel(c, in, late, ord, sbase + 16 * 37 * ord, scale);
+                    same &= r2.o == r.o && r2.s == r.s;
+                }
+            bool finite = true;
+            for (float x : r.o) finite &= std::isfinite(x);
+            for (float x : r.s) finite &= std::isfinite(x);
+            const double tol = c.otype == 0 ? 2e-3 : 5e-3;
+            const bool ok = orel < tol && srel < tol && finite && r.cover_ok;
+            char st[32];
+            snprintf(st, sizeof st, c.has_state ? "%.3e" : "(no state)", srel);
+            printf("%-27s %s  o rel-L2 %.3e  state rel-L2 %-10s  %s%s%s\n", c.name, form, orel, st, ok ? "OK" : "MISMATCH",
+                   finite ? "" : " NaN/inf", all_orders ? (same ? "  [3 interleavings, bitwise same]" : "  [INTERLEAVINGS DIFFER]") : "");
+            print_chunks(c, oref, r.o);
+            if (c.otype == 2) {  // the floor: the oracle itself rounded to BF16
+                std::vector<float> rb(oref.size());
+                for (size_t i = 0; i < oref.size(); i++) rb[i] = bf2f(f2bf((float)oref[i]));
+                printf("    (BF16 output: the oracle rounded to BF16 alone has o rel-L2 %.3e)\n", relL2(oref, rb));
+            }
+            if (c.delta && late)
+                printf("    LATE=true vs LATE=false: o %s, state %s\n", o_early == r.o ? "bitwise equal" : "differ",
+                       s_early == r.s ? "bitwise equal" : "differ");
+            o_early = r.o, s_early = r.s;
+            const int nf = emu_print_findings(argv[0]);
+            if (!ok || nf || (all_orders && !same)) bad++;
+            orel_lo = std::min(orel_lo, orel), orel_hi = std::max(orel_hi, orel);
+            if (c.has_state) srel_lo = std::min(srel_lo, srel), srel_hi = std::max(srel_hi, srel);
+            if (stats) emu_print_stats();
+        }
+    }
+    if (!runs) {
+        printf("no case ran (filter '%s'%s)\n", filter.c_str(), skipped ? ", GATED_DELTA not in this tree" : "");
+        return 2;
+    }
+    char srange[48] = "(no state)";
+    if (srel_hi > 0) snprintf(srange, sizeof srange, "%.1e..%.1e", srel_lo, srel_hi);
+    char forms[96];
+    snprintf(forms, sizeof forms, "GATED_LINEAR %d, GATED_DELTA LATE=false %d, LATE=true %d", form_runs[0], form_runs[1], form_runs[2]);
+    if (!has_delta) snprintf(forms, sizeof forms, "GATED_LINEAR %d", form_runs[0]);
+    printf("%s: %d runs (%s), o rel-L2 %.1e..%.1e, state rel-L2 %s", bad ? "SOME CASES FAILED OR HAD FINDINGS" : "ALL CASES OK, NO FINDINGS",
+           runs, forms, orel_lo, orel_hi, srange);
+    if (skipped) printf("; GATED_DELTA not present in this tree (%d cases skipped)", skipped);
+    printf("\n");
+    return bad ? 1 : 0;
+}

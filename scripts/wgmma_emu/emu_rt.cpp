@@ -1,0 +1,705 @@
+// emu_rt.cpp - the runtime of the host emulation of one thread block (not instrumented):
+//   * 512 fibers (ucontext) run the kernel TU's code; __syncthreads, __syncwarp, the warp
+//     shuffles/votes and each wgmma.mma_async are collectives (block / warp / warpgroup)
+//   * every load and store of the kernel TU reaches the __tsan_* hooks below: the shared-memory
+//     hazard tracker (per byte, per barrier phase) and the global-memory checks
+//   * the inline PTX that gen.py turned into tg_emu_asm calls is interpreted here: wgmma chains
+//     from the PTX ISA's definition (matrix descriptor, K-major 128-byte swizzle, m64nNk8 TF32 D
+//     fragment layout), fences, commit/wait groups, cvt.rna.tf32.f32
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "emu_api.h"
+#include "emu_rt.h"
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr size_t kStack = 512 * 1024;
+
+// ---------------------------------------------------------------- findings
+struct Finding {
+    std::string kind, detail;
+    void *pc1, *pc2;
+    long count;
+};
+std::map<std::string, Finding> g_findings;
+
+// ---------------------------------------------------------------- threads
+struct WgArgs {
+    int N;
+    uint64_t da, db;
+    bool scale_d;
+    int sa, sb;
+    float *my[128];  // this thread's accumulator registers, in the asm's list order
+    int gid;
+};
+struct Thread {
+    int tid;
+    ucontext_t ctx;
+    char *stack = nullptr;
+    bool done = false, blocked = false;
+    uint64_t cval = 0, cres = 0;  // a shuffle's / vote's value and result
+    WgArgs *wga = nullptr;
+    // wgmma state
+    bool fence_ok = false;
+    int committed = 0, waited = 0, uncommitted = 0;
+    std::vector<std::pair<uint64_t, uint32_t>> fences;  // fence.proxy.async executed: (seq, epoch)
+    std::vector<float *> inflight;  // accumulator registers of wgmma issued and not yet waited for
+};
+Thread g_thr[kThreads];
+ucontext_t g_main;
+Thread *g_cur = nullptr;
+int g_block = 0;
+const std::function<void()> *g_body = nullptr;
+
+// ---------------------------------------------------------------- memory
+unsigned char *g_sm = nullptr;  // host bytes of the shared window's dynamic part
+size_t g_sm_bytes = 0, g_alloc = 0;
+uint32_t g_sbase = 0;
+uint32_t g_epoch = 0, g_wsync[16];
+uint64_t g_seq = 0;
+std::vector<uint64_t> g_barrier_seq;  // seq at the end of each epoch
+
+struct Rec {
+    int32_t wtid = -1;
+    uint32_t wepoch = 0, wsync = 0;
+    uint64_t wseq = 0;
+    void *wpc = nullptr;
+    uint32_t repoch = UINT32_MAX;
+    uint8_t nr = 0;
+    bool rover = false;
+    int16_t rtid[4];
+    uint32_t rsync[4];
+    void *rpc[4];
+    uint32_t aepoch = UINT32_MAX;
+    uint8_t amask = 0;
+    int32_t agroup[4];
+    bool init = false;
+};
+std::vector<Rec> g_rec;
+
+struct Global {
+    std::string name;
+    unsigned char *lo;
+    size_t bytes;
+    int kind;
+    std::vector<uint8_t> writes;
+};
+std::vector<Global> g_glob;
+
+// wgmma statistics
+std::map<std::string, long> g_stats;
+
+std::vector<EmuRegion> g_layout;
+std::string region(uint32_t off) {  // offset from the aligned base sm (the kernel's layout)
+    const EmuRegion *in = nullptr;
+    for (const EmuRegion &r : g_layout)
+        if (r.lo <= off) in = &r;
+    if (!in) return "off " + std::to_string(off);
+    return std::string(in->name) + "+" + std::to_string(off - in->lo);
+}
+uint32_t sm_aligned_off(size_t host_off) {  // offset from the 1024-aligned base the kernel computes
+    const uint32_t a = g_sbase + (uint32_t)host_off;
+    const uint32_t base = (g_sbase + 1023u) & ~1023u;
+    return a - base;
+}
+
+void finding(const std::string &kind, const std::string &detail, void *pc1, void *pc2) {
+    std::ostringstream key;
+    key << kind << "|" << pc1 << "|" << pc2;
+    auto it = g_findings.find(key.str());
+    if (it == g_findings.end()) g_findings[key.str()] = {kind, detail, pc1, pc2, 1};
+    else it->second.count++;
+}
+
+bool same_warp_synced(int a, uint32_t async, int b) {  // a's access is ordered before b's by __syncwarp
+    return (a >> 5) == (b >> 5) && async < g_wsync[b >> 5];
+}
+std::string tname(int t) {
+    char b[64];
+    snprintf(b, sizeof b, "t%d(wg%d w%d l%d)", t, t >> 7, t >> 5, t & 31);
+    return b;
+}
+
+long g_nr = 0, g_nw = 0, g_ng = 0;
+void smem_access(size_t off, size_t n, bool write, void *pc) {
+    (write ? g_nw : g_nr) += (long)n;
+    const int me = g_cur->tid;
+    if (off + n > g_alloc) {
+        finding("smem access past the dynamic allocation (kSmem)", "host off " + std::to_string(off), pc, nullptr);
+    }
+    for (size_t i = 0; i < n; i++) {
+        Rec &r = g_rec[off + i];
+        const uint32_t so = sm_aligned_off(off + i);
+        if (!write) {
+            if (!r.init) finding("generic read of never-written shared memory", region(so) + " by " + tname(me), pc, nullptr);
+            if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
+                finding("RAW hazard: read of a byte written by another thread in the same phase",
+                        region(so) + " written by " + tname(r.wtid) + ", read by " + tname(me), r.wpc, pc);
+            if (r.repoch != g_epoch) r.repoch = g_epoch, r.nr = 0, r.rover = false;
+            bool have = false;
+            for (int k = 0; k < r.nr; k++)
+                if (r.rtid[k] == me) have = true, r.rsync[k] = g_wsync[me >> 5], r.rpc[k] = pc;
+            if (!have) {
+                if (r.nr < 4) r.rtid[r.nr] = (int16_t)me, r.rsync[r.nr] = g_wsync[me >> 5], r.rpc[r.nr] = pc, r.nr++;
+                else r.rover = true;
+            }
+        } else {
+            if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
+                finding("WAW hazard: two threads write a byte in the same phase",
+                        region(so) + " " + tname(r.wtid) + " then " + tname(me), r.wpc, pc);
+            if (r.repoch == g_epoch) {
+                for (int k = 0; k < r.nr; k++)
+                    if (r.rtid[k] != me && !same_warp_synced(r.rtid[k], r.rsync[k], me))
+                        finding("WAR hazard: write of a byte another thread read in the same phase",
+                                region(so) + " read by " + tname(r.rtid[k]) + ", written by " + tname(me), r.rpc[k], pc);
+                if (r.rover) finding("WAR hazard (more than 4 readers, some other thread)", region(so) + " written by " + tname(me), pc, nullptr);
+            }
+            if (r.aepoch == g_epoch) {
+                for (int w = 0; w < 4; w++) {
+                    if (!(r.amask & (1 << w))) continue;
+                    if (w != (me >> 7))
+                        finding("async-proxy hazard: generic write to a byte another warpgroup's wgmma reads in the same phase",
+                                region(so) + " wgmma of wg" + std::to_string(w) + ", written by " + tname(me), pc, nullptr);
+                    else if (g_thr[me].waited <= r.agroup[w])
+                        finding("async-proxy hazard: generic write to a byte its own warpgroup's wgmma reads, before wgmma.wait_group",
+                                region(so) + " written by " + tname(me), pc, nullptr);
+                }
+            }
+            r.wtid = me, r.wepoch = g_epoch, r.wsync = g_wsync[me >> 5], r.wseq = ++g_seq, r.wpc = pc, r.init = true;
+        }
+    }
+}
+
+void global_access(unsigned char *p, size_t n, bool write, void *pc) {
+    g_ng += (long)n;
+    for (auto &g : g_glob) {
+        if (p + n <= g.lo - 65536 || p >= g.lo + g.bytes + 65536) continue;
+        if (p < g.lo || p + n > g.lo + g.bytes) {
+            finding("global access out of a tensor's bounds", g.name + (write ? " write" : " read"), pc, nullptr);
+            return;
+        }
+        if (write) {
+            if (g.kind == 0) finding("write to an input tensor", g.name, pc, nullptr);
+            for (size_t i = 0; i < n; i++) g.writes[(p - g.lo) + i]++;
+        }
+        return;
+    }
+}
+
+inline void access(void *addr, size_t n, bool write, void *pc, bool aligned = true) {
+    if (!g_cur) return;
+    unsigned char *p = (unsigned char *)addr;
+    if (aligned && (n == 8 || n == 16) && ((uintptr_t)p % n) != 0 && ((p >= g_sm && p < g_sm + g_sm_bytes) || !g_glob.empty()))
+        finding("misaligned vector access", std::to_string(n) + " bytes", pc, nullptr);
+    for (float *f : g_cur->inflight)
+        if ((unsigned char *)f < p + n && p < (unsigned char *)(f + 1))
+            finding("accumulator register accessed while its wgmma is in flight (before wgmma.wait_group)", tname(g_cur->tid), pc, nullptr);
+    if (p >= g_sm && p < g_sm + g_sm_bytes) {
+        smem_access(p - g_sm, n, write, pc);
+        return;
+    }
+    if (!g_glob.empty()) global_access(p, n, write, pc);
+}
+
+// ---------------------------------------------------------------- fibers and collectives
+void block_me() {
+    Thread *t = g_cur;
+    t->blocked = true;
+    swapcontext(&t->ctx, &g_main);
+    g_cur = t;
+}
+
+enum { K_SYNCTHREADS = 100, K_SYNCWARP = 101, K_WGMMA = 102 };
+struct Coll {
+    int kind = 0, arg = 0, count = 0;
+    std::vector<int> who;
+};
+Coll g_warp[16], g_wg[4], g_blk;
+
+void do_wgmma(int wg, std::vector<int> &who);
+
+void arrive(Coll &c, int size, int kind, int arg, const char *what) {
+    Thread *t = g_cur;
+    if (c.count == 0) c.kind = kind, c.arg = arg, c.who.clear();
+    else if (c.kind != kind || c.arg != arg) {
+        char b[160];
+        snprintf(b, sizeof b, "%s: %s meets kind %d arg %d (kind %d arg %d waiting)", what, tname(t->tid).c_str(), kind, arg, c.kind, c.arg);
+        finding("divergent collective (threads of one warp/warpgroup/block at different collectives)", b, nullptr, nullptr);
+    }
+    c.count++;
+    c.who.push_back(t->tid);
+    if (c.count < size) {
+        block_me();
+        return;
+    }
+    // complete
+    std::vector<int> who = c.who;
+    c.count = 0;
+    if (kind == K_SYNCTHREADS) {
+        for (int i = 0; i < kThreads; i++) {
+            Thread &x = g_thr[i];
+            if (x.uncommitted) finding("barrier with uncommitted wgmma", tname(i), nullptr, nullptr);
+            if (x.waited != x.committed) finding("barrier with a wgmma group not waited for", tname(i), nullptr, nullptr);
+        }
+        g_barrier_seq.push_back(++g_seq);
+        g_epoch++;
+    } else if (kind == K_SYNCWARP) {
+        g_wsync[who[0] >> 5]++;
+    } else if (kind == K_WGMMA) {
+        do_wgmma(who[0] >> 7, who);
+    } else {  // warp shuffle / vote
+        const int w = who[0] >> 5;
+        uint64_t v[32];
+        for (int l = 0; l < 32; l++) v[l] = g_thr[32 * w + l].cval;
+        bool any = false, all = true;
+        for (int l = 0; l < 32; l++) any |= v[l] != 0, all &= v[l] != 0;
+        for (int l = 0; l < 32; l++) {
+            uint64_t r = 0;
+            if (kind == TG_SHFL_XOR) r = v[l ^ arg];
+            else if (kind == TG_SHFL_UP) r = l >= arg ? v[l - arg] : v[l];
+            else if (kind == TG_VOTE_ANY) r = any;
+            else if (kind == TG_VOTE_ALL) r = all;
+            g_thr[32 * w + l].cres = r;
+        }
+    }
+    for (int i : who) g_thr[i].blocked = false;
+}
+
+void fiber_main(int tid) {
+    g_cur = &g_thr[tid];
+    (*g_body)();
+    g_thr[tid].done = true;
+    if (g_thr[tid].uncommitted || g_thr[tid].waited != g_thr[tid].committed)
+        finding("thread exits with wgmma not committed / waited", tname(tid), nullptr, nullptr);
+    swapcontext(&g_thr[tid].ctx, &g_main);
+}
+
+// ---------------------------------------------------------------- wgmma from the PTX ISA's definition
+float tf32_trunc(float x) {  // the tensor core reads the TF32 part of an F32 operand
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u &= 0xFFFFE000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// Shared address of element (row r, k index kk < 8) of a K-major operand with 128-byte swizzle
+// (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory Layout": the matrix descriptor's
+// fields, and K-major with 128B swizzle: rows of 128 bytes, 8-row atoms SBO apart, 16-byte units
+// XOR-ed with address bits [7:9]; LBO unused for this layout).
+uint32_t operand_addr(uint64_t d, int r, int kk, const char *which) {
+    const uint32_t start = (uint32_t)(d & 0x3FFF) << 4,
+                   sbo = (uint32_t)((d >> 32) & 0x3FFF) << 4, base_off = (uint32_t)((d >> 49) & 7), mode = (uint32_t)(d >> 62);
+    const uint64_t reserved = d & ((3ull << 14) | (3ull << 30) | (7ull << 46) | (0x3FFull << 52));
+    if (reserved) finding("descriptor has bits set in reserved fields (carry out of a field?)", which, nullptr, nullptr);
+    if (mode != 1) finding("descriptor swizzle mode is not 128B", which, nullptr, nullptr);
+    if (base_off != 0) finding("descriptor base offset nonzero", which, nullptr, nullptr);
+    if ((start & 0x380) != 0)
+        finding("operand start not within the first 128-byte row of a 1024-byte swizzle pattern (needs base offset)", which, nullptr, nullptr);
+    if ((start & 127) + 32 > 128) finding("k8 slice crosses the 128-byte swizzle row", which, nullptr, nullptr);
+    const uint32_t logical = start + (uint32_t)(r >> 3) * sbo + (uint32_t)(r & 7) * 128 + (uint32_t)kk * 4;
+    return logical ^ (((logical >> 7) & 7) << 4);
+}
+float read_async(uint32_t saddr, int wg, int gid, const char *which) {
+    const size_t off = saddr - g_sbase;
+    if (saddr < g_sbase || off + 4 > g_sm_bytes) {
+        finding("wgmma operand outside shared memory", which, nullptr, nullptr);
+        return NAN;
+    }
+    if (off + 4 > g_alloc) finding("wgmma operand past the dynamic allocation", which, nullptr, nullptr);
+    for (int i = 0; i < 4; i++) {
+        Rec &r = g_rec[off + i];
+        const uint32_t so = sm_aligned_off(off + i);
+        if (!r.init) finding("wgmma reads never-written shared memory", std::string(which) + " " + region(so), nullptr, nullptr);
+        if (r.wtid >= 0 && r.wepoch == g_epoch)
+            finding("async-proxy RAW hazard: wgmma reads a byte written in the same phase (no barrier between)",
+                    std::string(which) + " " + region(so) + " written by " + tname(r.wtid) + ", wgmma of wg" + std::to_string(wg), r.wpc, nullptr);
+        else if (r.wtid >= 0) {
+            // the writer's first fence.proxy.async after the write must come before the barrier
+            // that began the reading phase
+            auto &f = g_thr[r.wtid].fences;
+            auto it = std::lower_bound(f.begin(), f.end(), std::make_pair(r.wseq + 1, 0u));
+            if (it == f.end() || g_epoch == 0 || it->first > g_barrier_seq[g_epoch - 1])
+                finding("missing fence.proxy.async: generic write read by wgmma without the writer's proxy fence before the barrier",
+                        std::string(which) + " " + region(so) + " written by " + tname(r.wtid), r.wpc, nullptr);
+        }
+        if (r.aepoch != g_epoch) r.aepoch = g_epoch, r.amask = 0;
+        r.amask |= 1 << wg;
+        r.agroup[wg] = gid;
+    }
+    float f;
+    memcpy(&f, g_sm + off, 4);
+    return f;
+}
+
+void do_wgmma(int wg, std::vector<int> &who) {
+    WgArgs &a0 = *g_thr[who[0]].wga;
+    for (int t : who) {
+        WgArgs &a = *g_thr[t].wga;
+        if (a.N != a0.N || a.da != a0.da || a.db != a0.db || a.scale_d != a0.scale_d || a.sa != a0.sa || a.sb != a0.sb || a.gid != a0.gid)
+            finding("wgmma operands not uniform over the warpgroup", tname(t), nullptr, nullptr);
+    }
+    const int N = a0.N;
+    {
+        char b[128];
+        snprintf(b, sizeof b, "wg%d m64n%dk8 A@0x%05x B@0x%05x", wg, N, (unsigned)((a0.da & 0x3FFF) << 4), (unsigned)((a0.db & 0x3FFF) << 4));
+        g_stats[b]++;
+    }
+    static float A[64][8], B[256][8], D[64][256];
+    for (int m = 0; m < 64; m++)
+        for (int k = 0; k < 8; k++) A[m][k] = tf32_trunc(read_async(operand_addr(a0.da, m, k, "A"), wg, a0.gid, "A"));
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < 8; k++) B[n][k] = tf32_trunc(read_async(operand_addr(a0.db, n, k, "B"), wg, a0.gid, "B"));
+    // accumulators in (PTX ISA, "Register Fragments", wgmma .m64nNk8 D, .f32): warp w of the warpgroup rows
+    // 16 w .. 16 w + 15; d[i]: row 16 w + lane/4 + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (lane % 4) + (i & 1)
+    static bool seen[64][256];
+    memset(seen, 0, sizeof seen);
+    for (int t : who) {
+        const int wq = (t >> 5) & 3, lane = t & 31;
+        for (int i = 0; i < N / 2; i++) {
+            const int row = 16 * wq + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+            if (seen[row][col]) finding("accumulator element held twice", "", nullptr, nullptr);
+            seen[row][col] = true;
+            D[row][col] = *g_thr[t].wga->my[i];
+        }
+    }
+    for (int m = 0; m < 64; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.0;
+            for (int k = 0; k < 8; k++) s += (double)(a0.sa * A[m][k]) * (double)(a0.sb * B[n][k]);
+            D[m][n] = (float)((a0.scale_d ? (double)D[m][n] : 0.0) + s);
+        }
+    for (int t : who) {
+        const int wq = (t >> 5) & 3, lane = t & 31;
+        for (int i = 0; i < N / 2; i++) {
+            const int row = 16 * wq + (lane >> 2) + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+            *g_thr[t].wga->my[i] = D[row][col];
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the PTX interpreter
+std::string trim(const std::string &s) {
+    size_t a = s.find_first_not_of(" \t\n{}"), b = s.find_last_not_of(" \t\n{}");
+    return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+uint32_t cvt_rna_tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return (u & 0x7FFFFFu) ? 0x7FFFFFFFu : u;
+    u += 0x1000u;  // half a TF32 ulp on the magnitude: to nearest, ties away from zero
+    return u & 0xFFFFE000u;
+}
+
+}  // namespace
+
+// ================================================================ the shims' entry points
+uint3 tg_emu_tid() { return make_uint3((unsigned)g_cur->tid, 0, 0); }
+uint3 tg_emu_bid() { return make_uint3((unsigned)g_block, 0, 0); }
+void __syncthreads() { arrive(g_blk, kThreads, K_SYNCTHREADS, 0, "__syncthreads"); }
+void __syncwarp(unsigned mask) {
+    if (mask != 0xffffffffu) finding("__syncwarp with a partial mask", "", nullptr, nullptr);
+    arrive(g_warp[g_cur->tid >> 5], 32, K_SYNCWARP, 0, "__syncwarp");
+}
+uint64_t tg_emu_warp_op(int op, uint64_t v, int arg, unsigned mask, int width) {
+    if (mask != 0xffffffffu || width != 32) finding("warp shuffle/vote with partial mask or width", "", __builtin_return_address(0), nullptr);
+    g_cur->cval = v;
+    arrive(g_warp[g_cur->tid >> 5], 32, op, arg, "shfl/vote");
+    return g_cur->cres;
+}
+size_t tg_emu_cvta_shared(const void *p) {
+    const unsigned char *q = (const unsigned char *)p;
+    if (q < g_sm || q > g_sm + g_sm_bytes) {
+        finding("__cvta_generic_to_shared of a non-shared pointer", "", __builtin_return_address(0), nullptr);
+        return 0;
+    }
+    return g_sbase + (size_t)(q - g_sm);
+}
+
+void tg_emu_asm(const char *tmpl, std::initializer_list<tg_emu_op> outs, std::initializer_list<tg_emu_op> ins) {
+    void *pc = __builtin_return_address(0);
+    std::vector<tg_emu_op> ops(outs);
+    ops.insert(ops.end(), ins.begin(), ins.end());
+    const int nout = (int)outs.size();
+    auto opnd = [&](const std::string &s) -> tg_emu_op & {
+        if (s.empty() || s[0] != '%') {
+            fprintf(stderr, "asm operand '%s'\n", s.c_str());
+            abort();
+        }
+        const int i = atoi(s.c_str() + 1);
+        if (i < 0 || i >= (int)ops.size()) {
+            fprintf(stderr, "asm operand %d of %zu\n", i, ops.size());
+            abort();
+        }
+        return ops[i];
+    };
+    std::map<std::string, uint64_t> reg;
+    std::map<std::string, bool> pred;
+    std::string all(tmpl);
+    std::vector<std::string> st;
+    {
+        std::string cur;
+        for (char ch : all) {
+            if (ch == ';') st.push_back(trim(cur)), cur.clear();
+            else cur += ch;
+        }
+        if (!trim(cur).empty()) st.push_back(trim(cur));
+    }
+    Thread *t = g_cur;
+    for (const std::string &s : st) {
+        // (trim took the scope braces off; ".reg .b64 da, db" declares nothing the interpreter needs)
+        if (s.empty() || s[0] == '.') continue;
+        std::istringstream is(s);
+        std::string opc;
+        is >> opc;
+        std::string rest;
+        std::getline(is, rest);
+        std::vector<std::string> args;
+        {
+            std::string cur;
+            int depth = 0;
+            for (char ch : rest) {
+                if (ch == '{') depth++;
+                if (ch == '}') depth--;
+                if (ch == ',' && depth == 0) args.push_back(cur), cur.clear();
+                else cur += ch;
+            }
+            if (!cur.empty()) args.push_back(cur);
+            for (auto &x : args) {
+                size_t a = x.find_first_not_of(" \t\n"), b = x.find_last_not_of(" \t\n");
+                x = a == std::string::npos ? "" : x.substr(a, b - a + 1);
+            }
+        }
+        auto val = [&](const std::string &x) -> uint64_t {
+            if (x[0] == '%') return opnd(x).u;
+            if (reg.count(x)) return reg[x];
+            return (uint64_t)strtoll(x.c_str(), nullptr, 0);
+        };
+        if (opc == "mov.b64") {
+            reg[args[0]] = val(args[1]);
+        } else if (opc == "add.s64") {
+            reg[args[0]] = val(args[1]) + val(args[2]);
+        } else if (opc == "setp.ne.b32") {
+            pred[args[0]] = (uint32_t)val(args[1]) != (uint32_t)val(args[2]);
+        } else if (opc == "wgmma.fence.sync.aligned") {
+            t->fence_ok = true;
+        } else if (opc == "wgmma.commit_group.sync.aligned") {
+            t->committed++;
+            t->uncommitted = 0;
+        } else if (opc == "wgmma.wait_group.sync.aligned") {
+            const int n = atoi(args[0].c_str());
+            if (n != 0) finding("wait_group N != 0 (not modelled)", "", pc, nullptr);
+            if (t->uncommitted) finding("wgmma.wait_group with uncommitted wgmma", tname(t->tid), pc, nullptr);
+            t->waited = t->committed;
+            t->fence_ok = false;
+            t->inflight.clear();
+        } else if (opc == "fence.proxy.async.shared::cta") {
+            t->fences.push_back({++g_seq, g_epoch});
+        } else if (opc == "cvt.rna.tf32.f32") {
+            *(uint32_t *)opnd(args[0]).p = cvt_rna_tf32(opnd(args[1]).f);
+        } else if (opc == "prefetch.global.L2") {
+            // no effect on results
+        } else if (opc.rfind("wgmma.mma_async.sync.aligned.", 0) == 0) {
+            // wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32 {d...}, da, db, p, sa, sb
+            const std::string shape = opc.substr(strlen("wgmma.mma_async.sync.aligned."));
+            int N = 0;
+            if (sscanf(shape.c_str(), "m64n%dk8.f32.tf32.tf32", &N) != 1 || shape != "m64n" + std::to_string(N) + "k8.f32.tf32.tf32") {
+                fprintf(stderr, "unsupported wgmma %s\n", opc.c_str());
+                abort();
+            }
+            if (args.size() != 6) {
+                fprintf(stderr, "wgmma args %zu\n", args.size());
+                abort();
+            }
+            WgArgs w;
+            w.N = N;
+            // the accumulator list
+            std::string lst = args[0];
+            lst = lst.substr(lst.find('{') + 1);
+            lst = lst.substr(0, lst.find('}'));
+            std::vector<std::string> dl;
+            {
+                std::string cur;
+                for (char ch : lst) {
+                    if (ch == ',') dl.push_back(trim(cur)), cur.clear();
+                    else if (ch != ' ' && ch != '\n') cur += ch;
+                }
+                if (!cur.empty()) dl.push_back(trim(cur));
+            }
+            if ((int)dl.size() != N / 2) finding("wgmma accumulator list length != N/2", opc, pc, nullptr);
+            for (int i = 0; i < (int)dl.size() && i < 128; i++) {
+                tg_emu_op &o = opnd(dl[i]);
+                const int idx = atoi(dl[i].c_str() + 1);
+                if (idx >= nout || strcmp(o.cons, "+f") != 0) finding("wgmma accumulator is not a \"+f\" output", dl[i], pc, nullptr);
+                w.my[i] = (float *)o.p;
+            }
+            w.da = val(args[1]);
+            w.db = val(args[2]);
+            if (!pred.count(args[3])) finding("wgmma scale-d predicate undefined", args[3], pc, nullptr);
+            w.scale_d = pred[args[3]];
+            w.sa = (int)(int64_t)val(args[4]);
+            w.sb = (int)(int64_t)val(args[5]);
+            w.gid = t->committed;
+            if (!t->fence_ok) finding("wgmma.mma_async without wgmma.fence since the last wait", tname(t->tid), pc, nullptr);
+            t->uncommitted++;
+            for (int i = 0; i < (int)dl.size() && i < 128; i++) t->inflight.push_back(w.my[i]);
+            t->wga = &w;
+            arrive(g_wg[t->tid >> 7], 128, K_WGMMA, 0, "wgmma");
+            t->wga = nullptr;
+        } else {
+            fprintf(stderr, "unsupported PTX statement '%s' (template '%s')\n", s.c_str(), tmpl);
+            abort();
+        }
+    }
+}
+
+// ================================================================ instrumentation hooks
+extern "C" {
+void __tsan_init() {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit() {}
+#define TG_HOOK(N)                                                                                          \
+    void __tsan_read##N(void *a) { access(a, N, false, __builtin_return_address(0)); }                     \
+    void __tsan_write##N(void *a) { access(a, N, true, __builtin_return_address(0)); }                     \
+    void __tsan_unaligned_read##N(void *a) { access(a, N, false, __builtin_return_address(0), false); }    \
+    void __tsan_unaligned_write##N(void *a) { access(a, N, true, __builtin_return_address(0), false); }    \
+    void __tsan_volatile_read##N(void *a) { access(a, N, false, __builtin_return_address(0)); }            \
+    void __tsan_volatile_write##N(void *a) { access(a, N, true, __builtin_return_address(0)); }
+TG_HOOK(1)
+TG_HOOK(2)
+TG_HOOK(4)
+TG_HOOK(8)
+TG_HOOK(16)
+void __tsan_read_range(void *a, unsigned long n) { access(a, n, false, __builtin_return_address(0)); }
+void __tsan_write_range(void *a, unsigned long n) { access(a, n, true, __builtin_return_address(0)); }
+void __tsan_vptr_update(void **, void *) {}
+// -fsanitize=alignment (UBSan) handlers: a typed access through a pointer misaligned for its type
+// (float2: 8, float4 / uint4: 16 bytes), which faults on the GPU
+void __ubsan_handle_type_mismatch_v1(void *, void *) {
+    if (g_cur) finding("misaligned typed access (UBSan alignment)", "", __builtin_return_address(0), nullptr);
+}
+void __ubsan_handle_type_mismatch_v1_abort(void *d, void *ptr) { __ubsan_handle_type_mismatch_v1(d, ptr); }
+void __tsan_vptr_read(void **) {}
+}
+
+// ================================================================ the harness API
+void emu_set_smem(void *host, size_t host_bytes, uint32_t shared_base, size_t alloc, std::vector<EmuRegion> layout) {
+    g_sm = (unsigned char *)host, g_sm_bytes = host_bytes, g_sbase = shared_base, g_alloc = alloc;
+    g_layout = std::move(layout);
+}
+void emu_clear_globals() { g_glob.clear(); }
+void emu_add_global(const char *name, void *lo, size_t bytes, int kind) {
+    g_glob.push_back({name, (unsigned char *)lo, bytes, kind, std::vector<uint8_t>(bytes, 0)});
+}
+const std::vector<uint8_t> &emu_global_writes(const char *name) {
+    for (auto &g : g_glob)
+        if (g.name == name) return g.writes;
+    static std::vector<uint8_t> none;
+    return none;
+}
+void emu_finding(const std::string &kind, const std::string &detail) { finding(kind, detail, nullptr, nullptr); }
+
+void emu_run_block(int block, int order, const std::function<void()> &body) {
+    g_block = block;
+    g_body = &body;
+    g_rec.assign(g_sm_bytes, Rec());
+    g_epoch = 0;
+    g_seq = 0;
+    g_barrier_seq.clear();
+    memset(g_wsync, 0, sizeof g_wsync);
+    // garbage in shared memory (a quiet NaN pattern): nothing may rely on zeros
+    for (size_t i = 0; i + 4 <= g_sm_bytes; i += 4) {
+        const uint32_t v = 0x7FC0A5A5u ^ (uint32_t)(i * 2654435761u & 0xFFFF);
+        memcpy(g_sm + i, &v, 4);
+    }
+    for (auto &c : g_warp) c = Coll();
+    for (auto &c : g_wg) c = Coll();
+    g_blk = Coll();
+    std::vector<int> ord(kThreads);
+    for (int i = 0; i < kThreads; i++) ord[i] = order == 1 ? kThreads - 1 - i : i;
+    if (order == 2) std::shuffle(ord.begin(), ord.end(), std::mt19937(1234 + block));
+    for (int i = 0; i < kThreads; i++) {
+        Thread &t = g_thr[i];
+        if (!t.stack) t.stack = (char *)malloc(kStack);
+        t.tid = i, t.done = false, t.blocked = false, t.fence_ok = false, t.committed = t.waited = t.uncommitted = 0;
+        t.fences.clear();
+        t.inflight.clear();
+        getcontext(&t.ctx);
+        t.ctx.uc_stack.ss_sp = t.stack;
+        t.ctx.uc_stack.ss_size = kStack;
+        t.ctx.uc_link = &g_main;
+        makecontext(&t.ctx, (void (*)())fiber_main, 1, i);
+    }
+    int ndone = 0;
+    while (ndone < kThreads) {
+        bool any = false;
+        ndone = 0;
+        for (int k = 0; k < kThreads; k++) {
+            Thread &t = g_thr[ord[k]];
+            if (t.done) {
+                ndone++;
+                continue;
+            }
+            if (t.blocked) continue;
+            g_cur = &t;
+            swapcontext(&g_main, &t.ctx);
+            g_cur = nullptr;
+            any = true;
+        }
+        if (!any && ndone < kThreads) {
+            int nb = 0;
+            for (auto &t : g_thr) nb += !t.done;
+            finding("deadlock: threads blocked at collectives that never complete", std::to_string(nb) + " threads", nullptr, nullptr);
+            break;
+        }
+    }
+    g_cur = nullptr;
+}
+
+void emu_clear_findings() { g_findings.clear(); }
+
+static std::string symbolize(const char *exe, void *pc) {
+    if (!pc) return "";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "addr2line -i -e %s %p 2>/dev/null", exe, (void *)((char *)pc - 1));
+    FILE *f = popen(cmd, "r");
+    if (!f) return "";
+    std::string out;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        std::string l(line);
+        if (!l.empty() && l.back() == '\n') l.pop_back();
+        const size_t s = l.find("gen/");
+        if (s != std::string::npos) l = l.substr(s + 4);
+        if (!out.empty()) out += " <- ";
+        out += l;
+    }
+    pclose(f);
+    return out;
+}
+
+int emu_print_findings(const char *exe) {
+    for (auto &kv : g_findings) {
+        const Finding &f = kv.second;
+        printf("  FINDING [%ld x] %s\n      e.g. %s\n", f.count, f.kind.c_str(), f.detail.c_str());
+        if (f.pc1) printf("      at %s\n", symbolize(exe, f.pc1).c_str());
+        if (f.pc2) printf("      and %s\n", symbolize(exe, f.pc2).c_str());
+    }
+    return (int)g_findings.size();
+}
+
+void emu_print_stats() {
+    printf("  tracked: smem bytes read %ld, written %ld; global bytes %ld\n", g_nr, g_nw, g_ng);
+    g_nr = g_nw = g_ng = 0;
+    for (auto &kv : g_stats) printf("  %s: %ld wgmma\n", kv.first.c_str(), kv.second);
+    g_stats.clear();
+}

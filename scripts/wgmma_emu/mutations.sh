@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# mutations.sh - the emulator's own test: each mutation below edits a copy of SRC's kernel
+# (cuda/sm90a/delta_rule_chunked_wg.cu, and cuda/chunk_parts.cuh for c()), builds the emulator on
+# it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
+# exit 1); a benign_* rewrite (same results, no new hazard) must not be. A mutation whose text is
+# not in this tree is reported n/a. Run by `make mutations`; SRC and BUILD as for the Makefile.
+# Logs: BUILD/mutations/NAME.log. Exit 1 if a bug was missed, a benign rewrite flagged or a
+# mutated copy did not build.
+set -uo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+src="$(cd "${SRC:-$root}" && pwd)"
+build="${BUILD:-$root/build-wgmma-emu}"
+kernel=cuda/sm90a/delta_rule_chunked_wg.cu
+logs="$build/mutations"
+mkdir -p "$logs"
+caught=0 bugs=0 quiet=0 benign=0 na=0 bad=0
+
+# mut NAME FILTER EDITS: EDITS are Python calls k(old, new[, count]) on the kernel and
+# c(old, new[, count]) on chunk_parts.cuh; the mutation applies only if every old text is found
+mut() {
+    local name=$1 filter=$2 edits=$3 m="$build/mut/$1" log="$logs/$1.log"
+    rm -rf "$m"
+    mkdir -p "$m/src/cuda/sm90a"
+    cp "$src"/cuda/*.cuh "$m/src/cuda/"
+    cp "$src/$kernel" "$m/src/$kernel"
+    ln -s "$src/src" "$m/src/src"
+    if ! python3 - "$m/src/$kernel" "$m/src/cuda/chunk_parts.cuh" "$edits" <<'PY'; then
+import sys
+files = {'k': sys.argv[1], 'c': sys.argv[2]}
+text = {f: open(p).read() for f, p in files.items()}
+def edit(f, old, new, count=-1):
+    if old not in text[f]:
+        sys.exit(3)
+    text[f] = text[f].replace(old, new, count)
+def k(old, new, count=-1): edit('k', old, new, count)
+def c(old, new, count=-1): edit('c', old, new, count)
+exec(sys.argv[3])
+for f, p in files.items():
+    open(p, 'w').write(text[f])
+PY
+        printf "%-26s n/a (does not apply to this tree)\n" "$name"
+        na=$((na + 1))
+        rm -rf "$m"
+        return
+    fi
+    if ! make -s -C "$here" SRC="$m/src" BUILD="$build" KBUILD="$m/build" "$m/build/emu" >"$log" 2>&1; then
+        printf "%-26s BUILD FAILED (%s)\n" "$name" "$log"
+        bad=$((bad + 1))
+        return
+    fi
+    "$m/build/emu" "$filter" >>"$log" 2>&1
+    local rc=$?
+    local mm nf kinds what
+    mm=$(grep -c MISMATCH "$log")
+    nf=$(grep -c "FINDING \[" "$log")
+    kinds=$(grep "FINDING \[" "$log" | sed 's/.*x\] //' | sort -u | head -2 | paste -sd ';' -)
+    rm -rf "$m"
+    what=$(printf "mismatches %2d  findings %3d" "$mm" "$nf")
+    [ -n "$kinds" ] && what="$what  $kinds"
+    if [[ $name == benign_* ]]; then
+        benign=$((benign + 1))
+        if [ $rc -eq 0 ]; then quiet=$((quiet + 1)); printf "%-26s not flagged (benign)\n" "$name"
+        else bad=$((bad + 1)); printf "%-26s FLAGGED, rc %d: %s\n" "$name" $rc "$what"; fi
+    else
+        bugs=$((bugs + 1))
+        if [ $rc -eq 1 ]; then caught=$((caught + 1)); printf "%-26s caught: %s\n" "$name" "$what"
+        elif [ $rc -eq 0 ] || [ $rc -eq 2 ]; then bad=$((bad + 1)); printf "%-26s MISSED (rc %d)\n" "$name" $rc
+        else caught=$((caught + 1)); printf "%-26s caught: the emulator stopped, rc %d (%s)\n" "$name" $rc "$log"; fi
+    fi
+}
+
+echo "mutations of $src (filters pick the cases; each builds the emulator once)"
+# shared by both kernel versions
+mut swizzle_r_plus1 T130_g0.2 "k('^ (r & 7)) << 4)', '^ ((r + 1) & 7)) << 4)')"
+mut qs_jump_B_506 T64 "k('TG_WG_BLOCK(\"m64n32k8\", TG_ACC16, 506, 1018) TG_WG_BLOCK', 'TG_WG_BLOCK(\"m64n32k8\", TG_ACC16, 506, 506) TG_WG_BLOCK', 1)"
+mut arow_swap T64 "k('8 * ((r >> 1) & 1); }', '8 * (r & 1); }')"
+mut upd_first_overwrite T64 "k('TG_WG_HEAD(\"m64n64k8\", TG_ACC32, 32, 33, 1)', 'TG_WG_HEAD(\"m64n64k8\", TG_ACC32, 32, 33, 0)')"
+mut no_barrier_2 T130_g0.2 "k('        __syncthreads();  // (2)', '        // (2)')"
+mut no_fence_1 T64 "k('        proxy_fence();\n        __syncthreads();  // (1)', '        __syncthreads();  // (1)')"
+mut no_fence_3 T130_g0.2 "k('        proxy_fence();\n        __syncthreads();  // (3)', '        __syncthreads();  // (3)')"
+mut gates_before_phaseA T130_g0.2 "k('        const int flags = *sTab;\n', '        const int flags = *sTab;\n        if (warp == 0 && more) gates(gl, bl);\n')"
+mut Kt_gla_no_beta T64 "k('sDl[t] * sB[t];', 'sDl[t];')"
+mut P_mask_lt T64 "k('const float p0 = s <= t ?', 'const float p0 = s < t ?')"
+mut misaligned_P T64 "k('*(float2 *)&at(oP, kC, t, s) = make_float2(p0, p1);', '*(float2 *)((char *)&at(oP, kC, t, s) + 4) = make_float2(p0, p1);')"
+mut acc_in_flight T64 "k('        uint4 rv[M];\n        if (more) {', '        uint4 rv[M];\n        accQ[3] += 1e-30f;\n        if (more) {')"
+mut decay_tab_bug T130_inf "c('return sZ[t] > s ? 0.0f : ep[t] * em[s];', 'return sZ[t] >= s ? 0.0f : ep[t] * em[s];')"
+mut benign_gates_after_wait T130_g0.2 "k('            if (warp == 0) gates(gl, bl);\n            store_qk(0', '            store_qk(0'); k('        wg_wait0();\n        pin(accQ), pin(accS);', '        wg_wait0();\n        if (more && warp == 0) gates(gl, bl);\n        pin(accQ), pin(accS);')"
+# GATED_DELTA (delta_wg_kernel<DELTA, LATE>) only
+mut no_barrier_1a gd_T64 "k('            __syncthreads();  // (1a)', '            // (1a)')"
+mut no_fence_1b gd_T64 "k('            proxy_fence();\n            __syncthreads();  // (1b)', '            __syncthreads();  // (1b)')"
+mut no_barrier_1c gd_T130_g0.2 "k('                __syncthreads();  // (1c)', '                // (1c)')"
+mut R_no_beta gd_T64 "k('x = tf32r(sB[t] * (x - keep_zero_mul', 'x = tf32r(1.0f * (x - keep_zero_mul')"
+mut T_tile_no_diag gd_T64 "k('make_float4(s0 <= t ? tf32r(x.x)', 'make_float4(s0 < t ? tf32r(x.x)')"
+mut dT_at_oK gd_T64 "k('dT = sdesc(sb + oQ)', 'dT = sdesc(sb + oK)')"
+mut Kt_keeps_beta gd_T64 "k('const float w = DELTA ? sDl[t] : sDl[t] * sB[t];', 'const float w = sDl[t] * sB[t];')"
+mut late_T_at_oQ gd_T64 "k('constexpr int oTt = LATE ? oAf : oQ;', 'constexpr int oTt = oQ;')"
+mut late_pv_T_desc_off gd_T64 "k('wg_pv(accR, sdesc(sb + oAf), dVo);', 'wg_pv(accR, sdesc(sb + oAf + 128), dVo);')"
+mut gates_in_phaseA gl_T130_g0.2 "k('        if constexpr (!LATE) p_and_qs();', '        if (warp == 0 && more) gates(gl, bl);\n        if constexpr (!LATE) p_and_qs();')"
+mut U_reads_other_rows gd_T64 "k('wg_pv(accR, dT, dVo);', 'wg_pv(accR, dT, sdesc(sb + oV + 32 * (wg ^ 1) * 128));')"
+mut A_decay_off_by_one gd_T64 "k('sB[t] * accA[r + 1] * decay(t, s + 1)', 'sB[t] * accA[r + 1] * decay(t, s)')"
+mut benign_A_diag_included gd_T64 "k('const float a0 = s < t ?', 'const float a0 = s <= t ?')"
+mut benign_R_d0_plain_mul gd_T130_inf "k('x = tf32r(sB[t] * (x - keep_zero_mul(sD0[t], accR[r])));', 'x = tf32r(sB[t] * (x - sD0[t] * accR[r]));')"
+rmdir "$build/mut" 2>/dev/null
+
+echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
+[ $bad -eq 0 ]
