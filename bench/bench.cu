@@ -555,11 +555,12 @@ int main(int argc, char **argv) {
     bench_delta("gdn.prefill.bf16/generic", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, generic, BF);
     bench_delta("gla.prefill/generic", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, generic);
     // gla.prefill with BF16 q/k/v/o (fla's chunk_simple_gla is timed with bf16 inputs): on wgmma,
-    // and on delta_chunked_kernel (knob delta_chunk_wg 1; before / after)
+    // and on delta_chunked_kernel (knob delta_chunk_wg 1; before / after); gdn.prefill.bf16's the same
     tg_cuda_sig_knobs mma = dflt;
     mma.delta_chunk_wg = 1;
     bench_delta("gla.prefill.bf16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, dflt, BF);
     bench_delta("gla.prefill.bf16/mma", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, mma, BF);
+    bench_delta("gdn.prefill.bf16/mma", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, mma, BF);
     bench_delta("gdn.long/fused", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused, BF,
                 TG_DELTA_ALGO_CHUNKED);
     // the chunk-parallel form forced (knob delta_chunk_fused 2) where AUTO takes the single kernel

@@ -595,13 +595,13 @@ inline tg_status smem_limit(tg_backend *be, K kernel, size_t smem, size_t &set, 
 // single-kernel form instead.
 tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, int optin, bool *taken);
 
-// The GATED_LINEAR full case on warpgroup tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu):
+// The full case with 16-bit q/k/v on warpgroup tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu):
 // whether this build has it (sm_90a code), the device runs it (compute capability 9.0) and knob
-// delta_chunk_wg allows it; its shared memory; its launch (grid: one block per slice, head and
-// sequence, as delta_chunked_kernel<16, true>).
+// delta_chunk_wg allows it; its shared memory (by mode); its launch (grid: one block per slice,
+// head and sequence, as delta_chunked_kernel<16, true>).
 bool tg_cuda_delta_wg_ready(tg_backend *be);
-size_t tg_cuda_delta_wg_smem();
-bool tg_cuda_delta_wg_takes(const chunk_args &a);  // GATED_LINEAR, q, k and v F16 or BF16
+size_t tg_cuda_delta_wg_smem(const chunk_args &a);
+bool tg_cuda_delta_wg_takes(const chunk_args &a);  // q, k and v F16 or BF16 (either mode)
 tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid);
 
 }  // namespace tg_chunk

@@ -364,7 +364,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const bool full = cu->sig.delta_chunk_generic == 0 && nw == 16 && BV == 128 && a.DKP == 128 && Dk == 128 && Dv % 128 == 0 && a.qk_vec && a.v_vec;
     size_t *smem_set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_SINGLE;  // each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
-    const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem() <= (size_t)optin;
+    const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(a) <= (size_t)optin;
     if (wg) {
         if (const tg_status s = tg_cuda_delta_wg_launch(be, a, grid); s != TG_OK) return s;
     } else if (full) {

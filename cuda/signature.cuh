@@ -78,12 +78,13 @@ struct tg_cuda_sig_knobs {
     // columns or fewer (gdn.long 1,621 -> 1,509 us on an H100, session 35) and at 1 always; as F32
     // at 2 (before / after; docs/ops.md). Env TG_CUDA_DELTA_H16 (0: F32 rows, 1: F16 rows always).
     int delta_chunk_h16 = 0;
-    // the single-kernel form's GATED_LINEAR full case (Dk 128, whole 128-column slices) with F16
+    // the single-kernel form's full case (Dk 128, whole 128-column slices; either mode) with F16
     // or BF16 q, k and v on warpgroup tensor cores (wgmma; cuda/sm90a/delta_rule_chunked_wg.cu):
     // 0 auto (where the build has sm_90a code and the device is compute capability 9.0), 1 never
-    // (delta_chunked_kernel<16, true>, before / after: gla.prefill.bf16 430 -> 352 us (graph) on an
-    // H100, session 39). Env TG_CUDA_DELTA_WG=0 sets 1. Not the same bits: the products sum in
-    // another order, and beta scales P and K~ instead of V.
+    // (delta_chunked_kernel<16, true>, before / after on an H100, us graph: gla.prefill.bf16 430 ->
+    // 352, session 39; gdn.prefill.bf16 651 -> 617, session 40). Env TG_CUDA_DELTA_WG=0 sets 1.
+    // Not the same bits: the products sum in another order (GATED_LINEAR: beta scales P and K~
+    // instead of V).
     int delta_chunk_wg = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of

@@ -26,7 +26,7 @@ struct ck_case {
     tg_type out = TG_TYPE_F32;  // o's type (params out_type)
     int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
     int generic = 0;            // knob delta_chunk_generic: 1 the single kernel's generic tiles in the full case
-    int wg = 0;                 // knob delta_chunk_wg: 1 keeps GATED_LINEAR's full case off wgmma
+    int wg = 0;                 // knob delta_chunk_wg: 1 keeps the full case off wgmma
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -214,17 +214,17 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     if (tensor && c.fused) EXPECT_EQ(variant.rfind("chunked-3p", 0) == 0, c.fused == 2) << "variant " << variant;
     if (std::string(c.name).rfind("full_", 0) == 0) EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
 #ifdef TG_HAVE_CUDA
-    // GATED_LINEAR's full case with 16-bit q/k/v runs on wgmma wherever the build and the device
-    // have it, unless the knob says no; F32 q/k/v and GATED_DELTA never do
+    // the full case with 16-bit q/k/v (either mode) runs on wgmma wherever the build and the device
+    // have it, unless the knob says no; F32 q/k/v never do
     if (std::string(c.name).rfind("full_", 0) == 0) {
-        const bool gla16 = c.mode == TG_DELTA_GATED_LINEAR && c.io != TG_TYPE_F32;
+        const bool wg16 = c.io != TG_TYPE_F32;
         EXPECT_EQ(wg_state == 1, c.wg == 1) << "knob delta_chunk_wg " << c.wg << ", state " << wg_state;
-        EXPECT_EQ(variant.find("/wgmma") != std::string::npos, gla16 && wg_state == 0) << variant;
+        EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16 && wg_state == 0) << variant;
 #ifdef TG_WGMMA_BUILT
         // the library was built with sm_90a code: a compute capability 9.0 device must find it
         EXPECT_NE(wg_state, 3) << "this build's wgmma kernel is a stub";
 #endif
-        if (gla16 && c.wg == 0 && wg_state != 0)
+        if (wg16 && c.wg == 0 && wg_state != 0)
             std::printf("note: %s ran delta_chunked_kernel (wgmma state %d: 2 = not a compute capability 9.0 device, 3 = no "
                         "sm_90a code)\n", c.name, wg_state);
     }
@@ -365,6 +365,15 @@ std::vector<ck_case> ck_cases() {
         {"full_gdn_no_l2norm_f16_out", 2, 130, 2, 2, 128, 128, GD, LOG, false, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
         {"full_gdn_Hv4Hk1_Dv256_bf16_state", 2, 200, 1, 4, 128, 256, GD, LOG, true, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
         {"full_gdn_beta_1", 1, 100, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
+        // GATED_DELTA's full case with 16-bit q/k/v on wgmma (above: T1, T2048, no l2norm, Hv4/Hk1
+        // Dv256, beta 1), and the same on delta_chunked_kernel (knob delta_chunk_wg 1)
+        {"full_gdn_log_gates_to_-30_bf16", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_log_gates_mixed_f16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F16, CHUNKED, -2.5f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1},
+        {"full_gdn_log_-inf_gates_f16_no_state", 2, 200, 1, 2, 128, 128, GD, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, F32, 1},
+        {"full_gdn_T8193_bf16", 1, Tx, 1, 1, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
+        {"full_gdn_mma_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 1},
+        {"full_gdn_mma_linear_zero_gates_f16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, F16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 1},
         // GATED_LINEAR's full case with 16-bit q/k/v on wgmma (cuda/sm90a/delta_rule_chunked_wg.cu),
         // and the same on delta_chunked_kernel (knob delta_chunk_wg 1)
         {"full_gla_log_gates_to_-30_bf16", 1, 200, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
@@ -378,6 +387,9 @@ std::vector<ck_case> ck_cases() {
         {"full_gla_T2048_f32_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
         {"full_gla_mma_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 1},
         {"full_gla_mma_linear_zero_gates_f16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, F16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 1},
+        // F32 q/k/v (delta_chunked_kernel's F32 instance: the wgmma kernel takes 16-bit q/k/v only)
+        {"full_gla_log_-inf_gates_f32_no_l2norm_bf16_state", 2, 200, 1, 2, 128, 128, GL, LOG, false, BF16, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, BF16, 1},
+        {"full_gla_Hv4Hk1_Dv256_f32_T1", 2, 1, 1, 4, 128, 256, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
         // the precision switch: the exact F32 scan at any T, also for 16-bit q/k/v
         {"scan_switch_D128_T2048", 1, Tl, 1, 2, 128, 128, GD, LOG, true, F32, F32, SCAN},
         {"scan_switch_f16_io", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, F16, SCAN},
@@ -529,6 +541,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
     for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
                              variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
                              variant{"chunked_full_gla_bf16", 70, 0, CHUNKED, 1, 128, 128, GL, BF16},
+                             variant{"chunked_full_gdn_f16", 70, 0, CHUNKED, 1, 128, 128, GD, F16},
                              variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {
@@ -550,8 +563,8 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         EXPECT_EQ(run_gpu(d, o, st, &ran, 2), TG_OK) << tg_last_error();
         if (w.bv == 128) EXPECT_NE(ran.find("/full"), std::string::npos) << "variant " << ran;
 #ifdef TG_HAVE_CUDA
-        // GATED_LINEAR with 16-bit q/k/v: the wgmma kernel where the device has it
-        if (w.mode == TG_DELTA_GATED_LINEAR && CudaSig::gpu)
+        // the full case with 16-bit q/k/v: the wgmma kernel where the device has it
+        if (w.bv == 128 && w.io != TG_TYPE_F32 && CudaSig::gpu)
             EXPECT_EQ(ran.find("/wgmma") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << ran;
 #endif
         if (w.bv == 16) EXPECT_NE(ran.find("/full-s128"), std::string::npos) << "variant " << ran;

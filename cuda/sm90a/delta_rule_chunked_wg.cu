@@ -1,4 +1,4 @@
-// delta_rule_chunked_wg.cu - the single-kernel chunked delta rule's GATED_LINEAR full case on
+// delta_rule_chunked_wg.cu - the single-kernel chunked delta rule's full case with 16-bit q/k/v on
 // Hopper's warpgroup tensor cores (wgmma, sm_90a; cuda/delta_rule_chunked.cu has the form and the
 // math, docs/ops.md the policy).
 //
@@ -15,7 +15,10 @@
 //           U = beta V never materializes), to shared memory; K~^T = (K (.) d(C-1, t) beta)^T
 //   B       O = d(t, -1) Q S + P V (to global), S = d(C-1, -1) S + K~^T V; while B's wgmmas run,
 //           the next chunk's Q, K and gates are staged (its V^T after them, past a barrier)
-// F32 q/k/v and GATED_DELTA (the UT transform) stay on delta_chunked_kernel. Knob delta_chunk_wg.
+// GATED_DELTA (DELTA) first turns V into U by the UT transform: K S and K K^T (as Q S and Q K^T),
+// R = beta (V - d(t, -1) K S) over V^T, A = beta K K^T (.) decay as F32 rows, T = (I + A)^-1 on
+// CUDA cores, U = T R (T as a swizzled A operand) over R^T; then P and K~ without beta (U has it)
+// and the same phase B. F32 q/k/v stay on delta_chunked_kernel. Knob delta_chunk_wg.
 #include <cstdint>
 
 #include "../chunk_parts.cuh"
@@ -35,8 +38,15 @@ constexpr int kNT = 512;
 [[maybe_unused]] constexpr int oS = 98304;      // S^T: 128 rows (value columns) x 128 (key dims): 4 blocks of 128 x 128 B
 [[maybe_unused]] constexpr int oP = 163840;     // P: 64 x 64: 2 blocks of 64 x 128 B
 [[maybe_unused]] constexpr int oKt = 180224;    // K~^T: 128 rows (key dims) x 64 (tokens): 2 blocks of 128 x 128 B
-constexpr int oF = 212992;     // gates and decays: 7 x 64 floats, 64 ints, the flags
-constexpr size_t kSmem = oF + (8 * kC + 4) * 4 + 1024;  // + the alignment slack
+// GATED_DELTA: A = beta K K^T (.) decay and T = (I + A)^-1 as F32 64 x 64 (row stride kPS) for
+// the substitution, over K~^T's region (both are read before K~^T is built) and 2 KB past it; T
+// then as a swizzled A operand (64 x 64) over A's rows (read by then)
+[[maybe_unused]] constexpr int oAf = oKt;
+[[maybe_unused]] constexpr int oTf = oKt + kC * kPS * 4;
+// gates and decays: 7 x 64 floats, 64 ints, the flags
+template <bool DELTA> constexpr int oF = DELTA ? oTf + kC * kPS * 4 : 212992;
+template <bool DELTA> constexpr size_t kSmem = oF<DELTA> + (8 * kC + 4) * 4 + 1024;  // + the alignment slack
+static_assert(oF<true> >= oKt + 32768 && oF<false> == oKt + 32768, "the gates past K~^T (and A, T)");
 
 // Byte offset of element (r, k) in a K-major tile of `rows` rows, 128-byte swizzle.
 [[maybe_unused]] __device__ __forceinline__ int sw(int rows, int r, int k) {
@@ -122,6 +132,8 @@ __device__ __forceinline__ void wg_upd(float (&d)[32], uint64_t da, uint64_t db)
 // q, k and v F16 or BF16 (8 values per 16-byte unit). (An F32 instance, 4 values per unit, lost
 // to delta_chunked_kernel's both before the asm chains below (476 against 449 us at gla.prefill on
 // an H100, session 39) and after them (471 against 447, session 40): F32 stays there.)
+// DELTA: GATED_DELTA (the UT transform), else GATED_LINEAR.
+template <bool DELTA>
 __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int W = 8;
@@ -130,7 +142,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     // to the compiler, 32-bit addresses and shared loads and stores)
     unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
-    float *sL = (float *)(sm + oF), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    float *sL = (float *)(sm + oF<DELTA>), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     auto at = [&](int off, int rows, int r, int k) -> float & { return *(float *)(sm + off + sw(rows, r, k)); };
@@ -230,6 +242,8 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     const uint64_t dQ = sdesc(sb + oQ), dS = sdesc(sb + oS + 32 * wg * 128), dK = sdesc(sb + oK + 16 * wg * 128);
     const uint64_t dP = sdesc(sb + oP), dVo = sdesc(sb + oV + 32 * wg * 128), dKt = sdesc(sb + oKt + ib * 128),
                    dVs = sdesc(sb + oV + jb * 128);
+    // GATED_DELTA: K (A of K S and K K^T; B of K K^T is dK) and T (A of U = T R)
+    [[maybe_unused]] const uint64_t dKa = sdesc(sb + oK), dT = sdesc(sb + oAf);
 
     // the first chunk
     {
@@ -262,43 +276,112 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
         const bool tab = flags & 1;  // (flags & 2, every decay finite: keep_zero_mul below needs no branch)
         auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
 
-        // A: Q S (columns 32 wg ..) and Q K^T (columns 16 wg ..), k over the 128 key dims
-        pin(accQ), pin(accP);
-        wg_fence();
-        wg_qs(accQ, dQ, dS);
-        wg_qk(accP, dQ, dK);
-        wg_commit();
-        wg_wait0();
-        pin(accQ), pin(accP);
-        // P (.) decay, s <= t, times beta_s, to shared memory; Q S times d(t, -1)
-#pragma unroll
-        for (int r = 0; r < 8; r += 2) {
-            const int t = arow(r), s = 16 * wg + acol(r);
-            const float p0 = s <= t ? tf32r(accP[r] * decay(t, s) * sB[s]) : 0.0f;
-            const float p1 = s + 1 <= t ? tf32r(accP[r + 1] * decay(t, s + 1) * sB[s + 1]) : 0.0f;
-            *(float2 *)&at(oP, kC, t, s) = make_float2(p0, p1);
+        // A: Q S (columns 32 wg ..) and Q K^T (columns 16 wg ..), k over the 128 key dims;
+        // GATED_DELTA first K S (columns 32 wg ..) and K K^T (columns 16 wg ..), its Q S and Q K^T
+        // later, beside U = T R (with all four here, 90 bytes of spills)
+        [[maybe_unused]] float accR[DELTA ? 16 : 1], accA[DELTA ? 8 : 1];
+        if constexpr (DELTA) {
+            pin(accR), pin(accA);
+            wg_fence();
+            wg_qs(accR, dKa, dS);
+            wg_qk(accA, dKa, dK);
+            wg_commit();
+            wg_wait0();
+            pin(accR), pin(accA);
+        } else {
+            pin(accQ), pin(accP);
+            wg_fence();
+            wg_qs(accQ, dQ, dS);
+            wg_qk(accP, dQ, dK);
+            wg_commit();
+            wg_wait0();
+            pin(accQ), pin(accP);
         }
-        // (keep_zero_mul everywhere: with every decay finite it is the plain product but for a zero's
-        // sign; one code path keeps the accumulators where the wgmma pipeline has them)
-        {
+        // P (.) decay, s <= t, to shared memory: GATED_LINEAR times beta_s (U = beta V is never
+        // built), GATED_DELTA not (beta is in R, so in U); Q S times d(t, -1)
+        auto p_and_qs = [&]() {
+#pragma unroll
+            for (int r = 0; r < 8; r += 2) {
+                const int t = arow(r), s = 16 * wg + acol(r);
+                const float b0 = DELTA ? 1.0f : sB[s], b1 = DELTA ? 1.0f : sB[s + 1];
+                const float p0 = s <= t ? tf32r(accP[r] * decay(t, s) * b0) : 0.0f;
+                const float p1 = s + 1 <= t ? tf32r(accP[r + 1] * decay(t, s + 1) * b1) : 0.0f;
+                *(float2 *)&at(oP, kC, t, s) = make_float2(p0, p1);
+            }
+            // (keep_zero_mul everywhere: with every decay finite it is the plain product but for a
+            // zero's sign; one code path keeps the accumulators where the wgmma pipeline has them)
             const float d0 = sD0[arow(0)], d1 = sD0[arow(2)];
 #pragma unroll
             for (int r = 0; r < 16; r++) accQ[r] = keep_zero_mul((r & 2) ? d1 : d0, accQ[r]);
+        };
+        if constexpr (!DELTA) p_and_qs();
+        [[maybe_unused]] float *const sAm = (float *)(sm + oAf), *const sTm = (float *)(sm + oTf);
+        if constexpr (DELTA) {
+            // A = beta_t K_t . K_s d(t, s), s < t (F32, read by the substitution only); R = beta_t
+            // (V_t - d(t, -1) (K S)_t) over V^T (each warpgroup its own 32 value columns: the rows
+            // 32 wg .. of V^T, which only it reads until barrier (1))
+#pragma unroll
+            for (int r = 0; r < 8; r += 2) {
+                const int t = arow(r), s = 16 * wg + acol(r);
+                const float a0 = s < t ? sB[t] * accA[r] * decay(t, s) : 0.0f;
+                const float a1 = s + 1 < t ? sB[t] * accA[r + 1] * decay(t, s + 1) : 0.0f;
+                *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; r++) {
+                const int t = arow(r);
+                float &x = at(oV, 128, 32 * wg + acol(r), t);
+                x = tf32r(sB[t] * (x - keep_zero_mul(sD0[t], accR[r])));
+            }
         }
-        // K~^T = (K (.) d(C-1, t) beta_t)^T: a warp reads 32 rows t of one 16-byte unit, writes
-        // 32 distinct banks
+        if constexpr (DELTA) {
+            // T = (I + A)^-1 (F32), then T as the A operand of U = T R (its upper triangle zero: the
+            // substitution keeps partial sums there), then U = T R, U^T over R^T (each warpgroup its
+            // own rows again)
+            __syncthreads();  // (1a) A complete
+            invert_unit_lower_doubling<kNT>(sAm, sTm);
+            __syncthreads();
+            // (T's tile over A's rows, read by now: Q stays for Q S and Q K^T beside U)
+            static_assert(oAf % 1024 == 0, "swizzle atoms");
+#pragma unroll
+            for (int m = 0; m < kC * kC / 4 / kNT; m++) {
+                const int u = tid + kNT * m, t = u >> 4, s0 = (u & 15) * 4;
+                const float4 x = *(const float4 *)&sTm[t * kPS + s0];
+                *(float4 *)(sm + oAf + sw(kC, t, s0)) =
+                    make_float4(s0 <= t ? tf32r(x.x) : 0.0f, s0 + 1 <= t ? tf32r(x.y) : 0.0f, s0 + 2 <= t ? tf32r(x.z) : 0.0f,
+                                s0 + 3 <= t ? tf32r(x.w) : 0.0f);
+            }
+            proxy_fence();
+            __syncthreads();  // (1b) T and R^T ready; A and T's F32 rows free (K~^T goes there)
+#pragma unroll
+            for (int r = 0; r < 16; r++) accR[r] = 0.0f;
+            pin(accQ), pin(accP), pin(accR);
+            wg_fence();
+            wg_qs(accQ, dQ, dS);
+            wg_qk(accP, dQ, dK);
+            wg_pv(accR, dT, dVo);
+            wg_commit();
+            wg_wait0();
+            pin(accQ), pin(accP), pin(accR);
+#pragma unroll
+            for (int r = 0; r < 16; r++) at(oV, 128, 32 * wg + acol(r), arow(r)) = tf32r(accR[r]);
+            p_and_qs();
+            __syncthreads();  // (1c) every warpgroup's U = T R has read T (K~^T goes over it)
+        }
+        // K~^T = (K (.) d(C-1, t) beta_t)^T (GATED_DELTA: without beta_t, which U has): a warp
+        // reads 32 rows t of one 16-byte unit, writes 32 distinct banks
 #pragma unroll
         for (int m = 0; m < kC * 32 / kNT; m++) {
             const int u = tid + kNT * m, t = u & (kC - 1), i0 = (u >> 6) * 4;
             const float4 kv = *(const float4 *)(sm + oK + sw(kC, t, i0));
-            const float w = sDl[t] * sB[t];
+            const float w = DELTA ? sDl[t] : sDl[t] * sB[t];
             at(oKt, 128, i0, t) = tf32r(kv.x * w), at(oKt, 128, i0 + 1, t) = tf32r(kv.y * w);
             at(oKt, 128, i0 + 2, t) = tf32r(kv.z * w), at(oKt, 128, i0 + 3, t) = tf32r(kv.w * w);
         }
         // the last decay, read before the barrier: warp 0 rebuilds the arrays for the next chunk after it
         const float dl = sD0[kC - 1];
         proxy_fence();
-        __syncthreads();  // (1) Q, K, the gate arrays free; P, K~^T, V^T ready
+        __syncthreads();  // (1) Q (or T), K, the gate arrays free; P, K~^T, V^T (U^T) ready
 
         // B: O += P V (k over the chunk's tokens), S = d(C-1, -1) S + K~^T V (Q S read S^T in A,
         // before the barrier above)
@@ -364,19 +447,25 @@ namespace tg_chunk {
 
 bool tg_cuda_delta_wg_ready(tg_backend *be) { return tg_cuda_delta_wgmma_state(be) == 0; }
 
-size_t tg_cuda_delta_wg_smem() { return TG_WGMMA ? kSmem : 0; }
+size_t tg_cuda_delta_wg_smem(const chunk_args &a) { return TG_WGMMA ? (a.delta ? kSmem<true> : kSmem<false>) : 0; }
 
 bool tg_cuda_delta_wg_takes(const chunk_args &a) {
     auto half = [](tg_type t) { return t == TG_TYPE_F16 || t == TG_TYPE_BF16; };
-    return !a.delta && half(a.q.type) && half(a.k.type) && half(a.v.type);
+    return half(a.q.type) && half(a.k.type) && half(a.v.type);
 }
 
 tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
     const char *call = "delta_rule";
     tg_cuda_impl *cu = tg_cuda(be);
-    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG];
-    if (const tg_status s = smem_limit(be, delta_wg_kernel, kSmem, set, call); s != TG_OK) return s;
-    delta_wg_kernel<<<grid, kNT, kSmem, cu->stream>>>(a);  // (the caller checks the launch)
+    // (a slot per instance: the shared-memory limit is a kernel's own attribute)
+    size_t &set = cu->delta_smem_set[a.delta ? tg_cuda_impl::TG_CUDA_DSMEM_WG + 1 : tg_cuda_impl::TG_CUDA_DSMEM_WG];
+    if (a.delta) {
+        if (const tg_status s = smem_limit(be, delta_wg_kernel<true>, kSmem<true>, set, call); s != TG_OK) return s;
+        delta_wg_kernel<true><<<grid, kNT, kSmem<true>, cu->stream>>>(a);  // (the caller checks the launch)
+        return TG_OK;
+    }
+    if (const tg_status s = smem_limit(be, delta_wg_kernel<false>, kSmem<false>, set, call); s != TG_OK) return s;
+    delta_wg_kernel<false><<<grid, kNT, kSmem<false>, cu->stream>>>(a);
     return TG_OK;
 }
 
