@@ -47,10 +47,10 @@ struct EmuArgs {
     float scale;
     int DKP, BV, nslices, qk_vec, v_vec, o_pair;
 };
-// whether the tree's kernel has the GATED_DELTA forms (delta_wg_kernel<DELTA, LATE>; gen.py decides)
+// whether the tree's kernel has GATED_DELTA (delta_wg_kernel<DELTA>; gen.py decides)
 bool tg_emu_has_delta();
-// one thread's run of the block's code (delta, late: the template arguments; 0, 0 without them)
-void tg_emu_kernel(int delta, int late, const EmuArgs &a);
+// one thread's run of the block's code (delta: the template argument; ignored by a GATED_LINEAR-only kernel)
+void tg_emu_kernel(int delta, const EmuArgs &a);
 size_t tg_emu_kSmem(int delta);
 std::vector<EmuRegion> tg_emu_layout(int delta);
 void *tg_emu_smem_host();

@@ -1,8 +1,8 @@
 // emu_kernel.cpp - the kernel TU: the tree's cuda/sm90a/delta_rule_chunked_wg.cu as gen.py copied
 // it (asm rewritten, host launch code cut), compiled as host C++ with -fsanitize=thread so that
 // its memory accesses reach the hooks in emu_rt.cpp. emu_config.h (gen.py) says which kernel
-// version the tree has: TG_EMU_DELTA_FORMS 1 for delta_wg_kernel<DELTA, LATE>, 0 for the
-// GATED_LINEAR-only delta_wg_kernel.
+// version the tree has: TG_EMU_DELTA 1 for delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only
+// delta_wg_kernel of older trees.
 #include "emu_config.h"
 #include "emu_rt.h"
 namespace {
@@ -32,7 +32,7 @@ static chunk_args args_of(const EmuArgs &e) {
     return a;
 }
 
-#if TG_EMU_DELTA_FORMS
+#if TG_EMU_DELTA
 static_assert(kSmem<true> <= 232448 && kSmem<false> <= 232448, "wsm4 holds the dynamic allocation");
 bool tg_emu_has_delta() { return true; }
 size_t tg_emu_kSmem(int delta) { return delta ? kSmem<true> : kSmem<false>; }
@@ -40,22 +40,21 @@ std::vector<EmuRegion> tg_emu_layout(int delta) {
     if (!delta)
         return {{"Q", oQ}, {"K", oK}, {"V^T", oV}, {"S^T", oS}, {"P", oP}, {"K~^T", oKt}, {"gates", oF<false>},
                 {"past the gates", oF<false> + (8 * kC + 4) * 4}};
-    return {{"Q / T tile", oQ},
+    return {{"Q", oQ},
             {"K", oK},
             {"V^T (R^T, U^T)", oV},
             {"S^T", oS},
             {"P", oP},
-            {"K~^T / A (F32) / LATE T tile", oAf},
+            {"K~^T / A (F32) / T tile", oAf},
             {"K~^T / T (F32)", oTf},
             {"T (F32)", oKt + 32768},
             {"gates", oF<true>},
             {"past the gates", oF<true> + (8 * kC + 4) * 4}};
 }
-void tg_emu_kernel(int delta, int late, const EmuArgs &e) {
+void tg_emu_kernel(int delta, const EmuArgs &e) {
     const chunk_args a = args_of(e);
-    if (delta && late) delta_wg_kernel<true, true>(a);
-    else if (delta) delta_wg_kernel<true, false>(a);
-    else delta_wg_kernel<false, false>(a);
+    if (delta) delta_wg_kernel<true>(a);
+    else delta_wg_kernel<false>(a);
 }
 #else
 static_assert(kSmem <= 232448, "wsm4 holds the dynamic allocation");
@@ -65,5 +64,5 @@ std::vector<EmuRegion> tg_emu_layout(int) {
     return {{"Q", oQ}, {"K", oK}, {"V^T", oV}, {"S^T", oS}, {"P", oP}, {"K~^T", oKt}, {"gates", oF},
             {"past the gates", oF + (8 * kC + 4) * 4}};
 }
-void tg_emu_kernel(int, int, const EmuArgs &e) { delta_wg_kernel(args_of(e)); }
+void tg_emu_kernel(int, const EmuArgs &e) { delta_wg_kernel(args_of(e)); }
 #endif

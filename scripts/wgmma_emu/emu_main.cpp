@@ -191,7 +191,7 @@ static EmuDesc desc(char *data, int type, long long n0, long long n1, long long 
     return d;
 }
 
-static Result run_kernel(const Case &c, const Inputs &in, int late, int order, uint32_t sbase, float scale) {
+static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale) {
     const int Dk = in.Dk;
     Buf bq, bk, bv, bg, bb, bs, bo;
     bq.alloc(in.q.size() * 2), bk.alloc(in.k.size() * 2), bv.alloc(in.v.size() * 2);
@@ -228,7 +228,7 @@ static Result run_kernel(const Case &c, const Inputs &in, int late, int order, u
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
     emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, tg_emu_layout(c.delta));
     const int blocks = c.B * c.Hv * (c.Dv / 128);
-    for (int blk = 0; blk < blocks; blk++) emu_run_block(blk, order, [&]() { tg_emu_kernel(c.delta, late, a); });
+    for (int blk = 0; blk < blocks; blk++) emu_run_block(blk, order, [&]() { tg_emu_kernel(c.delta, a); });
     Result r;
     r.cover_ok = true;
     const auto &wo = emu_global_writes("o");
@@ -315,56 +315,49 @@ int main(int argc, char **argv) {
     };
     const float scale = 1.0f / std::sqrt(128.0f);
     const bool has_delta = tg_emu_has_delta();
-    int bad = 0, runs = 0, skipped = 0, form_runs[3] = {};  // GATED_LINEAR, GATED_DELTA LATE=false, LATE=true
+    int bad = 0, runs = 0, skipped = 0, mode_runs[2] = {};  // GATED_LINEAR, GATED_DELTA
     double orel_lo = INFINITY, orel_hi = 0, srel_lo = INFINITY, srel_hi = 0;
     for (const Case &c : cases) {
         if (!filter.empty() && std::string(c.name).find(filter) == std::string::npos) continue;
         if (c.delta && !has_delta) {
-            printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA, LATE>): skipped\n", c.name);
+            printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA>): skipped\n", c.name);
             skipped++;
             continue;
         }
         const Inputs in = make_inputs(c);
         std::vector<double> oref, sref;
         oracle(c, in, scale, oref, sref);
-        std::vector<float> o_early, s_early;  // GATED_DELTA LATE=false's results, for LATE=true's
-        for (int late = 0; late <= (c.delta ? 1 : 0); late++) {
-            const char *form = !c.delta ? "GATED_LINEAR          " : late ? "GATED_DELTA LATE=true " : "GATED_DELTA LATE=false";
-            emu_clear_findings();
-            const Result r = run_kernel(c, in, late, order, sbase, scale);
-            runs++, form_runs[c.delta + late]++;
-            const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
-            bool same = true;
-            if (all_orders)
-                for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
-                    const Result r2 = run_kernel(c, in, late, ord, sbase + 16 * 37 * ord, scale);
-                    same &= r2.o == r.o && r2.s == r.s;
-                }
-            bool finite = true;
-            for (float x : r.o) finite &= std::isfinite(x);
-            for (float x : r.s) finite &= std::isfinite(x);
-            const double tol = c.otype == 0 ? 2e-3 : 5e-3;
-            const bool ok = orel < tol && srel < tol && finite && r.cover_ok;
-            char st[32];
-            snprintf(st, sizeof st, c.has_state ? "%.3e" : "(no state)", srel);
-            printf("%-27s %s  o rel-L2 %.3e  state rel-L2 %-10s  %s%s%s\n", c.name, form, orel, st, ok ? "OK" : "MISMATCH",
-                   finite ? "" : " NaN/inf", all_orders ? (same ? "  [3 interleavings, bitwise same]" : "  [INTERLEAVINGS DIFFER]") : "");
-            print_chunks(c, oref, r.o);
-            if (c.otype == 2) {  // the floor: the oracle itself rounded to BF16
-                std::vector<float> rb(oref.size());
-                for (size_t i = 0; i < oref.size(); i++) rb[i] = bf2f(f2bf((float)oref[i]));
-                printf("    (BF16 output: the oracle rounded to BF16 alone has o rel-L2 %.3e)\n", relL2(oref, rb));
+        emu_clear_findings();
+        const Result r = run_kernel(c, in, order, sbase, scale);
+        runs++, mode_runs[c.delta]++;
+        const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
+        bool same = true;
+        if (all_orders)
+            for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
+                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale);
+                same &= r2.o == r.o && r2.s == r.s;
             }
-            if (c.delta && late)
-                printf("    LATE=true vs LATE=false: o %s, state %s\n", o_early == r.o ? "bitwise equal" : "differ",
-                       s_early == r.s ? "bitwise equal" : "differ");
-            o_early = r.o, s_early = r.s;
-            const int nf = emu_print_findings(argv[0]);
-            if (!ok || nf || (all_orders && !same)) bad++;
-            orel_lo = std::min(orel_lo, orel), orel_hi = std::max(orel_hi, orel);
-            if (c.has_state) srel_lo = std::min(srel_lo, srel), srel_hi = std::max(srel_hi, srel);
-            if (stats) emu_print_stats();
+        bool finite = true;
+        for (float x : r.o) finite &= std::isfinite(x);
+        for (float x : r.s) finite &= std::isfinite(x);
+        const double tol = c.otype == 0 ? 2e-3 : 5e-3;
+        const bool ok = orel < tol && srel < tol && finite && r.cover_ok;
+        char st[32];
+        snprintf(st, sizeof st, c.has_state ? "%.3e" : "(no state)", srel);
+        printf("%-27s %s  o rel-L2 %.3e  state rel-L2 %-10s  %s%s%s\n", c.name, c.delta ? "GATED_DELTA " : "GATED_LINEAR", orel, st,
+               ok ? "OK" : "MISMATCH", finite ? "" : " NaN/inf",
+               all_orders ? (same ? "  [3 interleavings, bitwise same]" : "  [INTERLEAVINGS DIFFER]") : "");
+        print_chunks(c, oref, r.o);
+        if (c.otype == 2) {  // the floor: the oracle itself rounded to BF16
+            std::vector<float> rb(oref.size());
+            for (size_t i = 0; i < oref.size(); i++) rb[i] = bf2f(f2bf((float)oref[i]));
+            printf("    (BF16 output: the oracle rounded to BF16 alone has o rel-L2 %.3e)\n", relL2(oref, rb));
         }
+        const int nf = emu_print_findings(argv[0]);
+        if (!ok || nf || (all_orders && !same)) bad++;
+        orel_lo = std::min(orel_lo, orel), orel_hi = std::max(orel_hi, orel);
+        if (c.has_state) srel_lo = std::min(srel_lo, srel), srel_hi = std::max(srel_hi, srel);
+        if (stats) emu_print_stats();
     }
     if (!runs) {
         printf("no case ran (filter '%s'%s)\n", filter.c_str(), skipped ? ", GATED_DELTA not in this tree" : "");
@@ -372,11 +365,11 @@ int main(int argc, char **argv) {
     }
     char srange[48] = "(no state)";
     if (srel_hi > 0) snprintf(srange, sizeof srange, "%.1e..%.1e", srel_lo, srel_hi);
-    char forms[96];
-    snprintf(forms, sizeof forms, "GATED_LINEAR %d, GATED_DELTA LATE=false %d, LATE=true %d", form_runs[0], form_runs[1], form_runs[2]);
-    if (!has_delta) snprintf(forms, sizeof forms, "GATED_LINEAR %d", form_runs[0]);
+    char modes[64];
+    snprintf(modes, sizeof modes, "GATED_LINEAR %d, GATED_DELTA %d", mode_runs[0], mode_runs[1]);
+    if (!has_delta) snprintf(modes, sizeof modes, "GATED_LINEAR %d", mode_runs[0]);
     printf("%s: %d runs (%s), o rel-L2 %.1e..%.1e, state rel-L2 %s", bad ? "SOME CASES FAILED OR HAD FINDINGS" : "ALL CASES OK, NO FINDINGS",
-           runs, forms, orel_lo, orel_hi, srange);
+           runs, modes, orel_lo, orel_hi, srange);
     if (skipped) printf("; GATED_DELTA not present in this tree (%d cases skipped)", skipped);
     printf("\n");
     return bad ? 1 : 0;

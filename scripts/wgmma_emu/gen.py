@@ -7,9 +7,9 @@ tg_emu_asm(TEMPLATE, {outputs}, {inputs}) for emu_rt.cpp's PTX interpreter. The 
 macro form, so the preprocessor builds the same string nvcc gets; line numbers stay the source's.
 The kernel file is cut after its anonymous namespace (the host launch code needs the CUDA runtime).
 
-Writes OUT/emu_config.h: TG_EMU_DELTA_FORMS 1 where the kernel is
-template <bool DELTA, bool LATE> delta_wg_kernel (GATED_LINEAR and both GATED_DELTA forms), 0 where
-it is the plain GATED_LINEAR delta_wg_kernel."""
+Writes OUT/emu_config.h: TG_EMU_DELTA 1 where the kernel is template <bool DELTA> delta_wg_kernel
+(GATED_LINEAR and GATED_DELTA), 0 where it is the plain GATED_LINEAR-only delta_wg_kernel of older
+trees; any other template is refused."""
 import os
 import re
 import sys
@@ -93,12 +93,15 @@ def rewrite(text):
         i = j
 
 
-def delta_forms(kernel):
-    """1 for template <bool DELTA, bool LATE> delta_wg_kernel, 0 for the plain one."""
-    m = re.search(r'(template\s*<\s*bool\s+DELTA\s*,\s*bool\s+LATE\s*>\s*)?'
+def has_delta(kernel):
+    """1 for template <bool DELTA> delta_wg_kernel, 0 for the plain one."""
+    m = re.search(r'(template\s*<([^>]*)>\s*)?'
                   r'__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?delta_wg_kernel\s*\(', kernel)
     if not m:
         sys.exit('gen.py: no delta_wg_kernel definition found in ' + KERNEL)
+    if m.group(1) and not re.fullmatch(r'\s*bool\s+DELTA\s*', m.group(2)):
+        sys.exit('gen.py: unsupported delta_wg_kernel template <%s> in %s (known: <bool DELTA>, none)'
+                 % (m.group(2).strip(), KERNEL))
     return 1 if m.group(1) else 0
 
 
@@ -118,12 +121,12 @@ def main():
         sys.exit('gen.py: the anonymous namespace before "namespace tg_chunk {" not found in ' + KERNEL)
     with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL)), 'w') as f:
         f.write(rewrite(kernel[:cut.start()]) + '\n}  // namespace\n')
-    forms = delta_forms(kernel)
+    delta = has_delta(kernel)
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
         f.write('// written by gen.py from %s\n#pragma once\n' % KERNEL)
-        f.write('#define TG_EMU_DELTA_FORMS %d  // %s\n' % (
-            forms, 'delta_wg_kernel<DELTA, LATE>' if forms else 'delta_wg_kernel (GATED_LINEAR only)'))
-    print('gen.py: %s -> %s (%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if forms else 'GATED_LINEAR only'))
+        f.write('#define TG_EMU_DELTA %d  // %s\n' % (
+            delta, 'delta_wg_kernel<DELTA>' if delta else 'delta_wg_kernel (GATED_LINEAR only)'))
+    print('gen.py: %s -> %s (%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only'))
 
 
 if __name__ == '__main__':
