@@ -364,7 +364,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const bool full = cu->sig.delta_chunk_generic == 0 && nw == 16 && BV == 128 && a.DKP == 128 && Dk == 128 && Dv % 128 == 0 && a.qk_vec && a.v_vec;
     size_t *smem_set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_SINGLE;  // each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
-    const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(a) <= (size_t)optin;
+    const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(be, a) <= (size_t)optin;
     if (wg) {
         if (const tg_status s = tg_cuda_delta_wg_launch(be, a, grid); s != TG_OK) return s;
     } else if (full) {
@@ -378,7 +378,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         delta_chunked_kernel<8, false><<<grid, 8 * 32, smem, cu->stream>>>(a);
     }
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-tf32/dk%d/bv%d/w%d%s", a.DKP, BV, nw,
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
              wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;

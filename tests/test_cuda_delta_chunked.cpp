@@ -220,6 +220,9 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const bool wg16 = c.io != TG_TYPE_F32;
         EXPECT_EQ(wg_state == 1, c.wg == 1) << "knob delta_chunk_wg " << c.wg << ", state " << wg_state;
         EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16 && wg_state == 0) << variant;
+        // GATED_LINEAR with BF16 q/k/v: BF16 products (delta_wgb_kernel) unless knob 2
+        const bool bf16k = c.mode == TG_DELTA_GATED_LINEAR && c.io == TG_TYPE_BF16 && wg_state == 0 && c.wg == 0;
+        EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, bf16k) << variant;
 #ifdef TG_WGMMA_BUILT
         // the library was built with sm_90a code: a compute capability 9.0 device must find it
         EXPECT_NE(wg_state, 3) << "this build's wgmma kernel is a stub";
@@ -387,6 +390,15 @@ std::vector<ck_case> ck_cases() {
         {"full_gla_T2048_f32_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
         {"full_gla_mma_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 1},
         {"full_gla_mma_linear_zero_gates_f16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, F16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 1},
+        // GATED_LINEAR with BF16 q/k/v on delta_wgb_kernel (BF16 products; the cases above with BF16
+        // inputs run it too), and on the TF32 wgmma kernel (knob delta_chunk_wg 2)
+        {"full_gla_bf16k_T1", 2, 1, 2, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_bf16k_log_-inf_gates_no_l2norm", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, BF16, 1},
+        {"full_gla_bf16k_linear_negative_gates", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gla_bf16k_Hv4Hk1_Dv256_bf16_state", 2, 130, 1, 4, 128, 256, GL, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
+        {"full_gla_bf16k_T8193", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
+        {"full_gla_tf32_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 2},
+        {"full_gla_tf32_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 2},
         // F32 q/k/v (delta_chunked_kernel's F32 instance: the wgmma kernel takes 16-bit q/k/v only)
         {"full_gla_log_-inf_gates_f32_no_l2norm_bf16_state", 2, 200, 1, 2, 128, 128, GL, LOG, false, BF16, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, BF16, 1},
         {"full_gla_Hv4Hk1_Dv256_f32_T1", 2, 1, 1, 4, 128, 256, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},

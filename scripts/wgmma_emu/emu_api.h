@@ -28,6 +28,10 @@ void emu_run_block(int block, int order, const std::function<void()> &body);
 // prints the findings so far (deduplicated, source lines by addr2line on exe); returns how many
 int emu_print_findings(const char *exe);
 void emu_clear_findings();
+// the kinds of the findings so far (one entry per distinct finding)
+std::vector<std::string> emu_finding_kinds();
+// bytes of the shared window at a host offset, read past the hazard tracker (for the self-test)
+void emu_smem_peek(size_t host_off, void *dst, size_t n);
 void emu_finding(const std::string &kind, const std::string &detail);
 // since the last call: the bytes tracked, and each wgmma (warpgroup, shape, operand start
 // addresses) with its count
@@ -55,3 +59,9 @@ size_t tg_emu_kSmem(int delta);
 std::vector<EmuRegion> tg_emu_layout(int delta);
 void *tg_emu_smem_host();
 size_t tg_emu_smem_host_bytes();
+// the BF16 GATED_LINEAR kernel delta_wgb_kernel (gen.py: TG_EMU_WGB), launched as
+// delta_wg_kernel<false> (same chunk_args, 512 threads) with kSmemB bytes of shared memory
+bool tg_emu_has_wgb();
+size_t tg_emu_kSmemB();
+std::vector<EmuRegion> tg_emu_layout_b();
+void tg_emu_kernel_b(const EmuArgs &a);

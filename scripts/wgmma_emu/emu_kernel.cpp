@@ -2,7 +2,8 @@
 // it (asm rewritten, host launch code cut), compiled as host C++ with -fsanitize=thread so that
 // its memory accesses reach the hooks in emu_rt.cpp. emu_config.h (gen.py) says which kernel
 // version the tree has: TG_EMU_DELTA 1 for delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only
-// delta_wg_kernel of older trees.
+// delta_wg_kernel of older trees; TG_EMU_WGB 1 where the file also has the BF16 GATED_LINEAR kernel
+// delta_wgb_kernel (shared memory kSmemB).
 #include "emu_config.h"
 #include "emu_rt.h"
 namespace {
@@ -65,4 +66,18 @@ std::vector<EmuRegion> tg_emu_layout(int) {
             {"past the gates", oF + (8 * kC + 4) * 4}};
 }
 void tg_emu_kernel(int, const EmuArgs &e) { delta_wg_kernel(args_of(e)); }
+#endif
+
+// the BF16 GATED_LINEAR kernel delta_wgb_kernel(const chunk_args), where the tree has it
+#if TG_EMU_WGB
+static_assert(kSmemB <= 232448, "wsm4 holds the dynamic allocation");
+bool tg_emu_has_wgb() { return true; }
+size_t tg_emu_kSmemB() { return kSmemB; }
+std::vector<EmuRegion> tg_emu_layout_b() { return {{"wgb smem", 0}}; }
+void tg_emu_kernel_b(const EmuArgs &e) { delta_wgb_kernel(args_of(e)); }
+#else
+bool tg_emu_has_wgb() { return false; }
+size_t tg_emu_kSmemB() { return 0; }
+std::vector<EmuRegion> tg_emu_layout_b() { return {}; }
+void tg_emu_kernel_b(const EmuArgs &) {}
 #endif

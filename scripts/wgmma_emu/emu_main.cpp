@@ -191,7 +191,8 @@ static EmuDesc desc(char *data, int type, long long n0, long long n1, long long 
     return d;
 }
 
-static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale) {
+// wgb: delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v) instead of delta_wg_kernel
+static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb) {
     const int Dk = in.Dk;
     Buf bq, bk, bv, bg, bb, bs, bo;
     bq.alloc(in.q.size() * 2), bk.alloc(in.k.size() * 2), bv.alloc(in.v.size() * 2);
@@ -224,11 +225,15 @@ static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sb
     emu_add_global("beta", bb.data(), bb.bytes, 0);
     if (c.has_state) emu_add_global("state", bs.data(), bs.bytes, 2);
     emu_add_global("o", bo.data(), bo.bytes, 1);
-    const size_t ksm = tg_emu_kSmem(c.delta);
+    const size_t ksm = wgb ? tg_emu_kSmemB() : tg_emu_kSmem(c.delta);
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
-    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, tg_emu_layout(c.delta));
+    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, wgb ? tg_emu_layout_b() : tg_emu_layout(c.delta));
     const int blocks = c.B * c.Hv * (c.Dv / 128);
-    for (int blk = 0; blk < blocks; blk++) emu_run_block(blk, order, [&]() { tg_emu_kernel(c.delta, a); });
+    for (int blk = 0; blk < blocks; blk++)
+        emu_run_block(blk, order, [&]() {
+            if (wgb) tg_emu_kernel_b(a);
+            else tg_emu_kernel(c.delta, a);
+        });
     Result r;
     r.cover_ok = true;
     const auto &wo = emu_global_writes("o");
@@ -314,27 +319,41 @@ int main(int argc, char **argv) {
         {"gl_T130_inf", 0, 130, 1, 1, 2, 128, -0.2f, 0.0f, 1, 1, 1, 0},
     };
     const float scale = 1.0f / std::sqrt(128.0f);
-    const bool has_delta = tg_emu_has_delta();
-    int bad = 0, runs = 0, skipped = 0, mode_runs[2] = {};  // GATED_LINEAR, GATED_DELTA
+    const bool has_delta = tg_emu_has_delta(), has_wgb = tg_emu_has_wgb();
+    int bad = 0, runs = 0, skipped = 0, mode_runs[2] = {}, wgb_runs = 0, wgb_absent = 0;  // GATED_LINEAR, GATED_DELTA
     double orel_lo = INFINITY, orel_hi = 0, srel_lo = INFINITY, srel_hi = 0;
+    // each case on delta_wg_kernel; the GATED_LINEAR ones with BF16 q/k/v also on delta_wgb_kernel
+    // (as "wgb_" + the case's name) where the tree has it
+    std::vector<std::pair<const Case *, bool>> runlist;
     for (const Case &c : cases) {
-        if (!filter.empty() && std::string(c.name).find(filter) == std::string::npos) continue;
+        runlist.push_back({&c, false});
+        if (!c.delta && c.qkvtype == 2) runlist.push_back({&c, true});
+    }
+    for (const auto &rl : runlist) {
+        const Case &c = *rl.first;
+        const bool wgb = rl.second;
+        const std::string cname = (wgb ? "wgb_" : "") + std::string(c.name);
+        if (!filter.empty() && cname.find(filter) == std::string::npos) continue;
         if (c.delta && !has_delta) {
             printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA>): skipped\n", c.name);
             skipped++;
+            continue;
+        }
+        if (wgb && !has_wgb) {
+            wgb_absent++;
             continue;
         }
         const Inputs in = make_inputs(c);
         std::vector<double> oref, sref;
         oracle(c, in, scale, oref, sref);
         emu_clear_findings();
-        const Result r = run_kernel(c, in, order, sbase, scale);
-        runs++, mode_runs[c.delta]++;
+        const Result r = run_kernel(c, in, order, sbase, scale, wgb);
+        runs++, mode_runs[c.delta]++, wgb_runs += wgb;
         const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
         bool same = true;
         if (all_orders)
             for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
-                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale);
+                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale, wgb);
                 same &= r2.o == r.o && r2.s == r.s;
             }
         bool finite = true;
@@ -344,7 +363,7 @@ int main(int argc, char **argv) {
         const bool ok = orel < tol && srel < tol && finite && r.cover_ok;
         char st[32];
         snprintf(st, sizeof st, c.has_state ? "%.3e" : "(no state)", srel);
-        printf("%-27s %s  o rel-L2 %.3e  state rel-L2 %-10s  %s%s%s\n", c.name, c.delta ? "GATED_DELTA " : "GATED_LINEAR", orel, st,
+        printf("%-27s %s  o rel-L2 %.3e  state rel-L2 %-10s  %s%s%s\n", cname.c_str(), c.delta ? "GATED_DELTA " : "GATED_LINEAR", orel, st,
                ok ? "OK" : "MISMATCH", finite ? "" : " NaN/inf",
                all_orders ? (same ? "  [3 interleavings, bitwise same]" : "  [INTERLEAVINGS DIFFER]") : "");
         print_chunks(c, oref, r.o);
@@ -359,15 +378,17 @@ int main(int argc, char **argv) {
         if (c.has_state) srel_lo = std::min(srel_lo, srel), srel_hi = std::max(srel_hi, srel);
         if (stats) emu_print_stats();
     }
+    if (wgb_absent) printf("delta_wgb_kernel not present in this tree's kernel: its %d GATED_LINEAR BF16 runs skipped\n", wgb_absent);
     if (!runs) {
         printf("no case ran (filter '%s'%s)\n", filter.c_str(), skipped ? ", GATED_DELTA not in this tree" : "");
         return 2;
     }
     char srange[48] = "(no state)";
     if (srel_hi > 0) snprintf(srange, sizeof srange, "%.1e..%.1e", srel_lo, srel_hi);
-    char modes[64];
+    char modes[128];
     snprintf(modes, sizeof modes, "GATED_LINEAR %d, GATED_DELTA %d", mode_runs[0], mode_runs[1]);
     if (!has_delta) snprintf(modes, sizeof modes, "GATED_LINEAR %d", mode_runs[0]);
+    if (wgb_runs) snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "; delta_wgb_kernel %d of them", wgb_runs);
     printf("%s: %d runs (%s), o rel-L2 %.1e..%.1e, state rel-L2 %s", bad ? "SOME CASES FAILED OR HAD FINDINGS" : "ALL CASES OK, NO FINDINGS",
            runs, modes, orel_lo, orel_hi, srange);
     if (skipped) printf("; GATED_DELTA not present in this tree (%d cases skipped)", skipped);

@@ -4,8 +4,10 @@
 //   * every load and store of the kernel TU reaches the __tsan_* hooks below: the shared-memory
 //     hazard tracker (per byte, per barrier phase) and the global-memory checks
 //   * the inline PTX that gen.py turned into tg_emu_asm calls is interpreted here: wgmma chains
-//     from the PTX ISA's definition (matrix descriptor, K-major 128-byte swizzle, m64nNk8 TF32 D
-//     fragment layout), fences, commit/wait groups, cvt.rna.tf32.f32
+//     from the PTX ISA's definition (matrix descriptor, K-major and MN-major 128-byte swizzle,
+//     m64nNk8 TF32 and m64nNk16 BF16/F16 with the .f32 D fragment layout), fences, commit/wait
+//     groups, cvt.rna.tf32.f32, and cp.async (issue, commit_group, wait_group N, wait_all) with its
+//     shared-memory writes landing at the issuing thread's wait
 #include <ucontext.h>
 
 #include <cstdio>
@@ -34,7 +36,9 @@ std::map<std::string, Finding> g_findings;
 
 // ---------------------------------------------------------------- threads
 struct WgArgs {
-    int N;
+    int N, K;       // K 8 (TF32) or 16 (16-bit types)
+    int ty;         // operand type: 0 TF32, 1 F16, 2 BF16
+    int ta, tb;     // imm-trans-a / -b: 0 K-major, 1 MN-major
     uint64_t da, db;
     bool scale_d;
     int sa, sb;
@@ -53,6 +57,17 @@ struct Thread {
     int committed = 0, waited = 0, uncommitted = 0;
     std::vector<std::pair<uint64_t, uint32_t>> fences;  // fence.proxy.async executed: (seq, epoch)
     std::vector<float *> inflight;  // accumulator registers of wgmma issued and not yet waited for
+    // cp.async: copies issued and not yet retired (issue order), each with its group (-1: not
+    // committed yet); groups committed so far
+    struct CpAsync {
+        size_t off;  // host offset of the destination in the shared window
+        int n;
+        unsigned char data[16];  // the source bytes read at issue, zero-filled past src-size
+        int group;
+        void *pc;
+    };
+    std::vector<CpAsync> cpa;
+    int cpa_groups = 0;
 };
 Thread g_thr[kThreads];
 ucontext_t g_main;
@@ -85,6 +100,7 @@ struct Rec {
     bool init = false;
 };
 std::vector<Rec> g_rec;
+std::vector<uint16_t> g_cpa_pend;  // per byte: cp.async copies in flight (any thread) that write it
 
 struct Global {
     std::string name;
@@ -130,8 +146,12 @@ std::string tname(int t) {
 }
 
 long g_nr = 0, g_nw = 0, g_ng = 0;
-void smem_access(size_t off, size_t n, bool write, void *pc) {
-    (write ? g_nw : g_nr) += (long)n;
+// mode 0: a generic access of the kernel's code; 1: a cp.async's write landing (at its thread's
+// wait); 2: a cp.async's issue, checked as a write (WAW/WAR with this phase's other accesses, a
+// copy still in flight to the same bytes) but not recorded
+enum { SM_GENERIC = 0, SM_CPA_LAND = 1, SM_CPA_ISSUE = 2 };
+void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENERIC) {
+    if (mode != SM_CPA_ISSUE) (write ? g_nw : g_nr) += (long)n;
     const int me = g_cur->tid;
     if (off + n > g_alloc) {
         finding("smem access past the dynamic allocation (kSmem)", "host off " + std::to_string(off), pc, nullptr);
@@ -139,6 +159,17 @@ void smem_access(size_t off, size_t n, bool write, void *pc) {
     for (size_t i = 0; i < n; i++) {
         Rec &r = g_rec[off + i];
         const uint32_t so = sm_aligned_off(off + i);
+        if (mode != SM_CPA_LAND && g_cpa_pend[off + i]) {
+            if (mode == SM_CPA_ISSUE)
+                finding("WAW hazard with cp.async: cp.async to a byte another cp.async still in flight writes",
+                        region(so) + " by " + tname(me), pc, nullptr);
+            else if (write)
+                finding("WAW hazard with cp.async: generic write of a byte a cp.async still in flight writes (before its thread's wait_group)",
+                        region(so) + " written by " + tname(me), pc, nullptr);
+            else
+                finding("RAW hazard with cp.async: generic read of a byte a cp.async still in flight writes (before its thread's wait_group)",
+                        region(so) + " read by " + tname(me), pc, nullptr);
+        }
         if (!write) {
             if (!r.init) finding("generic read of never-written shared memory", region(so) + " by " + tname(me), pc, nullptr);
             if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
@@ -174,7 +205,8 @@ void smem_access(size_t off, size_t n, bool write, void *pc) {
                                 region(so) + " written by " + tname(me), pc, nullptr);
                 }
             }
-            r.wtid = me, r.wepoch = g_epoch, r.wsync = g_wsync[me >> 5], r.wseq = ++g_seq, r.wpc = pc, r.init = true;
+            if (mode != SM_CPA_ISSUE)
+                r.wtid = me, r.wepoch = g_epoch, r.wsync = g_wsync[me >> 5], r.wseq = ++g_seq, r.wpc = pc, r.init = true;
         }
     }
 }
@@ -280,10 +312,14 @@ void fiber_main(int tid) {
     g_thr[tid].done = true;
     if (g_thr[tid].uncommitted || g_thr[tid].waited != g_thr[tid].committed)
         finding("thread exits with wgmma not committed / waited", tname(tid), nullptr, nullptr);
+    if (!g_thr[tid].cpa.empty())
+        finding("thread exits with cp.async not waited for (pending or uncommitted copies)", tname(tid), g_thr[tid].cpa[0].pc, nullptr);
     swapcontext(&g_thr[tid].ctx, &g_main);
 }
 
 // ---------------------------------------------------------------- wgmma from the PTX ISA's definition
+// (PTX ISA 9.7.15.5.1.2, "Asynchronous Warpgroup Level Matrix Shared Memory Layout"; README.md
+// lists the statements relied on)
 float tf32_trunc(float x) {  // the tensor core reads the TF32 part of an F32 operand
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -292,34 +328,90 @@ float tf32_trunc(float x) {  // the tensor core reads the TF32 part of an F32 op
     memcpy(&f, &u, 4);
     return f;
 }
-// Shared address of element (row r, k index kk < 8) of a K-major operand with 128-byte swizzle
-// (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory Layout": the matrix descriptor's
-// fields, and K-major with 128B swizzle: rows of 128 bytes, 8-row atoms SBO apart, 16-byte units
-// XOR-ed with address bits [7:9]; LBO unused for this layout).
-uint32_t operand_addr(uint64_t d, int r, int kk, const char *which) {
-    const uint32_t start = (uint32_t)(d & 0x3FFF) << 4,
-                   sbo = (uint32_t)((d >> 32) & 0x3FFF) << 4, base_off = (uint32_t)((d >> 49) & 7), mode = (uint32_t)(d >> 62);
+float bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+float half_to_float(uint16_t h) {  // exact: every F16 value is an F32 value
+    const uint32_t sgn = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 31, m = h & 1023;
+    if (e == 31) return bits_to_float(sgn | 0x7F800000u | (m << 13));
+    const float v = e == 0 ? std::ldexp((float)m, -24) : std::ldexp((float)(m | 1024), (int)e - 25);
+    return sgn ? -v : v;
+}
+float operand_value(uint32_t raw, int ty) {
+    if (ty == 0) return tf32_trunc(bits_to_float(raw));
+    if (ty == 2) return bits_to_float(raw << 16);  // BF16: the upper half of an F32
+    return half_to_float((uint16_t)raw);
+}
+// The matrix descriptor (Matrix Descriptor Format): start address, leading / stride dimension byte
+// offsets (each (x & 0x3FFFF) >> 4 in 14 bits), base offset (bits 49-51), swizzle mode (bits 62-63,
+// 1 = 128-byte). Only the 128-byte swizzle with base offset 0 is modelled: the operand's swizzle
+// pattern then starts on a 1024-byte boundary, so the start lies within the pattern's first row.
+struct Desc {
+    uint32_t start, lbo, sbo;
+};
+Desc decode(uint64_t d, const char *which) {
+    Desc D;
+    D.start = (uint32_t)(d & 0x3FFF) << 4;
+    D.lbo = (uint32_t)((d >> 16) & 0x3FFF) << 4;
+    D.sbo = (uint32_t)((d >> 32) & 0x3FFF) << 4;
+    const uint32_t base_off = (uint32_t)((d >> 49) & 7), mode = (uint32_t)(d >> 62);
     const uint64_t reserved = d & ((3ull << 14) | (3ull << 30) | (7ull << 46) | (0x3FFull << 52));
     if (reserved) finding("descriptor has bits set in reserved fields (carry out of a field?)", which, nullptr, nullptr);
     if (mode != 1) finding("descriptor swizzle mode is not 128B", which, nullptr, nullptr);
     if (base_off != 0) finding("descriptor base offset nonzero", which, nullptr, nullptr);
-    if ((start & 0x380) != 0)
+    if ((D.start & 0x380) != 0)
         finding("operand start not within the first 128-byte row of a 1024-byte swizzle pattern (needs base offset)", which, nullptr, nullptr);
-    if ((start & 127) + 32 > 128) finding("k8 slice crosses the 128-byte swizzle row", which, nullptr, nullptr);
-    const uint32_t logical = start + (uint32_t)(r >> 3) * sbo + (uint32_t)(r & 7) * 128 + (uint32_t)kk * 4;
-    return logical ^ (((logical >> 7) & 7) << 4);
+    return D;
 }
-float read_async(uint32_t saddr, int wg, int gid, const char *which) {
-    const size_t off = saddr - g_sbase;
-    if (saddr < g_sbase || off + 4 > g_sm_bytes) {
-        finding("wgmma operand outside shared memory", which, nullptr, nullptr);
-        return NAN;
+// 128-byte swizzle on the shared-memory address: the 16-byte unit (bits 4-6) XOR-ed with the
+// 128-byte row within the 1024-byte pattern (bits 7-9)
+uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
+// K-major (canonical ((8,m),(T,2k)):((8T,SBO),(1,T)), T elements = 16 bytes): MN index r in
+// 128-byte rows, 8-row groups SBO apart; k index kk along the row, es bytes an element
+uint32_t kmajor_addr(const Desc &D, int r, int kk, int es) {
+    return swizzle128(D.start + (uint32_t)(r >> 3) * D.sbo + (uint32_t)(r & 7) * 128 + (uint32_t)(kk * es));
+}
+// MN-major, 16-bit elements (canonical ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)), T = 8): MN index mn
+// along a 128-byte row (64 elements), one row per k, 8 k rows per 1024-byte atom; further 64-element
+// MN blocks LBO apart, further 8-row k groups SBO apart
+uint32_t mnmajor_addr(const Desc &D, int mn, int kk) {
+    return swizzle128(D.start + (uint32_t)(mn >> 6) * D.lbo + (uint32_t)(mn & 63) * 2 + (uint32_t)(kk & 7) * 128 +
+                      (uint32_t)(kk >> 3) * D.sbo);
+}
+// the shared address of element (mn, kk) of an operand with MN extent `ext`, after the layout checks
+struct Operand {
+    Desc D;
+    int trans, es, K;
+    uint32_t addr(int mn, int kk) const { return trans ? mnmajor_addr(D, mn, kk) : kmajor_addr(D, mn, kk, es); }
+};
+Operand operand(uint64_t d, int trans, int ty, int K, int ext, const char *which) {
+    Operand o{decode(d, which), trans, ty == 0 ? 4 : 2, K};
+    if (!trans) {
+        if ((o.D.start & 127) + (uint32_t)(K * o.es) > 128) finding("k slice crosses the 128-byte swizzle row (K-major)", which, nullptr, nullptr);
+        if (ext > 8 && o.D.sbo == 0) finding("descriptor SBO zero: 8-row groups of a K-major operand coincide", which, nullptr, nullptr);
+    } else {
+        if ((o.D.start & 127) + (uint32_t)(std::min(ext, 64) * 2) > 128)
+            finding("MN slice crosses the 128-byte swizzle row (MN-major)", which, nullptr, nullptr);
+        if (o.D.sbo == 0) finding("descriptor SBO zero: the k groups of an MN-major operand coincide", which, nullptr, nullptr);
+        if (ext > 64 && o.D.lbo == 0) finding("descriptor LBO zero: 64-element MN blocks of an MN-major operand coincide", which, nullptr, nullptr);
     }
-    if (off + 4 > g_alloc) finding("wgmma operand past the dynamic allocation", which, nullptr, nullptr);
-    for (int i = 0; i < 4; i++) {
+    return o;
+}
+uint32_t read_async(uint32_t saddr, int n, int wg, int gid, const char *which) {
+    const size_t off = saddr - g_sbase;
+    if (saddr < g_sbase || off + n > g_sm_bytes) {
+        finding("wgmma operand outside shared memory", which, nullptr, nullptr);
+        return 0x7FC00000u;
+    }
+    if (off + n > g_alloc) finding("wgmma operand past the dynamic allocation", which, nullptr, nullptr);
+    for (int i = 0; i < n; i++) {
         Rec &r = g_rec[off + i];
         const uint32_t so = sm_aligned_off(off + i);
         if (!r.init) finding("wgmma reads never-written shared memory", std::string(which) + " " + region(so), nullptr, nullptr);
+        if (g_cpa_pend[off + i])
+            finding("wgmma reads a byte a cp.async still in flight writes", std::string(which) + " " + region(so), nullptr, nullptr);
         if (r.wtid >= 0 && r.wepoch == g_epoch)
             finding("async-proxy RAW hazard: wgmma reads a byte written in the same phase (no barrier between)",
                     std::string(which) + " " + region(so) + " written by " + tname(r.wtid) + ", wgmma of wg" + std::to_string(wg), r.wpc, nullptr);
@@ -336,31 +428,39 @@ float read_async(uint32_t saddr, int wg, int gid, const char *which) {
         r.amask |= 1 << wg;
         r.agroup[wg] = gid;
     }
-    float f;
-    memcpy(&f, g_sm + off, 4);
-    return f;
+    uint32_t u = 0;
+    memcpy(&u, g_sm + off, n);
+    return u;
 }
 
 void do_wgmma(int wg, std::vector<int> &who) {
     WgArgs &a0 = *g_thr[who[0]].wga;
     for (int t : who) {
         WgArgs &a = *g_thr[t].wga;
-        if (a.N != a0.N || a.da != a0.da || a.db != a0.db || a.scale_d != a0.scale_d || a.sa != a0.sa || a.sb != a0.sb || a.gid != a0.gid)
+        if (a.N != a0.N || a.K != a0.K || a.ty != a0.ty || a.ta != a0.ta || a.tb != a0.tb || a.da != a0.da || a.db != a0.db ||
+            a.scale_d != a0.scale_d || a.sa != a0.sa || a.sb != a0.sb || a.gid != a0.gid)
             finding("wgmma operands not uniform over the warpgroup", tname(t), nullptr, nullptr);
     }
-    const int N = a0.N;
+    const int N = a0.N, K = a0.K;
     {
-        char b[128];
-        snprintf(b, sizeof b, "wg%d m64n%dk8 A@0x%05x B@0x%05x", wg, N, (unsigned)((a0.da & 0x3FFF) << 4), (unsigned)((a0.db & 0x3FFF) << 4));
+        static const char *tyn[3] = {"tf32", "f16", "bf16"};
+        char b[160];
+        if (a0.ty == 0)
+            snprintf(b, sizeof b, "wg%d m64n%dk8 A@0x%05x B@0x%05x", wg, N, (unsigned)((a0.da & 0x3FFF) << 4), (unsigned)((a0.db & 0x3FFF) << 4));
+        else
+            snprintf(b, sizeof b, "wg%d m64n%dk16.%s A%s@0x%05x B%s@0x%05x", wg, N, tyn[a0.ty], a0.ta ? "(MN)" : "",
+                     (unsigned)((a0.da & 0x3FFF) << 4), a0.tb ? "(MN)" : "", (unsigned)((a0.db & 0x3FFF) << 4));
         g_stats[b]++;
     }
-    static float A[64][8], B[256][8], D[64][256];
+    static float A[64][16], B[256][16], D[64][256];
+    const Operand oa = operand(a0.da, a0.ta, a0.ty, K, 64, "A"), ob = operand(a0.db, a0.tb, a0.ty, K, N, "B");
     for (int m = 0; m < 64; m++)
-        for (int k = 0; k < 8; k++) A[m][k] = tf32_trunc(read_async(operand_addr(a0.da, m, k, "A"), wg, a0.gid, "A"));
+        for (int k = 0; k < K; k++) A[m][k] = operand_value(read_async(oa.addr(m, k), oa.es, wg, a0.gid, "A"), a0.ty);
     for (int n = 0; n < N; n++)
-        for (int k = 0; k < 8; k++) B[n][k] = tf32_trunc(read_async(operand_addr(a0.db, n, k, "B"), wg, a0.gid, "B"));
-    // accumulators in (PTX ISA, "Register Fragments", wgmma .m64nNk8 D, .f32): warp w of the warpgroup rows
-    // 16 w .. 16 w + 15; d[i]: row 16 w + lane/4 + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 (lane % 4) + (i & 1)
+        for (int k = 0; k < K; k++) B[n][k] = operand_value(read_async(ob.addr(n, k), ob.es, wg, a0.gid, "B"), a0.ty);
+    // accumulators in (PTX ISA, "Register Fragments", wgmma .m64nNk8 and .m64nNk16 D, .f32: the same
+    // layout): warp w of the warpgroup rows 16 w .. 16 w + 15; d[i]: row 16 w + lane/4 + 8 ((i >> 1) & 1),
+    // column 8 (i >> 2) + 2 (lane % 4) + (i & 1)
     static bool seen[64][256];
     memset(seen, 0, sizeof seen);
     for (int t : who) {
@@ -372,10 +472,11 @@ void do_wgmma(int wg, std::vector<int> &who) {
             D[row][col] = *g_thr[t].wga->my[i];
         }
     }
+    // D = A B^T (+ D): the k products summed in float64, rounded once to F32
     for (int m = 0; m < 64; m++)
         for (int n = 0; n < N; n++) {
             double s = 0.0;
-            for (int k = 0; k < 8; k++) s += (double)(a0.sa * A[m][k]) * (double)(a0.sb * B[n][k]);
+            for (int k = 0; k < K; k++) s += (double)(a0.sa * A[m][k]) * (double)(a0.sb * B[n][k]);
             D[m][n] = (float)((a0.scale_d ? (double)D[m][n] : 0.0) + s);
         }
     for (int t : who) {
@@ -385,6 +486,27 @@ void do_wgmma(int wg, std::vector<int> &who) {
             *g_thr[t].wga->my[i] = D[row][col];
         }
     }
+}
+
+// ---------------------------------------------------------------- cp.async
+// The copy's destination bytes land when the issuing thread's wait retires its group: they count
+// as that thread's generic writes at that moment (the hazard tracker's RAW / WAW / WAR and the
+// proxy-fence rule apply from there); from issue to landing any other access to them is flagged.
+void cpa_land(Thread *t, const Thread::CpAsync &c) {
+    for (int i = 0; i < c.n; i++) g_cpa_pend[c.off + i]--;
+    smem_access(c.off, (size_t)c.n, true, c.pc, SM_CPA_LAND);
+    memcpy(g_sm + c.off, c.data, (size_t)c.n);
+    (void)t;
+}
+// retires the committed groups of t but the `keep` most recent ones, in order
+void cpa_wait(Thread *t, int keep) {
+    const int upto = t->cpa_groups - keep;  // groups [0, upto) complete
+    std::vector<Thread::CpAsync> rest;
+    for (const auto &c : t->cpa) {
+        if (c.group >= 0 && c.group < upto) cpa_land(t, c);
+        else rest.push_back(c);
+    }
+    t->cpa.swap(rest);
 }
 
 // ---------------------------------------------------------------- the PTX interpreter
@@ -425,11 +547,18 @@ size_t tg_emu_cvta_shared(const void *p) {
     return g_sbase + (size_t)(q - g_sm);
 }
 
+static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nout, void *pc);
 void tg_emu_asm(const char *tmpl, std::initializer_list<tg_emu_op> outs, std::initializer_list<tg_emu_op> ins) {
-    void *pc = __builtin_return_address(0);
     std::vector<tg_emu_op> ops(outs);
     ops.insert(ops.end(), ins.begin(), ins.end());
-    const int nout = (int)outs.size();
+    emu_asm(tmpl, ops, (int)outs.size(), __builtin_return_address(0));
+}
+void tg_emu_asm_v(const char *tmpl, const std::vector<tg_emu_op> &outs, const std::vector<tg_emu_op> &ins) {
+    std::vector<tg_emu_op> ops(outs);
+    ops.insert(ops.end(), ins.begin(), ins.end());
+    emu_asm(tmpl, ops, (int)outs.size(), __builtin_return_address(0));
+}
+static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nout, void *pc) {
     auto opnd = [&](const std::string &s) -> tg_emu_op & {
         if (s.empty() || s[0] != '%') {
             fprintf(stderr, "asm operand '%s'\n", s.c_str());
@@ -508,20 +637,89 @@ void tg_emu_asm(const char *tmpl, std::initializer_list<tg_emu_op> outs, std::in
             *(uint32_t *)opnd(args[0]).p = cvt_rna_tf32(opnd(args[1]).f);
         } else if (opc == "prefetch.global.L2") {
             // no effect on results
+        } else if (opc == "cp.async.cg.shared.global" || opc == "cp.async.ca.shared.global") {
+            // cp.async.{cg,ca}.shared.global [dst], [src], cp-size{, src-size}: dst a 32-bit shared-window
+            // address, src a global (generic) address; the bytes past src-size are zeros
+            auto addr = [&](const std::string &x) {
+                if (x.size() < 3 || x.front() != '[' || x.back() != ']') {
+                    fprintf(stderr, "cp.async operand '%s' (template '%s')\n", x.c_str(), tmpl);
+                    abort();
+                }
+                return val(trim(x.substr(1, x.size() - 2)));
+            };
+            if (args.size() != 3 && args.size() != 4) {
+                fprintf(stderr, "cp.async with %zu operands (template '%s')\n", args.size(), tmpl);
+                abort();
+            }
+            const uint32_t dst = (uint32_t)addr(args[0]);
+            unsigned char *src = (unsigned char *)(uintptr_t)addr(args[1]);
+            const int n = (int)val(args[2]);
+            const int srcn = args.size() == 4 ? (int)(uint32_t)val(args[3]) : n;
+            if (!((n == 16) || (opc == "cp.async.ca.shared.global" && (n == 4 || n == 8)))) {
+                fprintf(stderr, "cp.async cp-size %d (template '%s')\n", n, tmpl);
+                abort();
+            }
+            if (srcn < 0 || srcn > n) finding("cp.async src-size outside 0..cp-size", std::to_string(srcn), pc, nullptr);
+            if (dst % (uint32_t)n) finding("cp.async destination not aligned to cp-size", tname(t->tid), pc, nullptr);
+            if ((uintptr_t)src % (uintptr_t)n) finding("cp.async source not aligned to cp-size", tname(t->tid), pc, nullptr);
+            const size_t off = (size_t)dst - g_sbase;
+            if (dst < g_sbase || off + n > g_sm_bytes) {
+                finding("cp.async destination outside shared memory", tname(t->tid), pc, nullptr);
+                continue;
+            }
+            Thread::CpAsync c;
+            c.off = off, c.n = n, c.group = -1, c.pc = pc;
+            memset(c.data, 0, sizeof c.data);
+            const int rd = std::max(0, std::min(srcn, n));
+            if (rd) {  // the global bytes are read at issue
+                if (!g_glob.empty()) global_access(src, (size_t)rd, false, pc);
+                memcpy(c.data, src, (size_t)rd);
+            }
+            smem_access(off, (size_t)n, true, pc, SM_CPA_ISSUE);
+            for (int i = 0; i < n; i++) g_cpa_pend[off + i]++;
+            t->cpa.push_back(c);
+        } else if (opc == "cp.async.commit_group") {
+            for (auto &c : t->cpa)
+                if (c.group < 0) c.group = t->cpa_groups;
+            t->cpa_groups++;
+        } else if (opc == "cp.async.wait_group") {
+            const int n = (int)val(args.at(0));
+            if (n < 0 || n > 7) finding("cp.async.wait_group N outside 0..7", std::to_string(n), pc, nullptr);
+            cpa_wait(t, std::max(n, 0));
+        } else if (opc == "cp.async.wait_all") {  // = cp.async.commit_group; cp.async.wait_group 0
+            for (auto &c : t->cpa)
+                if (c.group < 0) c.group = t->cpa_groups;
+            t->cpa_groups++;
+            cpa_wait(t, 0);
         } else if (opc.rfind("wgmma.mma_async.sync.aligned.", 0) == 0) {
             // wgmma.mma_async.sync.aligned.m64nNk8.f32.tf32.tf32 {d...}, da, db, p, sa, sb
+            // wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16.bf16,f16.f16} {d...}, da, db, p, sa, sb, ta, tb
             const std::string shape = opc.substr(strlen("wgmma.mma_async.sync.aligned."));
-            int N = 0;
-            if (sscanf(shape.c_str(), "m64n%dk8.f32.tf32.tf32", &N) != 1 || shape != "m64n" + std::to_string(N) + "k8.f32.tf32.tf32") {
+            int N = 0, K = 0;
+            char ta_[16] = "", tb_[16] = "";
+            std::string ty;
+            if (sscanf(shape.c_str(), "m64n%dk%d.f32.%15[a-z0-9].%15[a-z0-9]", &N, &K, ta_, tb_) == 4) ty = ta_;
+            const bool ok = N >= 8 && N <= 256 && N % 8 == 0 && ty == tb_ &&
+                            ((K == 8 && ty == "tf32") || (K == 16 && (ty == "bf16" || ty == "f16"))) &&
+                            shape == "m64n" + std::to_string(N) + "k" + std::to_string(K) + ".f32." + ty + "." + ty;
+            if (!ok) {
                 fprintf(stderr, "unsupported wgmma %s\n", opc.c_str());
                 abort();
             }
-            if (args.size() != 6) {
+            if (args.size() != (K == 8 ? 6u : 8u)) {
                 fprintf(stderr, "wgmma args %zu\n", args.size());
                 abort();
             }
             WgArgs w;
-            w.N = N;
+            w.N = N, w.K = K, w.ty = ty == "tf32" ? 0 : ty == "f16" ? 1 : 2;
+            w.ta = w.tb = 0;
+            if (K == 16) {
+                w.ta = (int)(int64_t)val(args[6]), w.tb = (int)(int64_t)val(args[7]);
+                if ((w.ta != 0 && w.ta != 1) || (w.tb != 0 && w.tb != 1)) {
+                    fprintf(stderr, "wgmma imm-trans %s %s\n", args[6].c_str(), args[7].c_str());
+                    abort();
+                }
+            }
             // the accumulator list
             std::string lst = args[0];
             lst = lst.substr(lst.find('{') + 1);
@@ -548,6 +746,7 @@ void tg_emu_asm(const char *tmpl, std::initializer_list<tg_emu_op> outs, std::in
             w.scale_d = pred[args[3]];
             w.sa = (int)(int64_t)val(args[4]);
             w.sb = (int)(int64_t)val(args[5]);
+            if ((w.sa != 1 && w.sa != -1) || (w.sb != 1 && w.sb != -1)) finding("wgmma imm-scale not 1 or -1", opc, pc, nullptr);
             w.gid = t->committed;
             if (!t->fence_ok) finding("wgmma.mma_async without wgmma.fence since the last wait", tname(t->tid), pc, nullptr);
             t->uncommitted++;
@@ -612,6 +811,7 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
     g_block = block;
     g_body = &body;
     g_rec.assign(g_sm_bytes, Rec());
+    g_cpa_pend.assign(g_sm_bytes, 0);
     g_epoch = 0;
     g_seq = 0;
     g_barrier_seq.clear();
@@ -633,6 +833,8 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
         t.tid = i, t.done = false, t.blocked = false, t.fence_ok = false, t.committed = t.waited = t.uncommitted = 0;
         t.fences.clear();
         t.inflight.clear();
+        t.cpa.clear();
+        t.cpa_groups = 0;
         getcontext(&t.ctx);
         t.ctx.uc_stack.ss_sp = t.stack;
         t.ctx.uc_stack.ss_size = kStack;
@@ -666,6 +868,12 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
 }
 
 void emu_clear_findings() { g_findings.clear(); }
+std::vector<std::string> emu_finding_kinds() {
+    std::vector<std::string> k;
+    for (auto &kv : g_findings) k.push_back(kv.second.kind);
+    return k;
+}
+void emu_smem_peek(size_t host_off, void *dst, size_t n) { memcpy(dst, g_sm + host_off, n); }
 
 static std::string symbolize(const char *exe, void *pc) {
     if (!pc) return "";

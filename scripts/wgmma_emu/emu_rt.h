@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,6 +40,8 @@ static inline tg_emu_op tg_emu_in(const char *c, int x) { return {c, nullptr, (u
 static inline tg_emu_op tg_emu_in(const char *c, float x) { return {c, nullptr, 0, x}; }
 static inline tg_emu_op tg_emu_in(const char *c, const void *x) { return {c, nullptr, (uint64_t)(uintptr_t)x, 0.0f}; }
 void tg_emu_asm(const char *tmpl, std::initializer_list<tg_emu_op> outs, std::initializer_list<tg_emu_op> ins);
+// the same with operand lists built at run time (the self-test's chains of any N)
+void tg_emu_asm_v(const char *tmpl, const std::vector<tg_emu_op> &outs, const std::vector<tg_emu_op> &ins);
 
 uint3 tg_emu_tid();
 uint3 tg_emu_bid();

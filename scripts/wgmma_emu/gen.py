@@ -48,8 +48,44 @@ def split_top(s, sep):
     return parts
 
 
+MACROS = {}  # function-like macros of the copied files: name -> (parameters, body)
+
+
+def collect_macros(text):
+    """Records every function-like #define NAME(params) body of text (continuation lines joined)."""
+    for m in re.finditer(r'^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)((?:[^\n]*\\\n)*[^\n]*)', text, re.M):
+        params = [x.strip() for x in m.group(2).split(',') if x.strip()]
+        MACROS[m.group(1)] = (params, m.group(3).replace('\\\n', ' ').strip())
+
+
+def expand(section):
+    """section with the function-like macros it calls expanded (operand lists such as TG_OUT8(d))."""
+    for _ in range(32):
+        m = None
+        for mm in re.finditer(r'\b(\w+)\s*\(', section):
+            if mm.group(1) in MACROS:
+                m = mm
+                break
+        if not m:
+            return section
+        j, depth = m.end(), 1
+        while depth:
+            depth += {'(': 1, ')': -1}.get(section[j], 0)
+            j += 1
+        params, body = MACROS[m.group(1)]
+        args = [a.strip() for a in split_top(section[m.end():j - 1], ',')]
+        if len(args) != len(params):
+            sys.exit('gen.py: macro %s called with %d arguments in an asm operand list' % (m.group(1), len(args)))
+        for p, a in zip(params, args):
+            body = re.sub(r'\b%s\b' % re.escape(p), lambda _m, a=a: a, body)
+        section = section[:m.start()] + body + section[j:]
+    sys.exit('gen.py: macro expansion does not end in an asm operand list')
+
+
 def operands(section, kind):
-    """'"=r"(x), "l"(y)' -> ['tg_emu_out("=r", x)', ...] (kind 'out' or 'in')."""
+    """'"=r"(x), "l"(y)' -> ['tg_emu_out("=r", x)', ...] (kind 'out' or 'in'); function-like
+    macros of the copied files in the list are expanded first."""
+    section = expand(section.replace('\\\n', ' '))
     if not section.strip():
         return []
     res = []
@@ -88,8 +124,10 @@ def rewrite(text):
         secs = split_top(text[m.end():j - 1], ':')
         outs = operands(secs[1], 'out') if len(secs) > 1 else []
         ins = operands(secs[2], 'in') if len(secs) > 2 else []
-        call = 'tg_emu_asm(%s, {%s}, {%s})' % (secs[0].strip(), ', '.join(outs), ', '.join(ins))
-        out += call + '\n' * max(text[m.start():j].count('\n') - call.count('\n'), 0)
+        tmpl = re.sub(r'^(?:\s|\\\n)+|(?:\s|\\\n)+$', '', secs[0])  # (line splices of a #define too)
+        call = 'tg_emu_asm(%s, {%s}, {%s})' % (tmpl, ', '.join(outs), ', '.join(ins))
+        # (the lines the statement took, as line splices: the statement may be inside a #define)
+        out += call + '\\\n' * max(text[m.start():j].count('\n') - call.count('\n'), 0)
         i = j
 
 
@@ -105,28 +143,55 @@ def has_delta(kernel):
     return 1 if m.group(1) else 0
 
 
+def has_wgb(kernel):
+    """1 where the kernel file defines the plain __global__ delta_wgb_kernel(const chunk_args) (and kSmemB);
+    TG_EMU_WGB=0 in the environment turns it off (emu then reports it as not present)."""
+    if os.environ.get('TG_EMU_WGB', '1') == '0':
+        return 0
+    m = re.search(r'(template\s*<[^>]*>\s*)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?delta_wgb_kernel\s*\(\s*const\s+chunk_args\s+\w+\s*\)', kernel)
+    if not m:
+        if re.search(r'\bdelta_wgb_kernel\b', kernel):
+            sys.exit('gen.py: delta_wgb_kernel in %s is not the plain __global__ void delta_wgb_kernel(const chunk_args)' % KERNEL)
+        return 0
+    if m.group(1):
+        sys.exit('gen.py: delta_wgb_kernel in %s is a template (the emulator knows the plain kernel)' % KERNEL)
+    if not re.search(r'\bkSmemB\b', kernel):
+        sys.exit('gen.py: delta_wgb_kernel without kSmemB in ' + KERNEL)
+    return 1
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit('usage: gen.py SRC OUT')
     src, out = sys.argv[1], sys.argv[2]
     os.makedirs(os.path.join(out, 'sm90a'), exist_ok=True)
-    for f in sorted(os.listdir(os.path.join(src, 'cuda'))):
-        if f.endswith('.cuh'):
-            with open(os.path.join(src, 'cuda', f)) as fi, open(os.path.join(out, f), 'w') as fo:
-                fo.write(rewrite(fi.read()))
+    headers = sorted(f for f in os.listdir(os.path.join(src, 'cuda')) if f.endswith('.cuh'))
+    texts = {}
+    for f in headers:
+        with open(os.path.join(src, 'cuda', f)) as fi:
+            texts[f] = fi.read()
     with open(os.path.join(src, KERNEL)) as f:
         kernel = f.read()
+    for t in list(texts.values()) + [kernel]:
+        collect_macros(t)
+    for f in headers:
+        with open(os.path.join(out, f), 'w') as fo:
+            fo.write(rewrite(texts[f]))
     cut = re.search(r'\n\}\s*//\s*namespace\s*\n\s*namespace tg_chunk\s*\{', kernel)
     if not cut:
         sys.exit('gen.py: the anonymous namespace before "namespace tg_chunk {" not found in ' + KERNEL)
     with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL)), 'w') as f:
         f.write(rewrite(kernel[:cut.start()]) + '\n}  // namespace\n')
     delta = has_delta(kernel)
+    wgb = has_wgb(kernel[:cut.start()])
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
         f.write('// written by gen.py from %s\n#pragma once\n' % KERNEL)
         f.write('#define TG_EMU_DELTA %d  // %s\n' % (
             delta, 'delta_wg_kernel<DELTA>' if delta else 'delta_wg_kernel (GATED_LINEAR only)'))
-    print('gen.py: %s -> %s (%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only'))
+        f.write('#define TG_EMU_WGB %d  // %s\n' % (
+            wgb, 'delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v; shared memory kSmemB)' if wgb else 'no delta_wgb_kernel'))
+    print('gen.py: %s -> %s (%s%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only',
+                                       '; delta_wgb_kernel' if wgb else ''))
 
 
 if __name__ == '__main__':

@@ -13,6 +13,9 @@ src="$(cd "${SRC:-$root}" && pwd)"
 build="${BUILD:-$root/build-wgmma-emu}"
 kernel=cuda/sm90a/delta_rule_chunked_wg.cu
 logs="$build/mutations"
+# the mutations edit delta_wg_kernel: delta_wgb_kernel (the BF16 GATED_LINEAR kernel) is left out of
+# their builds unless TG_EMU_WGB=1 (then its wgb_* runs join the filters' cases)
+export TG_EMU_WGB="${TG_EMU_WGB:-0}"
 mkdir -p "$logs"
 caught=0 bugs=0 quiet=0 benign=0 na=0 bad=0
 
