@@ -563,7 +563,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_MMV_ROWS")) impl->sig.mmv_rows = atoi(env);
     if (const char *env = getenv("TG_CUDA_DELTA_PHASE_FULL")) impl->sig.delta_chunk_phase_full = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_DELTA_H16")) impl->sig.delta_chunk_h16 = atoi(env) == 0 ? 2 : 1;
-    if (const char *env = getenv("TG_CUDA_DELTA_WG")) impl->sig.delta_chunk_wg = atoi(env) == 0 ? 1 : 0;
+    if (const char *env = getenv("TG_CUDA_DELTA_WG")) {
+        const int v = atoi(env);
+        impl->sig.delta_chunk_wg = v == 0 ? 1 : v == 2 ? 2 : 0;
+    }
     if (const char *env = getenv("TG_CUDA_ATTN_SPLIT_DC")) impl->sig.attn_split_dc = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_ATTN_ROWS")) {
         const int v = atoi(env);

@@ -84,7 +84,7 @@ struct tg_cuda_sig_knobs {
     // (delta_chunked_kernel<16, true>, before / after on an H100, us graph: gla.prefill.bf16 430 ->
     // 352, session 39; gdn.prefill.bf16 651 -> 617, session 40), 2 GATED_LINEAR with BF16 q/k/v on
     // the TF32 wgmma kernel too (0 gives it delta_wgb_kernel: BF16 products, hi/lo operands, the
-    // raw tiles by cp.async). Env TG_CUDA_DELTA_WG=0 sets 1. Not the same bits: the products sum
+    // raw tiles by cp.async). Env TG_CUDA_DELTA_WG=0 sets 1, =2 sets 2. Not the same bits: the products sum
     // in another order (GATED_LINEAR: beta scales P and K~ instead of V).
     int delta_chunk_wg = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of

@@ -250,7 +250,9 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
-    const double tol = tensor ? 2e-3 : 1e-4;
+    // (delta_wgb_kernel's hi/lo BF16 products are near-F32: ~3e-6 in the host emulator; its own tier
+    // keeps a lost lo product, 1.5e-3..1.9e-3 there, from passing)
+    const double tol = variant.rfind("chunked-bf16/", 0) == 0 ? 2e-4 : tensor ? 2e-3 : 1e-4;
     std::vector<double> oref, sref;
     oracle(d, oref, sref);
     // a 16-bit o adds its one rounding

@@ -786,6 +786,7 @@ tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned 
     // (a slot per instance: the shared-memory limit is a kernel's own attribute)
     size_t &set = cu->delta_smem_set[a.delta ? tg_cuda_impl::TG_CUDA_DSMEM_WG + 1 : tg_cuda_impl::TG_CUDA_DSMEM_WG];
     if (tg_cuda_delta_wg_bf16(be, a)) {
+        static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 2 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernel's slot");
         size_t &setb = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + 2];
         if (const tg_status s = smem_limit(be, delta_wgb_kernel, kSmemB, setb, call); s != TG_OK) return s;
         delta_wgb_kernel<<<grid, kNT, kSmemB, cu->stream>>>(a);

@@ -105,6 +105,12 @@ mut U_reads_other_rows gd_T64 "k('wg_pv(accR, dT, dVo);', 'wg_pv(accR, dT, sdesc
 mut A_decay_off_by_one gd_T64 "k('sB[t] * accA[r + 1] * decay(t, s + 1)', 'sB[t] * accA[r + 1] * decay(t, s)')"
 mut benign_A_diag_included gd_T64 "k('const float a0 = s < t ?', 'const float a0 = s <= t ?')"
 mut benign_R_d0_plain_mul gd_T130_inf "k('x = tf32r(sB[t] * (x - keep_zero_mul(sD0[t], accR[r])));', 'x = tf32r(sB[t] * (x - sD0[t] * accR[r]));')"
+# delta_wgb_kernel (its wgb_* runs joined in: TG_EMU_WGB=1 for these): a lost lo product must fail
+# the BF16 kernel's near-F32 tier, a copy read before its wait or a wrong MN-major step its checks
+export TG_EMU_WGB=1
+mut wgb_no_P_lo wgb_gl_T130_g0.2 "k('        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n', '')"
+mut wgb_no_cp_wait wgb_gl_T130_g0.2 "k('        cp_wait0();\n        proxy_fence();\n        __syncthreads();  // (2)', '        proxy_fence();\n        __syncthreads();  // (2)')"
+mut wgb_pv_mn_step wgb_gl_T64 "k('TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)', 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
