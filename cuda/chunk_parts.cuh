@@ -605,5 +605,8 @@ bool tg_cuda_delta_wg_bf16(tg_backend *be, const chunk_args &a);
 size_t tg_cuda_delta_wg_smem(tg_backend *be, const chunk_args &a);
 bool tg_cuda_delta_wg_takes(const chunk_args &a);  // q, k and v F16 or BF16 (either mode)
 tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid);
+// ... the BF16 kernel's own (cuda/sm90a/delta_rule_chunked_wgb.cu; tg_cuda_delta_wg_launch calls it)
+size_t tg_cuda_delta_wgb_smem();
+tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid);
 
 }  // namespace tg_chunk

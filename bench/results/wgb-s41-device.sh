@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Session 41's last device script (never ran: the device budget was spent on refused starts), for
 # bench/results/wgb-s41-pending.diff (delta_wgb_kernel: the state block carried in registers, by_mul
-# where every decay is finite, P's factors hoisted, store_o shared by both kernels). Delta tests,
+# where every decay is finite, P's factors hoisted; store_o, also in it at first, landed with the
+# split of cuda/sm90a/delta_rule_chunked_wgb.cu). Delta tests,
 # memcheck, racecheck over the bf16k cases, gla rows of three binaries interleaved (prev = f12b15e's
-# tinygml-bench, ab = the diff without the hoisted P factors, new = the whole diff), ncu by CUDA line.
+# tinygml-bench: rebuild that as the tree before the diff; ab = the diff without the hoisted P
+# factors, new = the whole diff), ncu by CUDA line.
 # Binaries built here, stripped, packed as build-dev/bins-s42.txz (bins/: tinygml_tests, tinygml-bench,
 # bench-f12b15e, bench-ab, bench-prof = tinygml-bench built with -DCMAKE_CUDA_FLAGS=-lineinfo), carried
 # with this script (bench/results/ncu_sum.py, tracked, summarizes the ncu report).

@@ -1,9 +1,9 @@
-// emu_kernel.cpp - the kernel TU: the tree's cuda/sm90a/delta_rule_chunked_wg.cu as gen.py copied
-// it (asm rewritten, host launch code cut), compiled as host C++ with -fsanitize=thread so that
-// its memory accesses reach the hooks in emu_rt.cpp. emu_config.h (gen.py) says which kernel
-// version the tree has: TG_EMU_DELTA 1 for delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only
-// delta_wg_kernel of older trees; TG_EMU_WGB 1 where the file also has the BF16 GATED_LINEAR kernel
-// delta_wgb_kernel (shared memory kSmemB).
+// emu_kernel.cpp - the kernel TU: the tree's cuda/sm90a/delta_rule_chunked_wg.cu and
+// delta_rule_chunked_wgb.cu as gen.py copied them (asm rewritten, host launch code cut), compiled
+// as host C++ with -fsanitize=thread so that their memory accesses reach the hooks in emu_rt.cpp.
+// emu_config.h (gen.py) says which kernel versions the tree has: TG_EMU_DELTA 1 for
+// delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only delta_wg_kernel of older trees; TG_EMU_WGB 1
+// where it also has the BF16 GATED_LINEAR kernel delta_wgb_kernel (shared memory kSmemB).
 #include "emu_config.h"
 #include "emu_rt.h"
 namespace {
@@ -11,6 +11,7 @@ namespace {
 alignas(4096) float4 wsm4[(232448 + 4096) / 16];
 }  // namespace
 #include "sm90a/delta_rule_chunked_wg.cu"
+#include "sm90a/delta_rule_chunked_wgb.cu"  // (gen.py: a comment where the tree has no delta_wgb_kernel)
 #include "emu_api.h"
 
 void *tg_emu_smem_host() { return (void *)wsm4; }

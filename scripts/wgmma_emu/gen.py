@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """gen.py SRC OUT: the kernel source of the tree SRC, made host C++ for the emulator.
 
-Copies SRC/cuda/*.cuh to OUT/ and SRC/cuda/sm90a/delta_rule_chunked_wg.cu to OUT/sm90a/ (the
-kernel's "../x.cuh" includes still resolve), rewriting every inline asm statement into
+Copies SRC/cuda/*.cuh to OUT/, and SRC/cuda/sm90a/*.cuh, delta_rule_chunked_wg.cu and (where the
+tree has it) delta_rule_chunked_wgb.cu to OUT/sm90a/ (the kernels' "../x.cuh" includes still
+resolve), rewriting every inline asm statement into
 tg_emu_asm(TEMPLATE, {outputs}, {inputs}) for emu_rt.cpp's PTX interpreter. The template keeps its
 macro form, so the preprocessor builds the same string nvcc gets; line numbers stay the source's.
-The kernel file is cut after its anonymous namespace (the host launch code needs the CUDA runtime).
+Each kernel file is cut after its anonymous namespace (the host launch code needs the CUDA runtime).
+delta_wgb_kernel is looked for in delta_rule_chunked_wgb.cu, or in delta_rule_chunked_wg.cu on
+trees from before the split; OUT/sm90a/delta_rule_chunked_wgb.cu is always written (empty where
+the tree has no such file), so that emu_kernel.cpp can include it.
 
 Writes OUT/emu_config.h: TG_EMU_DELTA 1 where the kernel is template <bool DELTA> delta_wg_kernel
 (GATED_LINEAR and GATED_DELTA), 0 where it is the plain GATED_LINEAR-only delta_wg_kernel of older
@@ -15,6 +19,7 @@ import re
 import sys
 
 KERNEL = os.path.join('cuda', 'sm90a', 'delta_rule_chunked_wg.cu')
+KERNEL_B = os.path.join('cuda', 'sm90a', 'delta_rule_chunked_wgb.cu')
 
 
 def split_top(s, sep):
@@ -151,13 +156,21 @@ def has_wgb(kernel):
     m = re.search(r'(template\s*<[^>]*>\s*)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?delta_wgb_kernel\s*\(\s*const\s+chunk_args\s+\w+\s*\)', kernel)
     if not m:
         if re.search(r'\bdelta_wgb_kernel\b', kernel):
-            sys.exit('gen.py: delta_wgb_kernel in %s is not the plain __global__ void delta_wgb_kernel(const chunk_args)' % KERNEL)
+            sys.exit('gen.py: delta_wgb_kernel in %s is not the plain __global__ void delta_wgb_kernel(const chunk_args)' % KERNEL_B)
         return 0
     if m.group(1):
-        sys.exit('gen.py: delta_wgb_kernel in %s is a template (the emulator knows the plain kernel)' % KERNEL)
+        sys.exit('gen.py: delta_wgb_kernel in %s is a template (the emulator knows the plain kernel)' % KERNEL_B)
     if not re.search(r'\bkSmemB\b', kernel):
-        sys.exit('gen.py: delta_wgb_kernel without kSmemB in ' + KERNEL)
+        sys.exit('gen.py: delta_wgb_kernel without kSmemB in ' + KERNEL_B)
     return 1
+
+
+def cut_anon(text, path):
+    """The file up to the end of its anonymous namespace (before "namespace tg_chunk {")."""
+    cut = re.search(r'\n\}\s*//\s*namespace\s*\n\s*namespace tg_chunk\s*\{', text)
+    if not cut:
+        sys.exit('gen.py: the anonymous namespace before "namespace tg_chunk {" not found in ' + path)
+    return text[:cut.start()]
 
 
 def main():
@@ -165,25 +178,32 @@ def main():
         sys.exit('usage: gen.py SRC OUT')
     src, out = sys.argv[1], sys.argv[2]
     os.makedirs(os.path.join(out, 'sm90a'), exist_ok=True)
-    headers = sorted(f for f in os.listdir(os.path.join(src, 'cuda')) if f.endswith('.cuh'))
-    texts = {}
-    for f in headers:
-        with open(os.path.join(src, 'cuda', f)) as fi:
-            texts[f] = fi.read()
+    texts = {}  # output path (relative to OUT) -> text
+    for sub in ('', 'sm90a'):
+        d = os.path.join(src, 'cuda', sub)
+        for f in sorted(os.listdir(d)):
+            if f.endswith('.cuh'):
+                with open(os.path.join(d, f)) as fi:
+                    texts[os.path.join(sub, f)] = fi.read()
     with open(os.path.join(src, KERNEL)) as f:
         kernel = f.read()
-    for t in list(texts.values()) + [kernel]:
+    kernel_b = ''
+    if os.path.exists(os.path.join(src, KERNEL_B)):
+        with open(os.path.join(src, KERNEL_B)) as f:
+            kernel_b = f.read()
+    for t in list(texts.values()) + [kernel, kernel_b]:
         collect_macros(t)
-    for f in headers:
+    for f, t in texts.items():
         with open(os.path.join(out, f), 'w') as fo:
-            fo.write(rewrite(texts[f]))
-    cut = re.search(r'\n\}\s*//\s*namespace\s*\n\s*namespace tg_chunk\s*\{', kernel)
-    if not cut:
-        sys.exit('gen.py: the anonymous namespace before "namespace tg_chunk {" not found in ' + KERNEL)
+            fo.write(rewrite(t))
+    head = cut_anon(kernel, KERNEL)
     with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL)), 'w') as f:
-        f.write(rewrite(kernel[:cut.start()]) + '\n}  // namespace\n')
+        f.write(rewrite(head) + '\n}  // namespace\n')
+    head_b = cut_anon(kernel_b, KERNEL_B) if kernel_b else ''
     delta = has_delta(kernel)
-    wgb = has_wgb(kernel[:cut.start()])
+    wgb = has_wgb(head_b if head_b else head)
+    with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL_B)), 'w') as f:
+        f.write(rewrite(head_b) + '\n}  // namespace\n' if head_b and wgb else '// (not in this tree, or left out)\n')
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
         f.write('// written by gen.py from %s\n#pragma once\n' % KERNEL)
         f.write('#define TG_EMU_DELTA %d  // %s\n' % (

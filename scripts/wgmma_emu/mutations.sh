@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mutations.sh - the emulator's own test: each mutation below edits a copy of SRC's kernel
-# (cuda/sm90a/delta_rule_chunked_wg.cu, and cuda/chunk_parts.cuh for c()), builds the emulator on
-# it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
+# (cuda/sm90a/delta_rule_chunked_wg.cu; delta_rule_chunked_wgb.cu for b(), cuda/chunk_parts.cuh for
+# c()), builds the emulator on it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
 # exit 1); a benign_* rewrite (same results, no new hazard) must not be. A mutation whose text is
 # not in this tree is reported n/a. Run by `make mutations`; SRC and BUILD as for the Makefile.
 # Logs: BUILD/mutations/NAME.log. Exit 1 if a bug was missed, a benign rewrite flagged or a
@@ -12,6 +12,7 @@ root="$(cd "$here/../.." && pwd)"
 src="$(cd "${SRC:-$root}" && pwd)"
 build="${BUILD:-$root/build-wgmma-emu}"
 kernel=cuda/sm90a/delta_rule_chunked_wg.cu
+kernel_b=cuda/sm90a/delta_rule_chunked_wgb.cu
 logs="$build/mutations"
 # the mutations edit delta_wg_kernel: delta_wgb_kernel (the BF16 GATED_LINEAR kernel) is left out of
 # their builds unless TG_EMU_WGB=1 (then its wgb_* runs join the filters' cases)
@@ -19,28 +20,32 @@ export TG_EMU_WGB="${TG_EMU_WGB:-0}"
 mkdir -p "$logs"
 caught=0 bugs=0 quiet=0 benign=0 na=0 bad=0
 
-# mut NAME FILTER EDITS: EDITS are Python calls k(old, new[, count]) on the kernel and
-# c(old, new[, count]) on chunk_parts.cuh; the mutation applies only if every old text is found
+# mut NAME FILTER EDITS: EDITS are Python calls k(old, new[, count]) on the TF32 kernel's file,
+# b(...) on the BF16 kernel's and c(...) on chunk_parts.cuh; the mutation applies only if every old
+# text is found
 mut() {
     local name=$1 filter=$2 edits=$3 m="$build/mut/$1" log="$logs/$1.log"
     rm -rf "$m"
     mkdir -p "$m/src/cuda/sm90a"
     cp "$src"/cuda/*.cuh "$m/src/cuda/"
-    cp "$src/$kernel" "$m/src/$kernel"
+    cp "$src"/cuda/sm90a/* "$m/src/cuda/sm90a/"
     ln -s "$src/src" "$m/src/src"
-    if ! python3 - "$m/src/$kernel" "$m/src/cuda/chunk_parts.cuh" "$edits" <<'PY'; then
+    if ! python3 - "$m/src/$kernel" "$m/src/cuda/chunk_parts.cuh" "$m/src/$kernel_b" "$edits" <<'PY'; then
 import sys
-files = {'k': sys.argv[1], 'c': sys.argv[2]}
-text = {f: open(p).read() for f, p in files.items()}
+import os
+files = {'k': sys.argv[1], 'c': sys.argv[2], 'b': sys.argv[3]}
+text = {f: open(p).read() if os.path.exists(p) else '' for f, p in files.items()}
 def edit(f, old, new, count=-1):
     if old not in text[f]:
         sys.exit(3)
     text[f] = text[f].replace(old, new, count)
 def k(old, new, count=-1): edit('k', old, new, count)
 def c(old, new, count=-1): edit('c', old, new, count)
-exec(sys.argv[3])
+def b(old, new, count=-1): edit('b', old, new, count)
+exec(sys.argv[4])
 for f, p in files.items():
-    open(p, 'w').write(text[f])
+    if text[f] or os.path.exists(p):
+        open(p, 'w').write(text[f])
 PY
         printf "%-26s n/a (does not apply to this tree)\n" "$name"
         na=$((na + 1))
@@ -108,9 +113,9 @@ mut benign_R_d0_plain_mul gd_T130_inf "k('x = tf32r(sB[t] * (x - keep_zero_mul(s
 # delta_wgb_kernel (its wgb_* runs joined in: TG_EMU_WGB=1 for these): a lost lo product must fail
 # the BF16 kernel's near-F32 tier, a copy read before its wait or a wrong MN-major step its checks
 export TG_EMU_WGB=1
-mut wgb_no_P_lo wgb_gl_T130_g0.2 "k('        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n', '')"
-mut wgb_no_cp_wait wgb_gl_T130_g0.2 "k('        cp_wait0();\n        proxy_fence();\n        __syncthreads();  // (2)', '        proxy_fence();\n        __syncthreads();  // (2)')"
-mut wgb_pv_mn_step wgb_gl_T64 "k('TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)', 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
+mut wgb_no_P_lo wgb_gl_T130_g0.2 "b('        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n', '')"
+mut wgb_no_cp_wait wgb_gl_T130_g0.2 "b('        cp_wait0();\n        proxy_fence();\n        __syncthreads();  // (2)', '        proxy_fence();\n        __syncthreads();  // (2)')"
+mut wgb_pv_mn_step wgb_gl_T64 "b('TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)', 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"

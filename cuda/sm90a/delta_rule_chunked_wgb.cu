@@ -1,0 +1,328 @@
+// delta_rule_chunked_wgb.cu - the single-kernel chunked delta rule's full case for GATED_LINEAR
+// with BF16 q/k/v on Hopper's BF16 warpgroup tensor cores (wgmma m64nNk16, sm_90a): delta_wgb_kernel
+// (cuda/sm90a/delta_rule_chunked_wg.cu has the TF32 kernel and the dispatch between the two;
+// docs/ops.md the policy).
+//
+// Every product on BF16 wgmma (k16), the raw chunk tiles copied
+// straight from global memory into their swizzled tiles by cp.async, a chunk ahead (two buffers).
+// The operands the tensor cores read as they are: Q and K (K-major A and B of Q K^T, A of Q S), V
+// (MN-major: the B of P V and the A of the update, value columns along M or N). The F32 values
+// that feed a product (S^T, P, K (.) w) are written as a BF16 pair hi + lo (hi = bf16(x), lo =
+// bf16(x - hi): x to about 2^-17) and each such product runs twice, once on hi and once on lo, into
+// the same F32 accumulators: every product is then near-F32 exact, where the TF32 path rounds its
+// operands to 2^-11. l2norm scales rows and columns of the products (1 / |q_t|, 1 / |k_s|) instead
+// of the tiles. Per chunk (buffer c of the two):
+//   start   the next chunk's Q, K, V rows into the other buffer (cp.async), its gates (warp 0)
+//   A       Q K^T (columns 16 wg ..), Q S = Q S_hi + Q S_lo (value columns 32 wg ..); then P (.)
+//           decay beta / |q| |k| as hi and lo, Q S times d(t, -1) / |q_t|, and the update's
+//           Kw = K (.) d(C-1, t) beta_t / |k_t| (hi, lo) in the raw K tile's layout; barrier (1)
+//   B       O = ... + P_hi V + P_lo V; S^T (block jb, ib) = d(C-1, -1) S^T + V^T Kw_hi + V^T Kw_lo
+//           (M = value columns: the accumulator's pairs are adjacent key dims, one 4-byte store
+//           each into S^T's hi and lo tiles); the next chunk's gate arrays (warp 0)
+//   end     the copies waited for, barrier (2); l2norm: the next chunk's 1 / |q_t|, 1 / |k_t|,
+//           barrier (3)
+// The state crosses chunks as S^T's hi and lo tiles; the final state is stored from the F32
+// accumulators.
+#include "wgmma.cuh"
+
+namespace {
+
+constexpr int bBuf = 49152;   // a buffer of raw tiles: Q, K, V (64 rows x 128, 128-byte rows of 64 values, 2 blocks)
+constexpr int bSh = 98304;    // S^T hi: 128 rows (value columns j) x 128 (key dims i): 2 blocks of 128 x 128 B
+constexpr int bSl = 131072;   // S^T lo
+constexpr int bPh = 163840;   // P hi: 64 x 64 (one block of 64 x 128 B)
+constexpr int bPl = 172032;   // P lo
+constexpr int bWh = 180224;   // Kw hi: 64 rows (tokens) x 128 (key dims), the raw K tile's layout
+constexpr int bWl = 196608;   // Kw lo
+constexpr int bF = 212992;    // the gate arrays as oF (7 x 64 floats, 64 ints, the flags), then 1 / |q_t|, 1 / |k_t|
+constexpr size_t kSmemB = bF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
+static_assert(kSmemB <= 232448, "227 KB a block");
+
+// Byte offset of element (r, k) in a K-major tile of `rows` rows of 16-bit values, 128-byte swizzle.
+[[maybe_unused]] __device__ __forceinline__ int sw2(int rows, int r, int k) {
+    return (k >> 6) * rows * 128 + r * 128 + ((((k >> 3) & 7) ^ (r & 7)) << 4) + ((k & 7) << 1);
+}
+// x, y as BF16 pairs hi (round to nearest) and lo = x - hi (0 where hi is infinite, so that hi + lo
+// keeps an infinity; a NaN stays NaN)
+[[maybe_unused]] __device__ __forceinline__ void bf_split(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(isinf(hf.x) ? 0.0f : x - hf.x, isinf(hf.y) ? 0.0f : y - hf.y);
+    memcpy(&hi, &h, 4), memcpy(&lo, &l, 4);
+}
+[[maybe_unused]] __device__ __forceinline__ float2 bf_pair(uint32_t u) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u, 4);
+    return __bfloat1622float2(h);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void cp16(uint32_t dst, const char *src, uint32_t bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// BF16 chains: as the TF32 ones, k16 steps (32 bytes along a K-major row; 2048 bytes, two 8-row
+// groups, down an MN-major tile), TA / TB the operands' majors (0 K-major, 1 MN-major)
+#define TG_WB(SHAPE, ACC, TA, TB) "wgmma.mma_async.sync.aligned." SHAPE ".f32.bf16.bf16 " ACC ", da, db, p, 1, 1, " #TA ", " #TB ";\n"
+#define TG_WB_HEAD(SHAPE, ACC, IA, IB, FIRST, TA, TB) \
+    "{\n.reg .b64 da, db;\n.reg .pred p;\nmov.b64 da, %" #IA ";\nmov.b64 db, %" #IB ";\nsetp.ne.b32 p, " #FIRST ", 0;\n" TG_WB(SHAPE, ACC, TA, TB)
+#define TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) \
+    "add.s64 da, da, " #JA ";\nadd.s64 db, db, " #JB ";\nsetp.ne.b32 p, 1, 0;\n" TG_WB(SHAPE, ACC, TA, TB)
+#define TG_WB_3(SHAPE, ACC, JA, JB, TA, TB) \
+    TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB)
+#define TG_OUT8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define TG_OUT16(d) TG_OUT8(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define TG_OUT32(d) TG_OUT16(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+// Q K^T: 64 x 16, k over 128 (Q and K K-major, 64 rows: the second block of 64 columns 8192 bytes on)
+__device__ __forceinline__ void wgb_qk(float (&d)[8], uint64_t da, uint64_t db) {
+    asm volatile(TG_WB_HEAD("m64n16k16", TG_ACC8, 8, 9, 0, 0, 0) TG_WB_3("m64n16k16", TG_ACC8, 2, 2, 0, 0)
+                 TG_WB_STEP("m64n16k16", TG_ACC8, 506, 506, 0, 0) TG_WB_3("m64n16k16", TG_ACC8, 2, 2, 0, 0) "}\n"
+                 : TG_OUT8(d) : "l"(da), "l"(db));
+}
+// Q S_hi (FIRST 0: overwrites) or + Q S_lo: 64 x 32, k over 128 (S^T 128 rows: 16384 bytes a block)
+#define TG_WB_QS(FIRST) \
+    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, FIRST, 0, 0) TG_WB_3("m64n32k16", TG_ACC16, 2, 2, 0, 0) \
+                 TG_WB_STEP("m64n32k16", TG_ACC16, 506, 1018, 0, 0) TG_WB_3("m64n32k16", TG_ACC16, 2, 2, 0, 0) "}\n" \
+                 : TG_OUT16(d) : "l"(da), "l"(db))
+__device__ __forceinline__ void wgb_qs0(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QS(0); }
+__device__ __forceinline__ void wgb_qs1(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QS(1); }
+// O += P V: 64 x 32, k over the chunk's 64 tokens (P K-major, V MN-major)
+__device__ __forceinline__ void wgb_pv(float (&d)[16], uint64_t da, uint64_t db) {
+    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, 1, 0, 1) TG_WB_3("m64n32k16", TG_ACC16, 2, 128, 0, 1) "}\n"
+                 : TG_OUT16(d) : "l"(da), "l"(db));
+}
+// S^T += V^T Kw: 64 x 64, k over the chunk's 64 tokens (both MN-major)
+__device__ __forceinline__ void wgb_upd(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile(TG_WB_HEAD("m64n64k16", TG_ACC32, 32, 33, 1, 1, 1) TG_WB_3("m64n64k16", TG_ACC32, 128, 128, 1, 1) "}\n"
+                 : TG_OUT32(d) : "l"(da), "l"(db));
+}
+#endif
+
+__global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 wsm4[];
+    unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(sm);
+    float *sL = (float *)(sm + bF), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    float *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
+    float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
+    const bool clear = tg_cuda_record_clear(a.err);
+    const bool has_state = a.state.data != nullptr;
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
+    auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
+    auto rows_of = [&](long long c0) { return (int)(a.T - c0 < kC ? a.T - c0 : kC); };
+
+    // This warpgroup's block of the state: value columns jb .. jb + 63 (the update's M), key dims
+    // ib .. ib + 63 (its N). Accumulator elements r (even) and r + 1 are S^T's row jb + arow(r),
+    // columns ib + acol(r) and the next: one 4-byte pair of each of the hi and lo tiles, at
+    const int jb = 64 * (wg >> 1), ib = 64 * (wg & 1);
+    const int s_off0 = (wg & 1) * 16384 + (jb + 16 * wq + g) * 128 + 2 * c2;
+    auto s_off = [&](int r) { return s_off0 + ((r >> 1) & 1) * 1024 + (((r >> 2) ^ g) << 4); };
+#pragma unroll 4
+    for (int r = 0; r < 32; r += 2) {
+        float x[2] = {0.0f, 0.0f};
+        if (has_state)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                x[e] = tg_cuda_load(tg_cuda_ptr(a.state, ib + acol(r) + e, j0 + jb + arow(r), h, b), a.state.type);
+        uint32_t hi, lo;
+        bf_split(x[0], x[1], hi, lo);
+        *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
+    }
+
+    // Chunk c0's Q, K and V rows (nn of them; the rest zero-filled) into buffer buf: two 16-byte
+    // units of each per thread, unit cu of row t at its swizzled place
+    auto stage = [&](long long c0, int buf) {
+        const int nn = rows_of(c0);
+        const char *qb = tg_cuda_ptr(a.q, 0, hk, c0, b), *kb = tg_cuda_ptr(a.k, 0, hk, c0, b), *vb = tg_cuda_ptr(a.v, j0, h, c0, b);
+        const uint32_t d = sb + buf * bBuf;
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const int u = tid + kNT * m, t = u >> 4, cu = u & 15, tt = t < nn ? t : 0;
+            const uint32_t bytes = t < nn ? 16u : 0u, off = (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4);
+            cp16(d + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
+            cp16(d + 16384 + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
+            cp16(d + 32768 + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
+        }
+        cp_commit();
+    };
+    // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows (four threads a row, 32 values each)
+    auto norms = [&](int buf) {
+        const int y = tid >> 2, t = y & (kC - 1);
+        const unsigned char *base = sm + buf * bBuf + (y >> 6) * 16384;
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int cu = 4 * (tid & 3) + e;
+            const uint4 u = *(const uint4 *)(base + (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4));
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float2 x = bf_pair(w[f]);
+                ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
+            }
+        }
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        if ((tid & 3) == 0) (y < kC ? sNq : sNk)[t] = rsqrtf(ss + 1e-6f);
+    };
+    auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
+    auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
+        chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+    };
+
+    // descriptors at k 0 in buffer 0 (+ kBufD: buffer 1): Q (A of Q K^T and Q S), K rows 16 wg ..
+    // (B of Q K^T), S^T rows 32 wg .. (B of Q S), P (A of P V), V's value columns 32 wg .. (B of
+    // P V: block wg >> 1, 64 bytes into its rows for odd wg), V's columns jb .. (A of the update),
+    // Kw's key dims ib .. (its B)
+    constexpr uint64_t kBufD = bBuf >> 4;
+    const uint64_t dQ = sdesc(sb), dK = sdesc(sb + 16384 + 16 * wg * 128);
+    // (the lo tiles' descriptors: the hi ones' plus the distance)
+    const uint64_t dSh = sdesc(sb + bSh + 32 * wg * 128), dPh = sdesc(sb + bPh);
+    const uint64_t dVb = sdesc(sb + 32768 + (wg >> 1) * 8192 + (wg & 1) * 64), dVa = sdesc(sb + 32768 + (wg >> 1) * 8192);
+    const uint64_t dWh = sdesc(sb + bWh + (wg & 1) * 8192);
+
+    // the first chunk
+    if (!a.l2norm && tid < kC) sNq[tid] = 1.0f, sNk[tid] = 1.0f;
+    stage(0, 0);
+    if (warp == 0) {
+        float gl[2], bl[2];
+        load_gates(0, gl, bl);
+        gates(gl, bl);
+    }
+    cp_wait0();
+    proxy_fence();
+    __syncthreads();
+    if (a.l2norm) {
+        norms(0);
+        __syncthreads();
+    }
+    char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);
+    int c = 0;  // this chunk's buffer
+#pragma unroll 1
+    for (long long t0 = 0; t0 < a.T; t0 += kC, c ^= 1) {
+        float accQ[16], accP[8];
+        const int n = rows_of(t0);
+        const bool more = t0 + kC < a.T;
+        if (more) stage(t0 + kC, c ^ 1);
+        float gl[2], bl[2];  // the next chunk's gates (warp 0)
+        if (warp == 0 && more) load_gates(t0 + kC, gl, bl);
+        const int flags = *sTab;
+        const bool tab = flags & 1;
+        auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
+        const uint64_t bd = c * kBufD;
+        const unsigned char *const kraw = sm + c * bBuf + 16384;
+
+        // A
+        pin(accQ), pin(accP);
+        wg_fence();
+        wgb_qk(accP, dQ + bd, dK + bd);
+        wgb_qs0(accQ, dQ + bd, dSh);
+        wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
+        wg_commit();
+        // (while they run) Kw = K (.) d(C-1, t) beta_t / |k_t|: a 16-byte unit at the same place in
+        // K's tile and Kw's
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
+            const float w = sDl[t] * sB[t] * sNk[t];
+            const uint4 u = *(const uint4 *)(kraw + off);
+            const uint32_t x[4] = {u.x, u.y, u.z, u.w};
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float2 v = bf_pair(x[f]);
+                bf_split(v.x * w, v.y * w, hi[f], lo[f]);
+            }
+            *(uint4 *)(sm + bWh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(sm + bWl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        wg_wait0();
+        pin(accQ), pin(accP);
+#pragma unroll
+        for (int r = 0; r < 8; r += 2) {
+            const int t = arow(r), s = 16 * wg + acol(r);
+            const float nq = sNq[t];
+            const float p0 = s <= t ? accP[r] * decay(t, s) * (sB[s] * sNk[s]) * nq : 0.0f;
+            const float p1 = s + 1 <= t ? accP[r + 1] * decay(t, s + 1) * (sB[s + 1] * sNk[s + 1]) * nq : 0.0f;
+            uint32_t hi, lo;
+            bf_split(p0, p1, hi, lo);
+            *(uint32_t *)(sm + bPh + sw2(kC, t, s)) = hi, *(uint32_t *)(sm + bPl + sw2(kC, t, s)) = lo;
+        }
+        {
+            const float d0 = sD0[arow(0)], d1 = sD0[arow(2)], n0 = sNq[arow(0)], n1 = sNq[arow(2)];
+#pragma unroll
+            for (int r = 0; r < 16; r++) accQ[r] = keep_zero_mul((r & 2) ? d1 : d0, accQ[r] * ((r & 2) ? n1 : n0));
+        }
+        const float dl = sD0[kC - 1];  // (warp 0 rebuilds the arrays for the next chunk after the barrier)
+        proxy_fence();
+        __syncthreads();  // (1) P, Kw ready; the gate arrays, norms and the raw Q and K free
+
+        // B
+        float accS[32];
+#pragma unroll
+        for (int r = 0; r < 32; r += 2) {
+            const float2 hi = bf_pair(*(const uint32_t *)(sm + bSh + s_off(r))), lo = bf_pair(*(const uint32_t *)(sm + bSl + s_off(r)));
+            accS[r] = keep_zero_mul(dl, hi.x + lo.x), accS[r + 1] = keep_zero_mul(dl, hi.y + lo.y);
+        }
+        pin(accQ), pin(accS);
+        wg_fence();
+        wgb_pv(accQ, dPh, dVb + bd);
+        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);
+        wgb_upd(accS, dVa + bd, dWh);
+        wgb_upd(accS, dVa + bd, dWh + (bWl - bWh) / 16);
+        wg_commit();
+        if (warp == 0 && more) gates(gl, bl);
+        wg_wait0();
+        pin(accQ), pin(accS);
+        if (more) {
+#pragma unroll
+            for (int r = 0; r < 32; r += 2) {
+                uint32_t hi, lo;
+                bf_split(accS[r], accS[r + 1], hi, lo);
+                *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
+            }
+        } else if (has_state && clear) {
+#pragma unroll
+            for (int r = 0; r < 32; r++)
+                tg_cuda_store(tg_cuda_ptr(a.state, ib + acol(r), j0 + jb + arow(r), h, b), a.state.type, accS[r]);
+        }
+        // O: rows arow(0), arow(2); columns 32 wg + c2 + 8 n8 (n8 < 4)
+        store_o(a, obase, t0, n, arow(0), 32 * wg + c2, accQ);
+        if (!more) break;
+        cp_wait0();
+        proxy_fence();
+        __syncthreads();  // (2) the next chunk's tiles, gates and S^T ready
+        if (a.l2norm) {
+            norms(c ^ 1);
+            __syncthreads();  // (3) its norms
+        }
+    }
+#endif
+}
+
+}  // namespace
+
+namespace tg_chunk {
+
+size_t tg_cuda_delta_wgb_smem() { return TG_WGMMA ? kSmemB : 0; }
+
+tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
+    const char *call = "delta_rule";
+    tg_cuda_impl *cu = tg_cuda(be);
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 2 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernel's slot");
+    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + 2];
+    if (const tg_status s = smem_limit(be, delta_wgb_kernel, kSmemB, set, call); s != TG_OK) return s;
+    delta_wgb_kernel<<<grid, kNT, kSmemB, cu->stream>>>(a);  // (the caller checks the launch)
+    return TG_OK;
+}
+
+}  // namespace tg_chunk
