@@ -560,11 +560,13 @@ int main(int argc, char **argv) {
     mma.delta_chunk_wg = 1;
     bench_delta("gla.prefill.bf16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, dflt, BF);
     bench_delta("gla.prefill.bf16/mma", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, mma, BF);
-    // ... and on the TF32 wgmma kernel (knob 2), where the default takes delta_wgb_kernel's BF16 products
+    // ... and on the TF32 wgmma kernel (knob 2), where the default takes delta_wgb_kernel's BF16
+    // products (either mode)
     tg_cuda_sig_knobs wgtf32 = dflt;
     wgtf32.delta_chunk_wg = 2;
     bench_delta("gla.prefill.bf16/tf32", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, wgtf32, BF);
     bench_delta("gdn.prefill.bf16/mma", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, mma, BF);
+    bench_delta("gdn.prefill.bf16/tf32", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, wgtf32, BF);
     bench_delta("gdn.long/fused", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fused, BF,
                 TG_DELTA_ALGO_CHUNKED);
     // the chunk-parallel form forced (knob delta_chunk_fused 2) where AUTO takes the single kernel

@@ -597,7 +597,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
 
 // The full case with 16-bit q/k/v on warpgroup tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu):
 // whether this build has it (sm_90a code), the device runs it (compute capability 9.0) and knob
-// delta_chunk_wg allows it; whether GATED_LINEAR with BF16 q/k/v takes the BF16 kernel there
+// delta_chunk_wg allows it; whether BF16 q/k/v (either mode) take the BF16 kernel there
 // (knob 0; 2 keeps it on the TF32 one); its shared memory; its launch (grid: one block per slice,
 // head and sequence, as delta_chunked_kernel<16, true>).
 bool tg_cuda_delta_wg_ready(tg_backend *be);
@@ -606,7 +606,7 @@ size_t tg_cuda_delta_wg_smem(tg_backend *be, const chunk_args &a);
 bool tg_cuda_delta_wg_takes(const chunk_args &a);  // q, k and v F16 or BF16 (either mode)
 tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid);
 // ... the BF16 kernel's own (cuda/sm90a/delta_rule_chunked_wgb.cu; tg_cuda_delta_wg_launch calls it)
-size_t tg_cuda_delta_wgb_smem();
+size_t tg_cuda_delta_wgb_smem(bool delta);
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid);
 
 }  // namespace tg_chunk

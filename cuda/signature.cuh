@@ -82,8 +82,8 @@ struct tg_cuda_sig_knobs {
     // or BF16 q, k and v on warpgroup tensor cores (wgmma; cuda/sm90a/delta_rule_chunked_wg.cu):
     // 0 auto (where the build has sm_90a code and the device is compute capability 9.0), 1 never
     // (delta_chunked_kernel<16, true>, before / after on an H100, us graph: gla.prefill.bf16 430 ->
-    // 352, session 39; gdn.prefill.bf16 651 -> 617, session 40), 2 GATED_LINEAR with BF16 q/k/v on
-    // the TF32 wgmma kernel too (0 gives it delta_wgb_kernel: BF16 products, hi/lo operands, the
+    // 352, session 39; gdn.prefill.bf16 651 -> 617, session 40), 2 BF16 q/k/v (either mode) on
+    // the TF32 wgmma kernel too (0 gives them delta_wgb_kernel: BF16 products, hi/lo operands, the
     // raw tiles by cp.async). Env TG_CUDA_DELTA_WG=0 sets 1, =2 sets 2. Not the same bits: the products sum
     // in another order (GATED_LINEAR: beta scales P and K~ instead of V).
     int delta_chunk_wg = 0;
@@ -201,7 +201,7 @@ const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op);
 // attn_split 2 and auto take the split and combine kernels.
 bool tg_cuda_attention_clusters(tg_backend *be);
 
-// Whether backend be runs GATED_LINEAR's full chunked case with 16-bit q, k and v on warpgroup
+// Whether backend be runs the full chunked case (either mode) with 16-bit q, k and v on warpgroup
 // tensor cores (cuda/sm90a/delta_rule_chunked_wg.cu): 0 yes; else why not: 1 knob delta_chunk_wg
 // says never, 2 the device is not compute capability 9.0, 3 this build has no sm_90a code (nvcc
 // before 12.0).

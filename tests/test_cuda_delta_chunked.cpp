@@ -220,8 +220,8 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const bool wg16 = c.io != TG_TYPE_F32;
         EXPECT_EQ(wg_state == 1, c.wg == 1) << "knob delta_chunk_wg " << c.wg << ", state " << wg_state;
         EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16 && wg_state == 0) << variant;
-        // GATED_LINEAR with BF16 q/k/v: BF16 products (delta_wgb_kernel) unless knob 2
-        const bool bf16k = c.mode == TG_DELTA_GATED_LINEAR && c.io == TG_TYPE_BF16 && wg_state == 0 && c.wg == 0;
+        // BF16 q/k/v (either mode): BF16 products (delta_wgb_kernel) unless knob 2
+        const bool bf16k = c.io == TG_TYPE_BF16 && wg_state == 0 && c.wg == 0;
         EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, bf16k) << variant;
 #ifdef TG_WGMMA_BUILT
         // the library was built with sm_90a code: a compute capability 9.0 device must find it
@@ -401,6 +401,15 @@ std::vector<ck_case> ck_cases() {
         {"full_gla_bf16k_T8193", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1},
         {"full_gla_tf32_T2048_bf16_io", Bl, Tl, 2, 4, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 2},
         {"full_gla_tf32_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 2},
+        // GATED_DELTA with BF16 q/k/v on delta_wgb_kernel<true> (the full_gdn cases above with BF16
+        // inputs run it too), and on the TF32 wgmma kernel (knob delta_chunk_wg 2)
+        {"full_gdn_bf16k_log_-inf_gates_no_l2norm", 2, 200, 1, 2, 128, 128, GD, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, BF16, 1},
+        {"full_gdn_bf16k_linear_negative_gates", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_bf16k_no_state_beta_1", 2, 130, 2, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
+        {"full_gdn_bf16k_beta_0_T64", 1, 64, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 0.0f, 0, 128, F32, 1},
+        {"full_gdn_bf16k_Hv4Hk1_Dv256_f16_out", 2, 130, 1, 4, 128, 256, GD, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
+        {"full_gdn_tf32_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 2},
+        {"full_gdn_tf32_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 2},
         // F32 q/k/v (delta_chunked_kernel's F32 instance: the wgmma kernel takes 16-bit q/k/v only)
         {"full_gla_log_-inf_gates_f32_no_l2norm_bf16_state", 2, 200, 1, 2, 128, 128, GL, LOG, false, BF16, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 128, BF16, 1},
         {"full_gla_Hv4Hk1_Dv256_f32_T1", 2, 1, 1, 4, 128, 256, GL, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
@@ -543,6 +552,76 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
 
 // Issue 9 item 4: a graph whose get_rows found a bad id fails, and no delta-rule kernel writes the
 // state (chunked, chunk, decode, decode-reg, persistent); with a good id the same graph writes it.
+// A NaN input is reported by propagation (docs/ops.md "NaN"): a NaN in one value element of token r
+// reaches that value column of its own head and sequence from r on (outputs and final state), a
+// NaN gate the whole head from r on; the chunks before r's, other heads and other sequences stay
+// finite. Inside r's chunk of 64 the tensor-core products may also reach earlier tokens (masked
+// products multiply exact zeros by NaN), so those are not checked. Each single-kernel full-case
+// kernel: BF16 products (delta_wgb_kernel, both modes), TF32 wgmma (F16 inputs; BF16 by knob 2),
+// mma.sync (knob 1), F32 inputs.
+TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
+    struct nan_case {
+        const char *name;
+        tg_delta_mode mode;
+        tg_type io;
+        int wg;         // knob delta_chunk_wg
+        bool gate_nan;  // else one value element
+    };
+    const int T = 200, r = 150, col = 37, bad_b = 1, bad_h = 0;  // r in the chunk [128, 192)
+    for (const nan_case &w : {nan_case{"gla_bf16k_v", GL, BF16, 0, false}, nan_case{"gdn_bf16k_v", GD, BF16, 0, false},
+                              nan_case{"gla_bf16k_g", GL, BF16, 0, true}, nan_case{"gdn_bf16k_g", GD, BF16, 0, true},
+                              nan_case{"gdn_tf32_f16_v", GD, F16, 0, false}, nan_case{"gla_tf32_bf16_g", GL, BF16, 2, true},
+                              nan_case{"gdn_mma_bf16_v", GD, BF16, 1, false}, nan_case{"gla_f32_g", GL, F32, 0, true}}) {
+        SCOPED_TRACE(w.name);
+        const ck_case c = {"nan", 2, T, 1, 2, 128, 128, w.mode, LOG, true, F32, w.io, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, w.wg};
+        ck_data d = make_ck(c, 77);
+        const int Hv = c.Hv, Dv = c.Dv, Dk = c.Dk;
+        if (w.gate_nan) d.g[((size_t)bad_b * T + r) * Hv + bad_h] = NAN;
+        else d.v[(((size_t)bad_b * T + r) * Hv + bad_h) * Dv + col] = NAN;
+        std::vector<float> o;
+        store st;
+        std::string variant;
+        {
+            knobs kn(0, 0, 0, 0);
+#ifdef TG_HAVE_CUDA
+            if (CudaSig::gpu) {
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 1;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = 128;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = w.wg;
+            }
+#endif
+            ASSERT_EQ(run_gpu(d, o, st, &variant), TG_OK) << tg_last_error();
+        }
+        EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+        int bad_before = 0, clean_after = 0, bad_elsewhere = 0;
+        for (int b = 0; b < c.B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < Hv; h++)
+                    for (int j = 0; j < Dv; j++) {
+                        const float x = o[(((size_t)b * T + t) * Hv + h) * Dv + j];
+                        const bool reached = b == bad_b && h == bad_h && (w.gate_nan || j == col);
+                        if (!reached) bad_elsewhere += !std::isfinite(x);
+                        else if (t < r / 64 * 64) bad_before += !std::isfinite(x);
+                        else if (t >= r) clean_after += !std::isnan(x);
+                    }
+        EXPECT_EQ(bad_elsewhere, 0) << "non-finite outputs outside the NaN's head and column (" << variant << ")";
+        EXPECT_EQ(bad_before, 0) << "non-finite outputs in the chunks before the NaN's (" << variant << ")";
+        EXPECT_EQ(clean_after, 0) << "outputs at or after the NaN's token without NaN (" << variant << ")";
+        int s_bad = 0, s_clean = 0;
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < Hv; h++)
+                for (int j = 0; j < Dv; j++)
+                    for (int i = 0; i < Dk; i++) {
+                        const float x = st.get((((size_t)b * Hv + h) * Dv + j) * Dk + i);
+                        const bool reached = b == bad_b && h == bad_h && (w.gate_nan || j == col);
+                        if (reached) s_clean += !std::isnan(x);
+                        else s_bad += !std::isfinite(x);
+                    }
+        EXPECT_EQ(s_bad, 0) << "non-finite state entries outside the NaN's head and column (" << variant << ")";
+        EXPECT_EQ(s_clean, 0) << "state entries the NaN reaches without NaN (" << variant << ")";
+    }
+}
+
 TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
     struct variant {
         const char *name;
@@ -556,6 +635,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
                              variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
                              variant{"chunked_full_gla_bf16", 70, 0, CHUNKED, 1, 128, 128, GL, BF16},
                              variant{"chunked_full_gdn_f16", 70, 0, CHUNKED, 1, 128, 128, GD, F16},
+                             variant{"chunked_full_gdn_bf16", 70, 0, CHUNKED, 1, 128, 128, GD, BF16},
                              variant{"chunk_scan", 70, 0, SCAN},
                              variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
                              variant{"persistent", 1, 4, AUTO}}) {

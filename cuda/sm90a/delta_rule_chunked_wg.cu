@@ -396,13 +396,13 @@ namespace tg_chunk {
 bool tg_cuda_delta_wg_ready(tg_backend *be) { return tg_cuda_delta_wgmma_state(be) == 0; }
 
 bool tg_cuda_delta_wg_bf16(tg_backend *be, const chunk_args &a) {
-    return !a.delta && a.q.type == TG_TYPE_BF16 && a.k.type == TG_TYPE_BF16 && a.v.type == TG_TYPE_BF16 &&
+    return a.q.type == TG_TYPE_BF16 && a.k.type == TG_TYPE_BF16 && a.v.type == TG_TYPE_BF16 &&
            tg_cuda(be)->sig.delta_chunk_wg == 0;
 }
 
 size_t tg_cuda_delta_wg_smem(tg_backend *be, const chunk_args &a) {
     if (!TG_WGMMA) return 0;
-    return tg_cuda_delta_wg_bf16(be, a) ? tg_cuda_delta_wgb_smem() : a.delta ? kSmem<true> : kSmem<false>;
+    return tg_cuda_delta_wg_bf16(be, a) ? tg_cuda_delta_wgb_smem(a.delta) : a.delta ? kSmem<true> : kSmem<false>;
 }
 
 bool tg_cuda_delta_wg_takes(const chunk_args &a) {

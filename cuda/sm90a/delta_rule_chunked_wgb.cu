@@ -1,5 +1,5 @@
-// delta_rule_chunked_wgb.cu - the single-kernel chunked delta rule's full case for GATED_LINEAR
-// with BF16 q/k/v on Hopper's BF16 warpgroup tensor cores (wgmma m64nNk16, sm_90a): delta_wgb_kernel
+// delta_rule_chunked_wgb.cu - the single-kernel chunked delta rule's full case with BF16 q/k/v on
+// Hopper's BF16 warpgroup tensor cores (wgmma m64nNk16, sm_90a), both modes: delta_wgb_kernel
 // (cuda/sm90a/delta_rule_chunked_wg.cu has the TF32 kernel and the dispatch between the two;
 // docs/ops.md the policy).
 //
@@ -21,8 +21,18 @@
 //           each into S^T's hi and lo tiles); the next chunk's gate arrays (warp 0)
 //   end     the copies waited for, barrier (2); l2norm: the next chunk's 1 / |q_t|, 1 / |k_t|,
 //           barrier (3)
-// The state crosses chunks as S^T's hi and lo tiles; the final state is stored from the F32
-// accumulators.
+// The state block stays in the update's F32 accumulators from chunk to chunk (S^T's hi and lo tiles
+// are Q S's copy of it); the final state is stored from them.
+// GATED_DELTA (DELTA) first turns V into U by the UT transform, as delta_wg_kernel<true> does:
+//   A1      K S = K S_hi + K S_lo (value columns 32 wg ..) and K K^T (columns 16 wg ..); A = beta_t
+//           K_t.K_s d(t, s) / |k_t| |k_s| (s < t) as F32 rows, R = beta_t (V_t - d(t, -1) (K S)_t /
+//           |k_t|) as hi over the raw V tile and lo (each warpgroup its own value columns); (1a)
+//   T       T = (I + A)^-1 on CUDA cores, then T as hi and lo K-major tiles over A's rows; (1b)
+//   A2      Q K^T, Q S and U = T_hi R_hi + T_hi R_lo + T_lo R_hi (the lo x lo term dropped); U as
+//           hi and lo over R (own columns), P (.) decay / |q| |k| without beta (U has it); (1c)
+//           every warpgroup is done with the raw Q and K: Kw without beta, hi over the raw K tile,
+//           lo over the raw Q tile; (1)
+//   B       as GATED_LINEAR with U for V, three products each (hi hi, hi lo, lo hi)
 #include "wgmma.cuh"
 
 namespace {
@@ -34,9 +44,17 @@ constexpr int bPh = 163840;   // P hi: 64 x 64 (one block of 64 x 128 B)
 constexpr int bPl = 172032;   // P lo
 constexpr int bWh = 180224;   // Kw hi: 64 rows (tokens) x 128 (key dims), the raw K tile's layout
 constexpr int bWl = 196608;   // Kw lo
-constexpr int bF = 212992;    // the gate arrays as oF (7 x 64 floats, 64 ints, the flags), then 1 / |q_t|, 1 / |k_t|
-constexpr size_t kSmemB = bF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
-static_assert(kSmemB <= 232448, "227 KB a block");
+// GATED_DELTA past S^T's tiles: A (F32 rows, stride kPS) and T = (I + A)^-1 (F32 rows); T's hi and lo
+// tiles (64 x 64) over A's rows; P's over T's rows (dead by then); R's and U's lo tile in V's
+// layout (their hi tile is the raw V tile of the chunk's buffer); Kw's tiles over the raw K (hi)
+// and Q (lo) tiles of the chunk's buffer
+constexpr int bAf = 163840, bTf = bAf + kC * kPS * 4, bTh = bAf, bTl = bAf + 8192;
+constexpr int bPhD = bTf, bPlD = bTf + 8192, bRl = bTf + kC * kPS * 4;
+static_assert(bTl + 8192 <= bTf && bPlD + 8192 <= bRl && bTf % 1024 == 0 && bRl % 1024 == 0, "GATED_DELTA's tiles");
+// the gate arrays as oF (7 x 64 floats, 64 ints, the flags), then 1 / |q_t|, 1 / |k_t|
+template <bool DELTA> constexpr int bF = DELTA ? bRl + 16384 : 212992;
+template <bool DELTA> constexpr size_t kSmemB = bF<DELTA> + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
+static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "227 KB a block");
 
 // Byte offset of element (r, k) in a K-major tile of `rows` rows of 16-bit values, 128-byte swizzle.
 [[maybe_unused]] __device__ __forceinline__ int sw2(int rows, int r, int k) {
@@ -100,12 +118,14 @@ __device__ __forceinline__ void wgb_upd(float (&d)[32], uint64_t da, uint64_t db
 }
 #endif
 
+
+template <bool DELTA>
 __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 wsm4[];
     unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
-    float *sL = (float *)(sm + bF), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    float *sL = (float *)(sm + bF<DELTA>), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
@@ -126,17 +146,20 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
     const int jb = 64 * (wg >> 1), ib = 64 * (wg & 1);
     const int s_off0 = (wg & 1) * 16384 + (jb + 16 * wq + g) * 128 + 2 * c2;
     auto s_off = [&](int r) { return s_off0 + ((r >> 1) & 1) * 1024 + (((r >> 2) ^ g) << 4); };
-#pragma unroll 4
-    for (int r = 0; r < 32; r += 2) {
-        float x[2] = {0.0f, 0.0f};
-        if (has_state)
+    // (the block stays in these accumulators from chunk to chunk; S^T's tiles are Q S's copy)
+    float accS[32];
 #pragma unroll
-            for (int e = 0; e < 2; e++)
-                x[e] = tg_cuda_load(tg_cuda_ptr(a.state, ib + acol(r) + e, j0 + jb + arow(r), h, b), a.state.type);
-        uint32_t hi, lo;
-        bf_split(x[0], x[1], hi, lo);
-        *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
-    }
+    for (int r = 0; r < 32; r++)
+        accS[r] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, ib + acol(r), j0 + jb + arow(r), h, b), a.state.type) : 0.0f;
+    auto s_tiles = [&]() {
+#pragma unroll
+        for (int r = 0; r < 32; r += 2) {
+            uint32_t hi, lo;
+            bf_split(accS[r], accS[r + 1], hi, lo);
+            *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
+        }
+    };
+    s_tiles();
 
     // Chunk c0's Q, K and V rows (nn of them; the rest zero-filled) into buffer buf: two 16-byte
     // units of each per thread, unit cu of row t at its swizzled place
@@ -179,16 +202,25 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
         chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
     };
 
-    // descriptors at k 0 in buffer 0 (+ kBufD: buffer 1): Q (A of Q K^T and Q S), K rows 16 wg ..
-    // (B of Q K^T), S^T rows 32 wg .. (B of Q S), P (A of P V), V's value columns 32 wg .. (B of
-    // P V: block wg >> 1, 64 bytes into its rows for odd wg), V's columns jb .. (A of the update),
-    // Kw's key dims ib .. (its B)
+    // descriptors at k 0 in buffer 0 (+ kBufD: buffer 1): Q (A of Q K^T and Q S; GATED_DELTA's K
+    // the same at 16384), K rows 16 wg .. (B of Q K^T, K K^T), S^T rows 32 wg .. (B of Q S, K S),
+    // P (A of P V / P U), V's value columns 32 wg .. (B of P V: block wg >> 1, 64 bytes into its
+    // rows for odd wg; GATED_DELTA: R's and U's hi tile, B of T R and P U), V's columns jb .. (A
+    // of the update; U's hi tile), Kw's key dims ib .. (its B; GATED_DELTA: the raw K tile's
+    // place, + kBufD for buffer 1)
     constexpr uint64_t kBufD = bBuf >> 4;
     const uint64_t dQ = sdesc(sb), dK = sdesc(sb + 16384 + 16 * wg * 128);
     // (the lo tiles' descriptors: the hi ones' plus the distance)
-    const uint64_t dSh = sdesc(sb + bSh + 32 * wg * 128), dPh = sdesc(sb + bPh);
+    const uint64_t dSh = sdesc(sb + bSh + 32 * wg * 128), dPh = sdesc(sb + (DELTA ? bPhD : bPh));
     const uint64_t dVb = sdesc(sb + 32768 + (wg >> 1) * 8192 + (wg & 1) * 64), dVa = sdesc(sb + 32768 + (wg >> 1) * 8192);
-    const uint64_t dWh = sdesc(sb + bWh + (wg & 1) * 8192);
+    const uint64_t dWh = sdesc(sb + (DELTA ? 16384 : bWh) + (wg & 1) * 8192);
+    constexpr uint64_t kPl = ((DELTA ? bPlD : bPl) - (DELTA ? bPhD : bPh)) / 16;
+    // GATED_DELTA: K (A of K S and K K^T), T's hi tile (A of T R); R's and U's lo tile as B (value columns 32 wg ..) and
+    // as A (columns jb ..); Kw's lo tile (the raw Q tile's place) relative to its hi one
+    [[maybe_unused]] const uint64_t dKa = sdesc(sb + 16384), dTh = sdesc(sb + bTh), dRlb = sdesc(sb + bRl + (wg >> 1) * 8192 + (wg & 1) * 64),
+                                    dRla = sdesc(sb + bRl + (wg >> 1) * 8192);
+    constexpr uint64_t kTl = (bTl - bTh) / 16;
+    constexpr int64_t kWl = DELTA ? -(16384 / 16) : (bWl - bWh) / 16;
 
     // the first chunk
     if (!a.l2norm && tid < kC) sNq[tid] = 1.0f, sNk[tid] = 1.0f;
@@ -217,79 +249,179 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
         if (warp == 0 && more) load_gates(t0 + kC, gl, bl);
         const int flags = *sTab;
         const bool tab = flags & 1;
-        auto decay = [&](int t, int s) { return decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s); };
         const uint64_t bd = c * kBufD;
-        const unsigned char *const kraw = sm + c * bBuf + 16384;
+        unsigned char *const qraw = sm + c * bBuf, *const kraw = qraw + 16384, *const vraw = qraw + 32768;
 
-        // A
-        pin(accQ), pin(accP);
-        wg_fence();
-        wgb_qk(accP, dQ + bd, dK + bd);
-        wgb_qs0(accQ, dQ + bd, dSh);
-        wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
-        wg_commit();
-        // (while they run) Kw = K (.) d(C-1, t) beta_t / |k_t|: a 16-byte unit at the same place in
-        // K's tile and Kw's
+        if constexpr (DELTA) {
+            // A1: K S and K K^T
+            float accR[16], accA[8];
+            pin(accR), pin(accA);
+            wg_fence();
+            wgb_qs0(accR, dKa + bd, dSh);
+            wgb_qs1(accR, dKa + bd, dSh + (bSl - bSh) / 16);
+            wgb_qk(accA, dKa + bd, dK + bd);
+            wg_commit();
+            wg_wait0();
+            pin(accR), pin(accA);
+            // A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t), F32 rows for the substitution
+            float *const sAm = (float *)(sm + bAf), *const sTm = (float *)(sm + bTf);
 #pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
-            const float w = sDl[t] * sB[t] * sNk[t];
-            const uint4 u = *(const uint4 *)(kraw + off);
-            const uint32_t x[4] = {u.x, u.y, u.z, u.w};
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 v = bf_pair(x[f]);
-                bf_split(v.x * w, v.y * w, hi[f], lo[f]);
+            for (int r = 0; r < 8; r += 2) {
+                const int t = arow(r), s = 16 * wg + acol(r);
+                const float bt = sB[t] * sNk[t];
+                const float a0 = s < t ? bt * accA[r] * sNk[s] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : 0.0f;
+                const float a1 = s + 1 < t ? bt * accA[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
+                *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
             }
-            *(uint4 *)(sm + bWh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            *(uint4 *)(sm + bWl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            // R = beta_t (V_t - d(t, -1) (K S)_t / |k_t|): hi over the raw V (this warpgroup's value
+            // columns, which only its own T R reads), lo into R's lo tile
+#pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                const int t = arow(r), off = sw2(kC, t, 32 * wg + acol(r));
+                const float bt = sB[t], dt = sD0[t], nk = sNk[t];
+                const float2 v = bf_pair(*(const uint32_t *)(vraw + off));
+                uint32_t hi, lo;
+                bf_split(bt * (v.x - keep_zero_mul(dt, accR[r] * nk)), bt * (v.y - keep_zero_mul(dt, accR[r + 1] * nk)), hi, lo);
+                *(uint32_t *)(vraw + off) = hi, *(uint32_t *)(sm + bRl + off) = lo;
+            }
+            __syncthreads();  // (1a) A complete
+            invert_unit_lower_doubling<kNT>(sAm, sTm);
+            __syncthreads();
+            // T (lower triangle and diagonal: the doubling leaves partial sums above) as hi and lo
+            // K-major tiles over A's rows
+#pragma unroll
+            for (int m = 0; m < kC * kC / 4 / kNT; m++) {
+                const int u = tid + kNT * m, t = u >> 4, s0 = (u & 15) * 4;
+                const float4 x = *(const float4 *)&sTm[t * kPS + s0];
+                uint32_t hi[2], lo[2];
+                bf_split(s0 <= t ? x.x : 0.0f, s0 + 1 <= t ? x.y : 0.0f, hi[0], lo[0]);
+                bf_split(s0 + 2 <= t ? x.z : 0.0f, s0 + 3 <= t ? x.w : 0.0f, hi[1], lo[1]);
+                *(uint2 *)(sm + bTh + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+                *(uint2 *)(sm + bTl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+            }
+            proxy_fence();
+            __syncthreads();  // (1b) T's and R's tiles ready; A's and T's F32 rows free (P goes there)
+            // A2: Q K^T, Q S and U = T R (R's hi tile: the raw V tile's place, columns 32 wg ..)
+            float accU[16];
+#pragma unroll
+            for (int r = 0; r < 16; r++) accU[r] = 0.0f;
+            pin(accQ), pin(accP), pin(accU);
+            wg_fence();
+            wgb_qk(accP, dQ + bd, dK + bd);
+            wgb_qs0(accQ, dQ + bd, dSh);
+            wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
+            wgb_pv(accU, dTh, dVb + bd);
+            wgb_pv(accU, dTh, dRlb);
+            wgb_pv(accU, dTh + kTl, dVb + bd);
+            wg_commit();
+            wg_wait0();
+            pin(accQ), pin(accP), pin(accU);
+            // U as hi and lo over R (own columns: every read of them was this warpgroup's T R)
+#pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                const int off = sw2(kC, arow(r), 32 * wg + acol(r));
+                uint32_t hi, lo;
+                bf_split(accU[r], accU[r + 1], hi, lo);
+                *(uint32_t *)(vraw + off) = hi, *(uint32_t *)(sm + bRl + off) = lo;
+            }
+        } else {
+            // A: Q K^T, Q S
+            pin(accQ), pin(accP);
+            wg_fence();
+            wgb_qk(accP, dQ + bd, dK + bd);
+            wgb_qs0(accQ, dQ + bd, dSh);
+            wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
+            wg_commit();
         }
-        wg_wait0();
-        pin(accQ), pin(accP);
+        // Kw = K (.) d(C-1, t) beta_t / |k_t| (GATED_DELTA without beta_t, which U has): a 16-byte
+        // unit at the same place in K's tile and Kw's (GATED_LINEAR: while Q K^T and Q S run;
+        // GATED_DELTA: over the raw K (hi) and Q (lo) tiles, once every warpgroup is done with them)
+        auto kw = [&]() {
+            unsigned char *const wh = DELTA ? kraw : sm + bWh, *const wl = DELTA ? qraw : sm + bWl;
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
+                const float w = DELTA ? sDl[t] * sNk[t] : sDl[t] * sB[t] * sNk[t];
+                const uint4 u = *(const uint4 *)(kraw + off);
+                const uint32_t x[4] = {u.x, u.y, u.z, u.w};
+                uint32_t hi[4], lo[4];
+#pragma unroll
+                for (int f = 0; f < 4; f++) {
+                    const float2 v = bf_pair(x[f]);
+                    bf_split(v.x * w, v.y * w, hi[f], lo[f]);
+                }
+                *(uint4 *)(wh + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+                *(uint4 *)(wl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            }
+        };
+        if constexpr (!DELTA) kw();
+        // (and P's factors: this thread's two rows t and four columns s)
+        float ept[2], nqt[2], ems[4], bks[4];
+        int zt[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int t = arow(2 * hh);
+            ept[hh] = sEp[t], nqt[hh] = sNq[t], zt[hh] = sZ[t];
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int s = 16 * wg + 8 * (q >> 1) + c2 + (q & 1);
+            ems[q] = sEm[s], bks[q] = DELTA ? sNk[s] : sB[s] * sNk[s];
+        }
+        if constexpr (!DELTA) {
+            wg_wait0();
+            pin(accQ), pin(accP);
+        }
+        // P (.) d(t, s) beta_s / |q_t| |k_s|, s <= t (GATED_DELTA without beta_s; d by the tables
+        // where they hold, as decay_ts)
+        unsigned char *const ph = sm + (DELTA ? bPhD : bPh), *const pl = sm + (DELTA ? bPlD : bPl);
 #pragma unroll
         for (int r = 0; r < 8; r += 2) {
-            const int t = arow(r), s = 16 * wg + acol(r);
-            const float nq = sNq[t];
-            const float p0 = s <= t ? accP[r] * decay(t, s) * (sB[s] * sNk[s]) * nq : 0.0f;
-            const float p1 = s + 1 <= t ? accP[r + 1] * decay(t, s + 1) * (sB[s + 1] * sNk[s + 1]) * nq : 0.0f;
+            const int t = arow(r), s = 16 * wg + acol(r), hh = (r >> 1) & 1, q = (r >> 2) << 1;
+            float p[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float d = tab ? (zt[hh] > s + e ? 0.0f : ept[hh] * ems[q + e]) : chunk_decay(sL, sSg, sZ, t, s + e);
+                p[e] = s + e <= t ? accP[r + e] * d * bks[q + e] * nqt[hh] : 0.0f;
+            }
             uint32_t hi, lo;
-            bf_split(p0, p1, hi, lo);
-            *(uint32_t *)(sm + bPh + sw2(kC, t, s)) = hi, *(uint32_t *)(sm + bPl + sw2(kC, t, s)) = lo;
+            bf_split(p[0], p[1], hi, lo);
+            *(uint32_t *)(ph + sw2(kC, t, s)) = hi, *(uint32_t *)(pl + sw2(kC, t, s)) = lo;
         }
         {
             const float d0 = sD0[arow(0)], d1 = sD0[arow(2)], n0 = sNq[arow(0)], n1 = sNq[arow(2)];
+            by_mul(flags & 2, [&](auto mul) {
 #pragma unroll
-            for (int r = 0; r < 16; r++) accQ[r] = keep_zero_mul((r & 2) ? d1 : d0, accQ[r] * ((r & 2) ? n1 : n0));
+                for (int r = 0; r < 16; r++) accQ[r] = mul((r & 2) ? d1 : d0, accQ[r] * ((r & 2) ? n1 : n0));
+            });
+        }
+        if constexpr (DELTA) {
+            __syncthreads();  // (1c) every warpgroup's Q K^T, Q S and T R done: the raw Q and K free
+            kw();
         }
         const float dl = sD0[kC - 1];  // (warp 0 rebuilds the arrays for the next chunk after the barrier)
         proxy_fence();
-        __syncthreads();  // (1) P, Kw ready; the gate arrays, norms and the raw Q and K free
+        __syncthreads();  // (1) P, Kw (and U) ready; the gate arrays, norms and the raw Q and K free
 
-        // B
-        float accS[32];
+        // B: O += P V (GATED_DELTA P U), S^T = d(C-1, -1) S^T + V^T Kw (U^T Kw)
+        by_mul(flags & 2, [&](auto mul) {
 #pragma unroll
-        for (int r = 0; r < 32; r += 2) {
-            const float2 hi = bf_pair(*(const uint32_t *)(sm + bSh + s_off(r))), lo = bf_pair(*(const uint32_t *)(sm + bSl + s_off(r)));
-            accS[r] = keep_zero_mul(dl, hi.x + lo.x), accS[r + 1] = keep_zero_mul(dl, hi.y + lo.y);
-        }
+            for (int r = 0; r < 32; r++) accS[r] = mul(dl, accS[r]);
+        });
         pin(accQ), pin(accS);
         wg_fence();
         wgb_pv(accQ, dPh, dVb + bd);
-        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);
-        wgb_upd(accS, dVa + bd, dWh);
-        wgb_upd(accS, dVa + bd, dWh + (bWl - bWh) / 16);
+        wgb_pv(accQ, dPh + kPl, dVb + bd);
+        if constexpr (DELTA) wgb_pv(accQ, dPh, dRlb);
+        wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0));
+        wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0) + (uint64_t)kWl);
+        if constexpr (DELTA) wgb_upd(accS, dRla, dWh + bd);
         wg_commit();
         if (warp == 0 && more) gates(gl, bl);
         wg_wait0();
         pin(accQ), pin(accS);
         if (more) {
-#pragma unroll
-            for (int r = 0; r < 32; r += 2) {
-                uint32_t hi, lo;
-                bf_split(accS[r], accS[r + 1], hi, lo);
-                *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
-            }
+            s_tiles();
         } else if (has_state && clear) {
 #pragma unroll
             for (int r = 0; r < 32; r++)
@@ -313,15 +445,20 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 
 namespace tg_chunk {
 
-size_t tg_cuda_delta_wgb_smem() { return TG_WGMMA ? kSmemB : 0; }
+size_t tg_cuda_delta_wgb_smem(bool delta) { return TG_WGMMA ? (delta ? kSmemB<true> : kSmemB<false>) : 0; }
 
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
     const char *call = "delta_rule";
     tg_cuda_impl *cu = tg_cuda(be);
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 2 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernel's slot");
-    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + 2];
-    if (const tg_status s = smem_limit(be, delta_wgb_kernel, kSmemB, set, call); s != TG_OK) return s;
-    delta_wgb_kernel<<<grid, kNT, kSmemB, cu->stream>>>(a);  // (the caller checks the launch)
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 3 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernels' slots");
+    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.delta ? 3 : 2)];
+    if (a.delta) {
+        if (const tg_status s = smem_limit(be, delta_wgb_kernel<true>, kSmemB<true>, set, call); s != TG_OK) return s;
+        delta_wgb_kernel<true><<<grid, kNT, kSmemB<true>, cu->stream>>>(a);  // (the caller checks the launch)
+        return TG_OK;
+    }
+    if (const tg_status s = smem_limit(be, delta_wgb_kernel<false>, kSmemB<false>, set, call); s != TG_OK) return s;
+    delta_wgb_kernel<false><<<grid, kNT, kSmemB<false>, cu->stream>>>(a);
     return TG_OK;
 }
 
