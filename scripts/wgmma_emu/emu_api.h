@@ -59,9 +59,11 @@ size_t tg_emu_kSmem(int delta);
 std::vector<EmuRegion> tg_emu_layout(int delta);
 void *tg_emu_smem_host();
 size_t tg_emu_smem_host_bytes();
-// the BF16 GATED_LINEAR kernel delta_wgb_kernel (gen.py: TG_EMU_WGB), launched as
-// delta_wg_kernel<false> (same chunk_args, 512 threads) with kSmemB bytes of shared memory
-bool tg_emu_has_wgb();
-size_t tg_emu_kSmemB();
-std::vector<EmuRegion> tg_emu_layout_b();
-void tg_emu_kernel_b(const EmuArgs &a);
+// the BF16 kernel delta_wgb_kernel (gen.py: TG_EMU_WGB), launched as delta_wg_kernel (same
+// chunk_args, 512 threads) with kSmemB<DELTA> bytes of shared memory: whether the tree has it for
+// that mode (template <bool DELTA> delta_wgb_kernel: both; the plain kernel of older trees:
+// GATED_LINEAR only), its shared memory, layout and one thread's run
+bool tg_emu_has_wgb(int delta);
+size_t tg_emu_kSmemB(int delta);
+std::vector<EmuRegion> tg_emu_layout_b(int delta);
+void tg_emu_kernel_b(int delta, const EmuArgs &a);

@@ -2,8 +2,9 @@
 // delta_rule_chunked_wgb.cu as gen.py copied them (asm rewritten, host launch code cut), compiled
 // as host C++ with -fsanitize=thread so that their memory accesses reach the hooks in emu_rt.cpp.
 // emu_config.h (gen.py) says which kernel versions the tree has: TG_EMU_DELTA 1 for
-// delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only delta_wg_kernel of older trees; TG_EMU_WGB 1
-// where it also has the BF16 GATED_LINEAR kernel delta_wgb_kernel (shared memory kSmemB).
+// delta_wg_kernel<DELTA>, 0 for the GATED_LINEAR-only delta_wg_kernel of older trees; TG_EMU_WGB 2
+// where it also has the BF16 kernel template <bool DELTA> delta_wgb_kernel (both modes, shared memory
+// kSmemB<DELTA>), 1 where it has the plain GATED_LINEAR-only one of older trees (kSmemB), 0 neither.
 #include "emu_config.h"
 #include "emu_rt.h"
 namespace {
@@ -69,16 +70,69 @@ std::vector<EmuRegion> tg_emu_layout(int) {
 void tg_emu_kernel(int, const EmuArgs &e) { delta_wg_kernel(args_of(e)); }
 #endif
 
-// the BF16 GATED_LINEAR kernel delta_wgb_kernel(const chunk_args), where the tree has it
+// the BF16 kernel delta_wgb_kernel, where the tree has it: template <bool DELTA> (TG_EMU_WGB 2, both
+// modes, kSmemB<DELTA>) or the plain GATED_LINEAR-only kernel of older trees (TG_EMU_WGB 1, kSmemB)
 #if TG_EMU_WGB
+// its layout: the two buffers of raw tiles, S^T's hi and lo tiles, then P's and Kw's (GATED_LINEAR) or
+// A / T / P / R's lo tile (GATED_DELTA), the gate arrays and the norms
+static std::vector<EmuRegion> layout_b_common(bool delta) {
+    std::vector<EmuRegion> l;
+    for (int b = 0; b < 2; b++) {
+        static const char *const nl[2][3] = {{"buffer 0: Q", "buffer 0: K", "buffer 0: V"}, {"buffer 1: Q", "buffer 1: K", "buffer 1: V"}};
+        static const char *const nd[2][3] = {{"buffer 0: Q / Kw lo", "buffer 0: K / Kw hi", "buffer 0: V / R hi / U hi"},
+                                             {"buffer 1: Q / Kw lo", "buffer 1: K / Kw hi", "buffer 1: V / R hi / U hi"}};
+        for (int t = 0; t < 3; t++) l.push_back({(delta ? nd : nl)[b][t], (uint32_t)(b * bBuf + t * 16384)});
+    }
+    l.push_back({"S^T hi", (uint32_t)bSh});
+    l.push_back({"S^T lo", (uint32_t)bSl});
+    return l;
+}
+static void layout_b_tail(std::vector<EmuRegion> &l, uint32_t f) {
+    l.push_back({"gates", f});
+    l.push_back({"1 / |q_t|, 1 / |k_t|", f + (8 * kC + 4) * 4});
+    l.push_back({"past the norms", f + (8 * kC + 4) * 4 + 2 * kC * 4});
+}
+#endif
+#if TG_EMU_WGB == 2
+static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "wsm4 holds the dynamic allocation");
+bool tg_emu_has_wgb(int) { return true; }
+size_t tg_emu_kSmemB(int delta) { return delta ? kSmemB<true> : kSmemB<false>; }
+std::vector<EmuRegion> tg_emu_layout_b(int delta) {
+    std::vector<EmuRegion> l = layout_b_common(delta);
+    if (!delta) {
+        l.insert(l.end(), {{"P hi", (uint32_t)bPh}, {"P lo", (uint32_t)bPl}, {"Kw hi", (uint32_t)bWh}, {"Kw lo", (uint32_t)bWl}});
+        layout_b_tail(l, bF<false>);
+    } else {
+        l.insert(l.end(), {{"A (F32) / T hi", (uint32_t)bAf},
+                           {"A (F32) / T lo", (uint32_t)bTl},
+                           {"A (F32)", (uint32_t)(bTl + 8192)},
+                           {"T (F32) / P hi", (uint32_t)bPhD},
+                           {"T (F32) / P lo", (uint32_t)bPlD},
+                           {"T (F32)", (uint32_t)(bPlD + 8192)},
+                           {"R lo / U lo", (uint32_t)bRl}});
+        layout_b_tail(l, bF<true>);
+    }
+    return l;
+}
+void tg_emu_kernel_b(int delta, const EmuArgs &e) {
+    const chunk_args a = args_of(e);
+    if (delta) delta_wgb_kernel<true>(a);
+    else delta_wgb_kernel<false>(a);
+}
+#elif TG_EMU_WGB == 1
 static_assert(kSmemB <= 232448, "wsm4 holds the dynamic allocation");
-bool tg_emu_has_wgb() { return true; }
-size_t tg_emu_kSmemB() { return kSmemB; }
-std::vector<EmuRegion> tg_emu_layout_b() { return {{"wgb smem", 0}}; }
-void tg_emu_kernel_b(const EmuArgs &e) { delta_wgb_kernel(args_of(e)); }
+bool tg_emu_has_wgb(int delta) { return !delta; }
+size_t tg_emu_kSmemB(int) { return kSmemB; }
+std::vector<EmuRegion> tg_emu_layout_b(int) {
+    std::vector<EmuRegion> l = layout_b_common(false);
+    l.insert(l.end(), {{"P hi", (uint32_t)bPh}, {"P lo", (uint32_t)bPl}, {"Kw hi", (uint32_t)bWh}, {"Kw lo", (uint32_t)bWl}});
+    layout_b_tail(l, bF);
+    return l;
+}
+void tg_emu_kernel_b(int, const EmuArgs &e) { delta_wgb_kernel(args_of(e)); }
 #else
-bool tg_emu_has_wgb() { return false; }
-size_t tg_emu_kSmemB() { return 0; }
-std::vector<EmuRegion> tg_emu_layout_b() { return {}; }
-void tg_emu_kernel_b(const EmuArgs &) {}
+bool tg_emu_has_wgb(int) { return false; }
+size_t tg_emu_kSmemB(int) { return 0; }
+std::vector<EmuRegion> tg_emu_layout_b(int) { return {}; }
+void tg_emu_kernel_b(int, const EmuArgs &) {}
 #endif

@@ -75,6 +75,7 @@ struct Case {
     int otype;        // 0 F32, 2 BF16
     int lin = 0;      // 1: LINEAR gates (a = g; glo..ghi, with zeros and some negative gates)
     int qkvtype = 2;  // 2 BF16, 1 F16
+    int betas = 0;    // 0 uniform in [0, 1); 1: exact 0 and 1 in a pattern among them; 2: all 1
 };
 
 struct Result {
@@ -117,6 +118,8 @@ static Inputs make_inputs(const Case &c) {
         in.beta[i] = ud(rng);
         if (c.lin && i % 23 == 7) in.g[i] = 0.0f;                   // zero gates (cut the chunk)
         if (c.lin && i % 29 == 3) in.g[i] = -in.g[i];               // negative gates (sign path)
+        if (c.betas == 2 || (c.betas == 1 && i % 3 == 0)) in.beta[i] = 1.0f;
+        if (c.betas == 1 && i % 3 == 1) in.beta[i] = 0.0f;
     }
     if (c.ninf) {  // -inf gates: the first token, a chunk's last and first, and a pattern
         for (int b = 0; b < c.B; b++)
@@ -191,7 +194,7 @@ static EmuDesc desc(char *data, int type, long long n0, long long n1, long long 
     return d;
 }
 
-// wgb: delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v) instead of delta_wg_kernel
+// wgb: delta_wgb_kernel (BF16 q/k/v; <c.delta> where it is the template) instead of delta_wg_kernel
 static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb) {
     const int Dk = in.Dk;
     Buf bq, bk, bv, bg, bb, bs, bo;
@@ -225,13 +228,13 @@ static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sb
     emu_add_global("beta", bb.data(), bb.bytes, 0);
     if (c.has_state) emu_add_global("state", bs.data(), bs.bytes, 2);
     emu_add_global("o", bo.data(), bo.bytes, 1);
-    const size_t ksm = wgb ? tg_emu_kSmemB() : tg_emu_kSmem(c.delta);
+    const size_t ksm = wgb ? tg_emu_kSmemB(c.delta) : tg_emu_kSmem(c.delta);
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
-    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, wgb ? tg_emu_layout_b() : tg_emu_layout(c.delta));
+    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, wgb ? tg_emu_layout_b(c.delta) : tg_emu_layout(c.delta));
     const int blocks = c.B * c.Hv * (c.Dv / 128);
     for (int blk = 0; blk < blocks; blk++)
         emu_run_block(blk, order, [&]() {
-            if (wgb) tg_emu_kernel_b(a);
+            if (wgb) tg_emu_kernel_b(c.delta, a);
             else tg_emu_kernel(c.delta, a);
         });
     Result r;
@@ -301,7 +304,7 @@ int main(int argc, char **argv) {
             return 2;
         } else filter = argv[i];
     }
-    // name, delta, T, B, Hk, Hv, Dv, glo, ghi, ninf, l2norm, has_state, otype[, lin, qkvtype]
+    // name, delta, T, B, Hk, Hv, Dv, glo, ghi, ninf, l2norm, has_state, otype[, lin, qkvtype, betas]
     const Case cases[] = {
         {"gd_T130_g0.2", 1, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
         {"gd_T64", 1, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
@@ -311,6 +314,11 @@ int main(int argc, char **argv) {
         {"gd_T130_inf_nostate", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 1, 1, 0, 0},
         {"gd_T200_nol2_bf16o", 1, 200, 2, 1, 2, 128, -0.5f, 0.0f, 0, 0, 1, 2},
         {"gd_T200_linear_zero_neg_f16", 1, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 1},
+        {"gd_T200_linear_zero_neg_bf16", 1, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 2},
+        {"gd_T130_nol2_g30_inf", 1, 130, 1, 1, 2, 128, -30.0f, 0.0f, 1, 0, 1, 0},
+        {"gd_T200_nol2_inf_bf16o_Dv256_Hv4", 1, 200, 1, 1, 4, 256, -0.5f, 0.0f, 1, 0, 1, 2},
+        {"gd_T130_beta01", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 1, 0, 0, 2, 1},
+        {"gd_T64_beta1", 1, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0, 0, 2, 2},
         {"gl_T200_linear_zero_neg_f16", 0, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 1},
         {"gl_T130_g0.2", 0, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
         {"gl_T64", 0, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
@@ -322,28 +330,29 @@ int main(int argc, char **argv) {
         {"gl_T130_nostate", 0, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0},
     };
     const float scale = 1.0f / std::sqrt(128.0f);
-    const bool has_delta = tg_emu_has_delta(), has_wgb = tg_emu_has_wgb();
-    int bad = 0, runs = 0, skipped = 0, mode_runs[2] = {}, wgb_runs = 0, wgb_absent = 0;  // GATED_LINEAR, GATED_DELTA
+    const bool has_delta = tg_emu_has_delta();
+    // (per mode: GATED_LINEAR, GATED_DELTA)
+    int bad = 0, runs = 0, skipped = 0, mode_runs[2] = {}, wgb_runs[2] = {}, wgb_absent[2] = {};
     double orel_lo = INFINITY, orel_hi = 0, srel_lo = INFINITY, srel_hi = 0;
-    // each case on delta_wg_kernel; the GATED_LINEAR ones with BF16 q/k/v also on delta_wgb_kernel
-    // (as "wgb_" + the case's name) where the tree has it
+    // each case on delta_wg_kernel; those with BF16 q/k/v also on delta_wgb_kernel (as "wgb_" + the
+    // case's name) where the tree has it for their mode (older trees: GATED_LINEAR only)
     std::vector<std::pair<const Case *, bool>> runlist;
     for (const Case &c : cases) {
         runlist.push_back({&c, false});
-        if (!c.delta && c.qkvtype == 2) runlist.push_back({&c, true});
+        if (c.qkvtype == 2) runlist.push_back({&c, true});
     }
     for (const auto &rl : runlist) {
         const Case &c = *rl.first;
         const bool wgb = rl.second;
         const std::string cname = (wgb ? "wgb_" : "") + std::string(c.name);
         if (!filter.empty() && cname.find(filter) == std::string::npos) continue;
+        if (wgb && !tg_emu_has_wgb(c.delta)) {
+            wgb_absent[c.delta]++;
+            continue;
+        }
         if (c.delta && !has_delta) {
             printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA>): skipped\n", c.name);
             skipped++;
-            continue;
-        }
-        if (wgb && !has_wgb) {
-            wgb_absent++;
             continue;
         }
         const Inputs in = make_inputs(c);
@@ -351,7 +360,7 @@ int main(int argc, char **argv) {
         oracle(c, in, scale, oref, sref);
         emu_clear_findings();
         const Result r = run_kernel(c, in, order, sbase, scale, wgb);
-        runs++, mode_runs[c.delta]++, wgb_runs += wgb;
+        runs++, mode_runs[c.delta]++, wgb_runs[c.delta] += wgb;
         const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
         bool same = true;
         if (all_orders)
@@ -362,8 +371,11 @@ int main(int argc, char **argv) {
         bool finite = true;
         for (float x : r.o) finite &= std::isfinite(x);
         for (float x : r.s) finite &= std::isfinite(x);
-        // delta_wgb_kernel's hi/lo products are near-F32 (2e-6..5e-6 here): its own tier, so that a
-        // lost lo product (1.5e-3..1.9e-3) fails; a BF16 o keeps its rounding's allowance
+        // delta_wgb_kernel's hi/lo products are near-F32: its own tier, so that a lost lo product fails;
+        // a BF16 o keeps its rounding's allowance. GATED_LINEAR 2e-6..5e-6 here (a lost P lo 1.5e-3..1.9e-3);
+        // GATED_DELTA (UT transform, lo x lo terms dropped) 2.5e-7..5.2e-6, the same tier: U as one BF16
+        // tile (its lo products dropped) o 1.3e-3..1.7e-3 (F32 o, T > 1), state 9.4e-5..1.8e-3; a lost
+        // T_hi R_lo alike; a lost T_lo R_hi 1.2e-4..3e-4 where T is not near I (README: what passes)
         const double tol = c.otype == 0 ? (wgb ? 3e-5 : 2e-3) : 5e-3, stol = wgb ? 3e-5 : 2e-3;
         const bool ok = orel < tol && srel < stol && finite && r.cover_ok;
         char st[32];
@@ -383,7 +395,12 @@ int main(int argc, char **argv) {
         if (c.has_state) srel_lo = std::min(srel_lo, srel), srel_hi = std::max(srel_hi, srel);
         if (stats) emu_print_stats();
     }
-    if (wgb_absent) printf("delta_wgb_kernel not present in this tree's kernel: its %d GATED_LINEAR BF16 runs skipped\n", wgb_absent);
+    // (not in the tree, or left out by TG_EMU_WGB=0; older trees have the GATED_LINEAR-only kernel)
+    if (wgb_absent[0])
+        printf("delta_wgb_kernel not present in this tree's kernel (or left out): its %d GATED_LINEAR BF16 runs skipped\n", wgb_absent[0]);
+    if (wgb_absent[1])
+        printf("delta_wgb_kernel<DELTA> not present in this tree's kernel%s: its %d GATED_DELTA BF16 runs skipped\n",
+               tg_emu_has_wgb(0) ? " (the plain GATED_LINEAR-only delta_wgb_kernel)" : " (or left out)", wgb_absent[1]);
     if (!runs) {
         printf("no case ran (filter '%s'%s)\n", filter.c_str(), skipped ? ", GATED_DELTA not in this tree" : "");
         return 2;
@@ -393,7 +410,9 @@ int main(int argc, char **argv) {
     char modes[128];
     snprintf(modes, sizeof modes, "GATED_LINEAR %d, GATED_DELTA %d", mode_runs[0], mode_runs[1]);
     if (!has_delta) snprintf(modes, sizeof modes, "GATED_LINEAR %d", mode_runs[0]);
-    if (wgb_runs) snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "; delta_wgb_kernel %d of them", wgb_runs);
+    if (wgb_runs[0] + wgb_runs[1])
+        snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "; delta_wgb_kernel %d of them (%d + %d)", wgb_runs[0] + wgb_runs[1],
+                 wgb_runs[0], wgb_runs[1]);
     printf("%s: %d runs (%s), o rel-L2 %.1e..%.1e, state rel-L2 %s", bad ? "SOME CASES FAILED OR HAD FINDINGS" : "ALL CASES OK, NO FINDINGS",
            runs, modes, orel_lo, orel_hi, srange);
     if (skipped) printf("; GATED_DELTA not present in this tree (%d cases skipped)", skipped);

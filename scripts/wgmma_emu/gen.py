@@ -13,7 +13,9 @@ the tree has no such file), so that emu_kernel.cpp can include it.
 
 Writes OUT/emu_config.h: TG_EMU_DELTA 1 where the kernel is template <bool DELTA> delta_wg_kernel
 (GATED_LINEAR and GATED_DELTA), 0 where it is the plain GATED_LINEAR-only delta_wg_kernel of older
-trees; any other template is refused."""
+trees; TG_EMU_WGB 0 (no delta_wgb_kernel, or TG_EMU_WGB=0 in the environment), 1 (the plain
+GATED_LINEAR-only delta_wgb_kernel, shared memory kSmemB) or 2 (template <bool DELTA>
+delta_wgb_kernel, both modes, kSmemB<DELTA>); any other template of either kernel is refused."""
 import os
 import re
 import sys
@@ -149,17 +151,26 @@ def has_delta(kernel):
 
 
 def has_wgb(kernel):
-    """1 where the kernel file defines the plain __global__ delta_wgb_kernel(const chunk_args) (and kSmemB);
-    TG_EMU_WGB=0 in the environment turns it off (emu then reports it as not present)."""
+    """1 where the kernel file defines the plain __global__ delta_wgb_kernel(const chunk_args) (GATED_LINEAR
+    only; shared memory kSmemB), 2 where it is template <bool DELTA> delta_wgb_kernel (both modes; shared
+    memory kSmemB<DELTA>), 0 where it has none; any other template is refused. TG_EMU_WGB=0 in the
+    environment turns it off (emu then reports it as not present)."""
     if os.environ.get('TG_EMU_WGB', '1') == '0':
         return 0
-    m = re.search(r'(template\s*<[^>]*>\s*)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?delta_wgb_kernel\s*\(\s*const\s+chunk_args\s+\w+\s*\)', kernel)
+    m = re.search(r'(template\s*<([^>]*)>\s*)?__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
+                  r'delta_wgb_kernel\s*\(\s*const\s+chunk_args\s+\w+\s*\)', kernel)
     if not m:
         if re.search(r'\bdelta_wgb_kernel\b', kernel):
-            sys.exit('gen.py: delta_wgb_kernel in %s is not the plain __global__ void delta_wgb_kernel(const chunk_args)' % KERNEL_B)
+            sys.exit('gen.py: delta_wgb_kernel in %s is not __global__ void delta_wgb_kernel(const chunk_args) '
+                     '(plain or template <bool DELTA>)' % KERNEL_B)
         return 0
     if m.group(1):
-        sys.exit('gen.py: delta_wgb_kernel in %s is a template (the emulator knows the plain kernel)' % KERNEL_B)
+        if not re.fullmatch(r'\s*bool\s+DELTA\s*', m.group(2)):
+            sys.exit('gen.py: unsupported delta_wgb_kernel template <%s> in %s (known: <bool DELTA>, none)'
+                     % (m.group(2).strip(), KERNEL_B))
+        if not re.search(r'\bkSmemB\s*<', kernel):
+            sys.exit('gen.py: template delta_wgb_kernel without kSmemB<DELTA> in ' + KERNEL_B)
+        return 2
     if not re.search(r'\bkSmemB\b', kernel):
         sys.exit('gen.py: delta_wgb_kernel without kSmemB in ' + KERNEL_B)
     return 1
@@ -208,10 +219,12 @@ def main():
         f.write('// written by gen.py from %s\n#pragma once\n' % KERNEL)
         f.write('#define TG_EMU_DELTA %d  // %s\n' % (
             delta, 'delta_wg_kernel<DELTA>' if delta else 'delta_wg_kernel (GATED_LINEAR only)'))
-        f.write('#define TG_EMU_WGB %d  // %s\n' % (
-            wgb, 'delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v; shared memory kSmemB)' if wgb else 'no delta_wgb_kernel'))
+        f.write('#define TG_EMU_WGB %d  // %s\n' % (wgb, {
+            0: 'no delta_wgb_kernel',
+            1: 'delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v; shared memory kSmemB)',
+            2: 'delta_wgb_kernel<DELTA> (GATED_LINEAR and GATED_DELTA, BF16 q/k/v; shared memory kSmemB<DELTA>)'}[wgb]))
     print('gen.py: %s -> %s (%s%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only',
-                                       '; delta_wgb_kernel' if wgb else ''))
+                                       {0: '', 1: '; delta_wgb_kernel', 2: '; delta_wgb_kernel<DELTA>'}[wgb]))
 
 
 if __name__ == '__main__':

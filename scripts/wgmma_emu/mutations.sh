@@ -4,6 +4,7 @@
 # c()), builds the emulator on it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
 # exit 1); a benign_* rewrite (same results, no new hazard) must not be. A mutation whose text is
 # not in this tree is reported n/a. Run by `make mutations`; SRC and BUILD as for the Makefile.
+# EDITS may also read text['k'], text['b'], text['c'] (the files' current text) to choose an edit.
 # Logs: BUILD/mutations/NAME.log. Exit 1 if a bug was missed, a benign rewrite flagged or a
 # mutated copy did not build.
 set -uo pipefail
@@ -14,7 +15,7 @@ build="${BUILD:-$root/build-wgmma-emu}"
 kernel=cuda/sm90a/delta_rule_chunked_wg.cu
 kernel_b=cuda/sm90a/delta_rule_chunked_wgb.cu
 logs="$build/mutations"
-# the mutations edit delta_wg_kernel: delta_wgb_kernel (the BF16 GATED_LINEAR kernel) is left out of
+# the mutations edit delta_wg_kernel: delta_wgb_kernel (the BF16 kernel) is left out of
 # their builds unless TG_EMU_WGB=1 (then its wgb_* runs join the filters' cases)
 export TG_EMU_WGB="${TG_EMU_WGB:-0}"
 mkdir -p "$logs"
@@ -112,10 +113,21 @@ mut benign_A_diag_included gd_T64 "k('const float a0 = s < t ?', 'const float a0
 mut benign_R_d0_plain_mul gd_T130_inf "k('x = tf32r(sB[t] * (x - keep_zero_mul(sD0[t], accR[r])));', 'x = tf32r(sB[t] * (x - sD0[t] * accR[r]));')"
 # delta_wgb_kernel (its wgb_* runs joined in: TG_EMU_WGB=1 for these): a lost lo product must fail
 # the BF16 kernel's near-F32 tier, a copy read before its wait or a wrong MN-major step its checks
+# (wgb_no_P_lo: the P lo descriptor as the plain kernel wrote it, or as delta_wgb_kernel<DELTA> does)
 export TG_EMU_WGB=1
-mut wgb_no_P_lo wgb_gl_T130_g0.2 "b('        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n', '')"
+mut wgb_no_P_lo wgb_gl_T130_g0.2 "p = '        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n'; b(p if p in text['b'] else '        wgb_pv(accQ, dPh + kPl, dVb + bd);\n', '')"
 mut wgb_no_cp_wait wgb_gl_T130_g0.2 "b('        cp_wait0();\n        proxy_fence();\n        __syncthreads();  // (2)', '        proxy_fence();\n        __syncthreads();  // (2)')"
 mut wgb_pv_mn_step wgb_gl_T64 "b('TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)', 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
+# delta_wgb_kernel<true> (GATED_DELTA on BF16 products; n/a on trees with the plain GATED_LINEAR-only
+# kernel): U's lo tile lost in P U, barrier (1c) gone (Kw over the raw K and Q tiles while other
+# warpgroups' Q K^T and Q S read them), R's hi at the wrong columns (8 on, in the warpgroup's own
+# 32), T's tile without the diagonal of every fourth row; the benign one multiplies w's factors the
+# other way round (the same F32 product)
+mut wgb_gd_no_PU_lo wgb_gd_T64 "b('        if constexpr (DELTA) wgb_pv(accQ, dPh, dRlb);\n', '')"
+mut wgb_gd_no_barrier_1c wgb_gd_T130_g0.2 "b('            __syncthreads();  // (1c)', '            // (1c)')"
+mut wgb_gd_R_hi_column wgb_gd_T64 "b('*(uint32_t *)(vraw + off) = hi, *(uint32_t *)(sm + bRl + off) = lo;\n            }\n            __syncthreads();  // (1a)', '*(uint32_t *)(vraw + sw2(kC, t, 32 * wg + (acol(r) ^ 8))) = hi, *(uint32_t *)(sm + bRl + off) = lo;\n            }\n            __syncthreads();  // (1a)')"
+mut wgb_gd_T_tile_no_diag wgb_gd_T64 "b('bf_split(s0 <= t ? x.x : 0.0f', 'bf_split(s0 < t ? x.x : 0.0f')"
+mut benign_wgb_gd_w_commuted wgb_gd_T130_inf "b('const float w = DELTA ? sDl[t] * sNk[t] :', 'const float w = DELTA ? sNk[t] * sDl[t] :')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
