@@ -495,23 +495,32 @@ template <int NT> __device__ inline void invert_unit_lower(const float *sA, floa
 // unused upper blocks of sT; the k loops are unrolled and keep to the triangles (a NaN in a row of
 // A reaches only that row and those after it, as in the substitution). Ends before the last
 // barrier: the caller syncs.
+// Column c of the diagonal 16 x 16 block at b0 of T = (I + A)^-1: (I + A_bb) x = e_c by forward
+// substitution (reads only that block of A)
+__device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) {
+    float x[16];
+#pragma unroll
+    for (int t = 0; t < 16; t++) {
+        float y = t == c ? 1.0f : 0.0f;
+#pragma unroll
+        for (int r = 0; r < t; r++) y = fmaf(-sA[(b0 + t) * kPS + b0 + r], x[r], y);
+        x[t] = t < c ? 0.0f : y;
+    }
+#pragma unroll
+    for (int t = 0; t < 16; t++) sT[(b0 + t) * kPS + b0 + c] = x[t];
+}
+// ... the rest of the doubling, once the four diagonal blocks are in sT (after a barrier)
+template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT);
 template <int NT> __device__ inline void invert_unit_lower_doubling(const float *sA, float *sT) {
     static_assert(NT % 64 == 0, "64 columns");
     const int tid = threadIdx.x;
-    if (tid < kC) {  // diagonal block b, column c: (I + A_bb) x = e_c
-        const int b0 = tid & ~15, c = tid & 15;
-        float x[16];
-#pragma unroll
-        for (int t = 0; t < 16; t++) {
-            float y = t == c ? 1.0f : 0.0f;
-#pragma unroll
-            for (int r = 0; r < t; r++) y = fmaf(-sA[(b0 + t) * kPS + b0 + r], x[r], y);
-            x[t] = t < c ? 0.0f : y;
-        }
-#pragma unroll
-        for (int t = 0; t < 16; t++) sT[(b0 + t) * kPS + b0 + c] = x[t];
-    }
+    if (tid < kC) invert_diag16(sA, sT, tid & ~15, tid & 15);  // diagonal block b, column c
     __syncthreads();
+    invert_unit_lower_doubling_rest<NT>(sA, sT);
+}
+template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT) {
+    static_assert(NT % 64 == 0, "64 columns");
+    const int tid = threadIdx.x;
     // 16 -> 32: half h (rows 32 h ..), X = A[16 + r][k] T[k][c] (k >= c) into block (0, 1) of the half
 #pragma unroll
     for (int e = tid; e < 512; e += NT) {

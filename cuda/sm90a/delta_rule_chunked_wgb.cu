@@ -13,21 +13,24 @@
 // operands to 2^-11. l2norm scales rows and columns of the products (1 / |q_t|, 1 / |k_s|) instead
 // of the tiles. Per chunk (buffer c of the two):
 //   start   the next chunk's Q, K, V rows into the other buffer (cp.async), its gates (warp 0)
-//   A       Q K^T (columns 16 wg ..), Q S = Q S_hi + Q S_lo (value columns 32 wg ..); then P (.)
+//   A       Q K^T (columns 16 wg ..), Q S = Q S_hi + Q S_lo (value columns 32 wg ..); while they
+//           run, l2norm's 1 / |q_t|, 1 / |k_t| from the staged tiles, barrier (3); then P (.)
 //           decay beta / |q| |k| as hi and lo, Q S times d(t, -1) / |q_t|, and the update's
 //           Kw = K (.) d(C-1, t) beta_t / |k_t| (hi, lo) in the raw K tile's layout; barrier (1)
 //   B       O = ... + P_hi V + P_lo V; S^T (block jb, ib) = d(C-1, -1) S^T + V^T Kw_hi + V^T Kw_lo
 //           (M = value columns: the accumulator's pairs are adjacent key dims, one 4-byte store
 //           each into S^T's hi and lo tiles); the next chunk's gate arrays (warp 0)
-//   end     the copies waited for, barrier (2); l2norm: the next chunk's 1 / |q_t|, 1 / |k_t|,
-//           barrier (3)
+//   end     the copies waited for, barrier (2)
 // The state block stays in the update's F32 accumulators from chunk to chunk (S^T's hi and lo tiles
 // are Q S's copy of it); the final state is stored from them.
 // GATED_DELTA (DELTA) first turns V into U by the UT transform, as delta_wg_kernel<true> does:
-//   A1      K S = K S_hi + K S_lo (value columns 32 wg ..) and K K^T (columns 16 wg ..); A = beta_t
+//   A1      K S = K S_hi + K S_lo (value columns 32 wg ..) and K K^T (columns 16 wg ..) (l2norm's
+//           norms and barrier (3) while they run); A = beta_t
 //           K_t.K_s d(t, s) / |k_t| |k_s| (s < t) as F32 rows, R = beta_t (V_t - d(t, -1) (K S)_t /
-//           |k_t|) as hi over the raw V tile and lo (each warpgroup its own value columns); (1a)
-//   T       T = (I + A)^-1 on CUDA cores, then T as hi and lo K-major tiles over A's rows; (1b)
+//           |k_t|) as hi over the raw V tile and lo (each warpgroup its own value columns), A's
+//           diagonal 16 x 16 blocks inverted meanwhile by the warps that hold them; (1a)
+//   T       the rest of T = (I + A)^-1 on CUDA cores, then T as hi and lo K-major tiles over A's
+//           rows; (1b)
 //   A2      Q K^T, Q S and U = T_hi R_hi + T_hi R_lo + T_lo R_hi (the lo x lo term dropped); U as
 //           hi and lo over R (own columns), P (.) decay / |q| |k| without beta (U has it); (1c)
 //           every warpgroup is done with the raw Q and K: Kw without beta, hi over the raw K tile,
@@ -233,10 +236,6 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
     cp_wait0();
     proxy_fence();
     __syncthreads();
-    if (a.l2norm) {
-        norms(0);
-        __syncthreads();
-    }
     char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);
     int c = 0;  // this chunk's buffer
 #pragma unroll 1
@@ -261,6 +260,12 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             wgb_qs1(accR, dKa + bd, dSh + (bSl - bSh) / 16);
             wgb_qk(accA, dKa + bd, dK + bd);
             wg_commit();
+            // l2norm: this chunk's 1 / |q_t|, 1 / |k_t| while the products run (the last readers of
+            // the previous chunk's were before its barrier (1))
+            if (a.l2norm) {
+                norms(c);
+                __syncthreads();  // (3)
+            }
             wg_wait0();
             pin(accR), pin(accA);
             // A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t), F32 rows for the substitution
@@ -273,6 +278,12 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
                 const float a1 = s + 1 < t ? bt * accA[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
                 *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
             }
+            // A's diagonal block wg is this warpgroup's columns in warp wq = wg's rows: that warp
+            // inverts it at once (lanes 0-15, a column each) while the other warps build R
+            if (wq == wg) {
+                __syncwarp();
+                if (lane < 16) invert_diag16(sAm, sTm, 16 * wg, lane);
+            }
             // R = beta_t (V_t - d(t, -1) (K S)_t / |k_t|): hi over the raw V (this warpgroup's value
             // columns, which only its own T R reads), lo into R's lo tile
 #pragma unroll
@@ -284,8 +295,8 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
                 bf_split(bt * (v.x - keep_zero_mul(dt, accR[r] * nk)), bt * (v.y - keep_zero_mul(dt, accR[r + 1] * nk)), hi, lo);
                 *(uint32_t *)(vraw + off) = hi, *(uint32_t *)(sm + bRl + off) = lo;
             }
-            __syncthreads();  // (1a) A complete
-            invert_unit_lower_doubling<kNT>(sAm, sTm);
+            __syncthreads();  // (1a) A and T's diagonal blocks complete
+            invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
             __syncthreads();
             // T (lower triangle and diagonal: the doubling leaves partial sums above) as hi and lo
             // K-major tiles over A's rows
@@ -332,6 +343,12 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             wgb_qs0(accQ, dQ + bd, dSh);
             wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
             wg_commit();
+            // l2norm: this chunk's 1 / |q_t|, 1 / |k_t| while the products run (the last readers of
+            // the previous chunk's were before its barrier (1))
+            if (a.l2norm) {
+                norms(c);
+                __syncthreads();  // (3)
+            }
         }
         // Kw = K (.) d(C-1, t) beta_t / |k_t| (GATED_DELTA without beta_t, which U has): a 16-byte
         // unit at the same place in K's tile and Kw's (GATED_LINEAR: while Q K^T and Q S run;
@@ -433,10 +450,6 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
         cp_wait0();
         proxy_fence();
         __syncthreads();  // (2) the next chunk's tiles, gates and S^T ready
-        if (a.l2norm) {
-            norms(c ^ 1);
-            __syncthreads();  // (3) its norms
-        }
     }
 #endif
 }

@@ -55,6 +55,7 @@ struct Thread {
     // wgmma state
     bool fence_ok = false;
     int committed = 0, waited = 0, uncommitted = 0;
+    std::vector<uint32_t> wait_epoch;  // group k waited for in phase wait_epoch[k]
     std::vector<std::pair<uint64_t, uint32_t>> fences;  // fence.proxy.async executed: (seq, epoch)
     std::vector<float *> inflight;  // accumulator registers of wgmma issued and not yet waited for
     // cp.async: copies issued and not yet retired (issue order), each with its group (-1: not
@@ -194,11 +195,18 @@ void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENER
                                 region(so) + " read by " + tname(r.rtid[k]) + ", written by " + tname(me), r.rpc[k], pc);
                 if (r.rover) finding("WAR hazard (more than 4 readers, some other thread)", region(so) + " written by " + tname(me), pc, nullptr);
             }
-            if (r.aepoch == g_epoch) {
+            // a wgmma's reads last until its warpgroup waits for the group (a barrier may come
+            // between: the reads then reach into the later phases, up to the one of the wait)
+            auto reads_live = [&](int w) {
+                const Thread &x = g_thr[w * 128];  // (wgmma is warpgroup-collective: the same groups)
+                const int gq = r.agroup[w];
+                return r.aepoch == g_epoch || gq >= (int)x.wait_epoch.size() || x.wait_epoch[gq] == g_epoch;
+            };
+            if (r.aepoch != UINT32_MAX) {
                 for (int w = 0; w < 4; w++) {
-                    if (!(r.amask & (1 << w))) continue;
+                    if (!(r.amask & (1 << w)) || !reads_live(w)) continue;
                     if (w != (me >> 7))
-                        finding("async-proxy hazard: generic write to a byte another warpgroup's wgmma reads in the same phase",
+                        finding("async-proxy hazard: generic write to a byte another warpgroup's wgmma reads in the same phase or still in flight",
                                 region(so) + " wgmma of wg" + std::to_string(w) + ", written by " + tname(me), pc, nullptr);
                     else if (g_thr[me].waited <= r.agroup[w])
                         finding("async-proxy hazard: generic write to a byte its own warpgroup's wgmma reads, before wgmma.wait_group",
@@ -280,7 +288,8 @@ void arrive(Coll &c, int size, int kind, int arg, const char *what) {
         for (int i = 0; i < kThreads; i++) {
             Thread &x = g_thr[i];
             if (x.uncommitted) finding("barrier with uncommitted wgmma", tname(i), nullptr, nullptr);
-            if (x.waited != x.committed) finding("barrier with a wgmma group not waited for", tname(i), nullptr, nullptr);
+            // (a group not waited for may stay in flight across the barrier: its reads are checked
+            // against later writes until the wait, smem_access)
         }
         g_barrier_seq.push_back(++g_seq);
         g_epoch++;
@@ -628,6 +637,7 @@ static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nou
             const int n = atoi(args[0].c_str());
             if (n != 0) finding("wait_group N != 0 (not modelled)", "", pc, nullptr);
             if (t->uncommitted) finding("wgmma.wait_group with uncommitted wgmma", tname(t->tid), pc, nullptr);
+            while ((int)t->wait_epoch.size() < t->committed) t->wait_epoch.push_back(g_epoch);
             t->waited = t->committed;
             t->fence_ok = false;
             t->inflight.clear();
@@ -830,7 +840,7 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
     for (int i = 0; i < kThreads; i++) {
         Thread &t = g_thr[i];
         if (!t.stack) t.stack = (char *)malloc(kStack);
-        t.tid = i, t.done = false, t.blocked = false, t.fence_ok = false, t.committed = t.waited = t.uncommitted = 0;
+        t.tid = i, t.done = false, t.blocked = false, t.fence_ok = false, t.committed = t.waited = t.uncommitted = 0, t.wait_epoch.clear();
         t.fences.clear();
         t.inflight.clear();
         t.cpa.clear();

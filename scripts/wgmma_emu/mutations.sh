@@ -127,6 +127,9 @@ mut wgb_gd_no_PU_lo wgb_gd_T64 "b('        if constexpr (DELTA) wgb_pv(accQ, dPh
 mut wgb_gd_no_barrier_1c wgb_gd_T130_g0.2 "b('            __syncthreads();  // (1c)', '            // (1c)')"
 mut wgb_gd_R_hi_column wgb_gd_T64 "b('*(uint32_t *)(vraw + off) = hi, *(uint32_t *)(sm + bRl + off) = lo;\n            }\n            __syncthreads();  // (1a)', '*(uint32_t *)(vraw + sw2(kC, t, 32 * wg + (acol(r) ^ 8))) = hi, *(uint32_t *)(sm + bRl + off) = lo;\n            }\n            __syncthreads();  // (1a)')"
 mut wgb_gd_T_tile_no_diag wgb_gd_T64 "b('bf_split(s0 <= t ? x.x : 0.0f', 'bf_split(s0 < t ? x.x : 0.0f')"
+mut wgb_gd_diag_no_syncwarp wgb_gd_T64 "b('                __syncwarp();\n                if (lane < 16) invert_diag16', '                if (lane < 16) invert_diag16')"
+mut wgb_no_norm_barrier wgb_gl_T130_g0.2 "b('                norms(c);\n                __syncthreads();  // (3)\n            }\n        }', '                norms(c);\n            }\n        }')"
+mut wgb_gd_write_q_in_flight wgb_gd_T130_g0.2 "b('            wg_commit();\n            wg_wait0();\n            pin(accQ), pin(accP), pin(accU);', '            wg_commit();\n            __syncthreads();\n            *(uint32_t *)(qraw + 16 * tid) = 0u;\n            wg_wait0();\n            pin(accQ), pin(accP), pin(accU);')"
 mut benign_wgb_gd_w_commuted wgb_gd_T130_inf "b('const float w = DELTA ? sDl[t] * sNk[t] :', 'const float w = DELTA ? sNk[t] * sDl[t] :')"
 rmdir "$build/mut" 2>/dev/null
 
