@@ -8,6 +8,7 @@
 //     m64nNk8 TF32 and m64nNk16 BF16/F16 with the .f32 D fragment layout), fences, commit/wait
 //     groups, cvt.rna.tf32.f32, and cp.async (issue, commit_group, wait_group N, wait_all) with its
 //     shared-memory writes landing at the issuing thread's wait
+#include <algorithm>
 #include <ucontext.h>
 
 #include <cstdio>
@@ -57,7 +58,7 @@ struct Thread {
     int committed = 0, waited = 0, uncommitted = 0;
     std::vector<uint32_t> wait_epoch;  // group k waited for in phase wait_epoch[k]
     std::vector<std::pair<uint64_t, uint32_t>> fences;  // fence.proxy.async executed: (seq, epoch)
-    std::vector<float *> inflight;  // accumulator registers of wgmma issued and not yet waited for
+    std::vector<std::pair<float *, int>> inflight;  // accumulator registers of wgmma issued and not yet waited for, with their group
     // cp.async: copies issued and not yet retired (issue order), each with its group (-1: not
     // committed yet); groups committed so far
     struct CpAsync {
@@ -240,8 +241,8 @@ inline void access(void *addr, size_t n, bool write, void *pc, bool aligned = tr
     unsigned char *p = (unsigned char *)addr;
     if (aligned && (n == 8 || n == 16) && ((uintptr_t)p % n) != 0 && ((p >= g_sm && p < g_sm + g_sm_bytes) || !g_glob.empty()))
         finding("misaligned vector access", std::to_string(n) + " bytes", pc, nullptr);
-    for (float *f : g_cur->inflight)
-        if ((unsigned char *)f < p + n && p < (unsigned char *)(f + 1))
+    for (const auto &fg : g_cur->inflight)
+        if ((unsigned char *)fg.first < p + n && p < (unsigned char *)(fg.first + 1))
             finding("accumulator register accessed while its wgmma is in flight (before wgmma.wait_group)", tname(g_cur->tid), pc, nullptr);
     if (p >= g_sm && p < g_sm + g_sm_bytes) {
         smem_access(p - g_sm, n, write, pc);
@@ -634,13 +635,17 @@ static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nou
             t->committed++;
             t->uncommitted = 0;
         } else if (opc == "wgmma.wait_group.sync.aligned") {
+            // wait_group N: every committed group but the newest N complete
             const int n = atoi(args[0].c_str());
-            if (n != 0) finding("wait_group N != 0 (not modelled)", "", pc, nullptr);
+            if (n < 0 || n > 7) finding("wait_group N out of 0..7", "", pc, nullptr);
             if (t->uncommitted) finding("wgmma.wait_group with uncommitted wgmma", tname(t->tid), pc, nullptr);
-            while ((int)t->wait_epoch.size() < t->committed) t->wait_epoch.push_back(g_epoch);
-            t->waited = t->committed;
+            const int done = std::max(t->waited, t->committed - std::max(n, 0));
+            while ((int)t->wait_epoch.size() < done) t->wait_epoch.push_back(g_epoch);
+            t->waited = done;
             t->fence_ok = false;
-            t->inflight.clear();
+            t->inflight.erase(std::remove_if(t->inflight.begin(), t->inflight.end(),
+                                             [&](const std::pair<float *, int> &fg) { return fg.second < done; }),
+                              t->inflight.end());
         } else if (opc == "fence.proxy.async.shared::cta") {
             t->fences.push_back({++g_seq, g_epoch});
         } else if (opc == "cvt.rna.tf32.f32") {
@@ -760,7 +765,7 @@ static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nou
             w.gid = t->committed;
             if (!t->fence_ok) finding("wgmma.mma_async without wgmma.fence since the last wait", tname(t->tid), pc, nullptr);
             t->uncommitted++;
-            for (int i = 0; i < (int)dl.size() && i < 128; i++) t->inflight.push_back(w.my[i]);
+            for (int i = 0; i < (int)dl.size() && i < 128; i++) t->inflight.push_back({w.my[i], w.gid});
             t->wga = &w;
             arrive(g_wg[t->tid >> 7], 128, K_WGMMA, 0, "wgmma");
             t->wga = nullptr;
