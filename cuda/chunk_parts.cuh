@@ -488,13 +488,6 @@ template <int NT> __device__ inline void invert_unit_lower(const float *sA, floa
     }
 }
 
-// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 64), by doubling:
-// the four 16 x 16 diagonal blocks by forward substitution (one thread per column, the column in
-// registers), then the 32 x 32 diagonal halves (T_10 = -T_11 A_10 T_00 for both halves at once),
-// then the 64 x 64 whole (the same with 32 x 32 blocks). The products X = A_10 T_00 go to the
-// unused upper blocks of sT; the k loops are unrolled and keep to the triangles (a NaN in a row of
-// A reaches only that row and those after it, as in the substitution). Ends before the last
-// barrier: the caller syncs.
 // Column c of the diagonal 16 x 16 block at b0 of T = (I + A)^-1: (I + A_bb) x = e_c by forward
 // substitution (reads only that block of A)
 __device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) {
@@ -511,6 +504,13 @@ __device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) 
 }
 // ... the rest of the doubling, once the four diagonal blocks are in sT (after a barrier)
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT);
+// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 64), by doubling:
+// the four 16 x 16 diagonal blocks by forward substitution (one thread per column, the column in
+// registers: invert_diag16), then the 32 x 32 diagonal halves (T_10 = -T_11 A_10 T_00 for both
+// halves at once), then the 64 x 64 whole (the same with 32 x 32 blocks). The products X = A_10
+// T_00 go to the unused upper blocks of sT; the k loops are unrolled and keep to the triangles (a
+// NaN in a row of A reaches only that row and those after it, as in the substitution). Ends before
+// the last barrier: the caller syncs.
 template <int NT> __device__ inline void invert_unit_lower_doubling(const float *sA, float *sT) {
     static_assert(NT % 64 == 0, "64 columns");
     const int tid = threadIdx.x;

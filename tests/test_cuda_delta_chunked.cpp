@@ -550,8 +550,6 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
     }
 }
 
-// Issue 9 item 4: a graph whose get_rows found a bad id fails, and no delta-rule kernel writes the
-// state (chunked, chunk, decode, decode-reg, persistent); with a good id the same graph writes it.
 // A NaN input is reported by propagation (docs/ops.md "NaN"): a NaN in one value element of token r
 // reaches that value column of its own head and sequence from r on (outputs and final state), a
 // NaN gate the whole head from r on; the chunks before r's, other heads and other sequences stay
@@ -593,6 +591,17 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
             ASSERT_EQ(run_gpu(d, o, st, &variant), TG_OK) << tg_last_error();
         }
         EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+#ifdef TG_HAVE_CUDA
+        // the kernel the case names: BF16 products (BF16 inputs, knob 0), TF32 wgmma (16-bit inputs,
+        // knob 0 or 2), mma.sync (knob 1, F32 inputs); where the device has no wgmma, mma.sync
+        if (CudaSig::gpu && tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) {
+            const bool wg16 = w.io != TG_TYPE_F32 && w.wg != 1;
+            EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16) << variant;
+            EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, w.io == TG_TYPE_BF16 && w.wg == 0) << variant;
+        } else if (CudaSig::gpu) {
+            std::printf("note: %s ran without wgmma (variant %s)\n", w.name, variant.c_str());
+        }
+#endif
         int bad_before = 0, clean_after = 0, bad_elsewhere = 0;
         for (int b = 0; b < c.B; b++)
             for (int t = 0; t < T; t++)
@@ -622,6 +631,8 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
     }
 }
 
+// Issue 9 item 4: a graph whose get_rows found a bad id fails, and no delta-rule kernel writes the
+// state (chunked, chunk, decode, decode-reg, persistent); with a good id the same graph writes it.
 TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
     struct variant {
         const char *name;
@@ -647,6 +658,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.fused;
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.bv;
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = 0;  // (whatever TG_CUDA_DELTA_WG says)
 #endif
         std::vector<float> o;
         store st;

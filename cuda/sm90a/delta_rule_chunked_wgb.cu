@@ -29,8 +29,8 @@
 //           K_t.K_s d(t, s) / |k_t| |k_s| (s < t) as F32 rows, R = beta_t (V_t - d(t, -1) (K S)_t /
 //           |k_t|) as hi over the raw V tile and lo (each warpgroup its own value columns), A's
 //           diagonal 16 x 16 blocks inverted meanwhile by the warps that hold them; (1a)
-//   T       the rest of T = (I + A)^-1 on CUDA cores, then T as hi and lo K-major tiles over A's
-//           rows; (1b)
+//   T       the rest of T = (I + A)^-1 on CUDA cores, a barrier (the doubling reads A's rows), then
+//           T as hi and lo K-major tiles over them; (1b)
 //   A2      Q K^T, Q S and U = T_hi R_hi + T_hi R_lo + T_lo R_hi (the lo x lo term dropped); U as
 //           hi and lo over R (own columns), P (.) decay / |q| |k| without beta (U has it); (1c)
 //           every warpgroup is done with the raw Q and K: Kw without beta, hi over the raw K tile,
