@@ -76,6 +76,8 @@ struct Case {
     int lin = 0;      // 1: LINEAR gates (a = g; glo..ghi, with zeros and some negative gates)
     int qkvtype = 2;  // 2 BF16, 1 F16
     int betas = 0;    // 0 uniform in [0, 1); 1: exact 0 and 1 in a pattern among them; 2: all 1
+    int big0 = 0;     // 1: LOG gate +100 at each sequence's first token (expf overflows: a = inf on a
+                      // zero state, which stays zero; the chunk's decays from its start are all inf)
 };
 
 struct Result {
@@ -121,6 +123,9 @@ static Inputs make_inputs(const Case &c) {
         if (c.betas == 2 || (c.betas == 1 && i % 3 == 0)) in.beta[i] = 1.0f;
         if (c.betas == 1 && i % 3 == 1) in.beta[i] = 0.0f;
     }
+    if (c.big0)
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.Hv; h++) in.g[(size_t)h + (size_t)c.Hv * (c.T * b)] = 100.0f;
     if (c.ninf) {  // -inf gates: the first token, a chunk's last and first, and a pattern
         for (int b = 0; b < c.B; b++)
             for (int h = 0; h < c.Hv; h++)
@@ -162,7 +167,7 @@ static void oracle(const Case &c, const Inputs &in, float scale, std::vector<dou
                 const size_t gi = (size_t)h + (size_t)c.Hv * (t + c.T * b);
                 const double gv = in.g[gi], a = c.lin ? gv : gv == -INFINITY ? 0.0 : std::exp(gv), beta = in.beta[gi];
                 auto vj = [&](int j) { return (double)dec(c.qkvtype, in.v[(size_t)j + (size_t)Dv * (h + (size_t)c.Hv * (t + c.T * b))]); };
-                for (auto &x : S) x *= a;
+                for (auto &x : S) x = x == 0.0 && !std::isnan(a) ? 0.0 : x * a;  // (a zero stays zero under any gate)
                 if (c.delta) {
                     for (int j = 0; j < Dv; j++) {
                         double sk = 0;
@@ -304,7 +309,7 @@ int main(int argc, char **argv) {
             return 2;
         } else filter = argv[i];
     }
-    // name, delta, T, B, Hk, Hv, Dv, glo, ghi, ninf, l2norm, has_state, otype[, lin, qkvtype, betas]
+    // name, delta, T, B, Hk, Hv, Dv, glo, ghi, ninf, l2norm, has_state, otype[, lin, qkvtype, betas, big0]
     const Case cases[] = {
         {"gd_T130_g0.2", 1, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
         {"gd_T64", 1, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
@@ -328,6 +333,9 @@ int main(int argc, char **argv) {
         {"gl_T200_linear_zero_neg_bf16", 0, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 2},
         {"gl_T200_nol2_inf_bf16o_Dv256", 0, 200, 2, 1, 2, 256, -0.5f, 0.0f, 1, 0, 1, 2},
         {"gl_T130_nostate", 0, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0},
+        // a gate of +100 first on a zero state: tables hold, d(t, -1) = inf in F32 (by_mul's keep-zero side)
+        {"gl_T130_big_first_nostate", 0, 130, 2, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1},
+        {"gd_T130_big_first_nostate", 1, 130, 2, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1},
     };
     const float scale = 1.0f / std::sqrt(128.0f);
     const bool has_delta = tg_emu_has_delta();

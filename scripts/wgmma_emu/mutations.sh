@@ -132,6 +132,7 @@ mut wgb_no_norm_barrier wgb_gl_T130_g0.2 "b('                norms(c);\n        
 mut wgb_gd_write_q_in_flight wgb_gd_T130_g0.2 "b('            wg_commit();\n            wg_wait0();\n            pin(accQ), pin(accP), pin(accU);', '            wg_commit();\n            __syncthreads();\n            *(uint32_t *)(qraw + 16 * tid) = 0u;\n            wg_wait0();\n            pin(accQ), pin(accP), pin(accU);')"
 mut wgb_gd_S_written_q_in_flight wgb_gd_T64 "b('            wg_wait1();\n            pin(accR), pin(accA);', '            wg_wait1();\n            pin(accR), pin(accA);\n            *(uint32_t *)(sm + bSh + 4 * tid) = 0u;')"
 mut wgb_gd_accQ_in_flight wgb_gd_T64 "b('            wg_wait1();\n            pin(accR), pin(accA);', '            wg_wait1();\n            pin(accR), pin(accA);\n            accQ[0] += 1.0f;')"
+mut wgb_by_mul_plain wgb_gl_T130_big_first "c('    if (fin) f([](float d, float x) { return d * x; });\n    else f(', '    f([](float d, float x) { return d * x; });\n    if (false) f(')"
 mut benign_wgb_gd_w_commuted wgb_gd_T130_inf "b('const float w = DELTA ? sDl[t] * sNk[t] :', 'const float w = DELTA ? sNk[t] * sDl[t] :')"
 rmdir "$build/mut" 2>/dev/null
 
