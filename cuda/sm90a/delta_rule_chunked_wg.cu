@@ -411,19 +411,11 @@ bool tg_cuda_delta_wg_takes(const chunk_args &a) {
 }
 
 tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
-    const char *call = "delta_rule";
-    tg_cuda_impl *cu = tg_cuda(be);
-    // (a slot per instance: the shared-memory limit is a kernel's own attribute)
-    size_t &set = cu->delta_smem_set[a.delta ? tg_cuda_impl::TG_CUDA_DSMEM_WG + 1 : tg_cuda_impl::TG_CUDA_DSMEM_WG];
     if (tg_cuda_delta_wg_bf16(be, a)) return tg_cuda_delta_wgb_launch(be, a, grid);
-    if (a.delta) {
-        if (const tg_status s = smem_limit(be, delta_wg_kernel<true>, kSmem<true>, set, call); s != TG_OK) return s;
-        delta_wg_kernel<true><<<grid, kNT, kSmem<true>, cu->stream>>>(a);  // (the caller checks the launch)
-        return TG_OK;
-    }
-    if (const tg_status s = smem_limit(be, delta_wg_kernel<false>, kSmem<false>, set, call); s != TG_OK) return s;
-    delta_wg_kernel<false><<<grid, kNT, kSmem<false>, cu->stream>>>(a);
-    return TG_OK;
+    // (a slot per instance: the shared-memory limit is a kernel's own attribute)
+    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.delta ? 1 : 0)];
+    return a.delta ? wg_launch(be, delta_wg_kernel<true>, kSmem<true>, set, a, grid)
+                   : wg_launch(be, delta_wg_kernel<false>, kSmem<false>, set, a, grid);
 }
 
 }  // namespace tg_chunk

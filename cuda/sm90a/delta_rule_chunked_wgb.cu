@@ -461,18 +461,10 @@ namespace tg_chunk {
 size_t tg_cuda_delta_wgb_smem(bool delta) { return TG_WGMMA ? (delta ? kSmemB<true> : kSmemB<false>) : 0; }
 
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
-    const char *call = "delta_rule";
-    tg_cuda_impl *cu = tg_cuda(be);
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 3 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernels' slots");
-    size_t &set = cu->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.delta ? 3 : 2)];
-    if (a.delta) {
-        if (const tg_status s = smem_limit(be, delta_wgb_kernel<true>, kSmemB<true>, set, call); s != TG_OK) return s;
-        delta_wgb_kernel<true><<<grid, kNT, kSmemB<true>, cu->stream>>>(a);  // (the caller checks the launch)
-        return TG_OK;
-    }
-    if (const tg_status s = smem_limit(be, delta_wgb_kernel<false>, kSmemB<false>, set, call); s != TG_OK) return s;
-    delta_wgb_kernel<false><<<grid, kNT, kSmemB<false>, cu->stream>>>(a);
-    return TG_OK;
+    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.delta ? 3 : 2)];
+    return a.delta ? wg_launch(be, delta_wgb_kernel<true>, kSmemB<true>, set, a, grid)
+                   : wg_launch(be, delta_wgb_kernel<false>, kSmemB<false>, set, a, grid);
 }
 
 }  // namespace tg_chunk

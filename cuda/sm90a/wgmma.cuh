@@ -48,6 +48,17 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 #define TG_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #endif
 
+#ifdef __CUDACC__  // (the launch syntax needs nvcc: scripts/wgmma_emu compiles this header with g++)
+// One sm_90a kernel's launch (512 threads a block, smem bytes of dynamic shared memory, its limit
+// raised first: set is its slot of delta_smem_set); the caller checks the launch
+template <typename K>
+inline tg_status wg_launch(tg_backend *be, K kernel, size_t smem, size_t &set, const chunk_args &a, unsigned grid) {
+    if (const tg_status s = smem_limit(be, kernel, smem, set, "delta_rule"); s != TG_OK) return s;
+    kernel<<<grid, kNT, smem, tg_cuda(be)->stream>>>(a);
+    return TG_OK;
+}
+#endif
+
 // O's rows row0 and row0 + 8 of the chunk at token t0 (those < n; obase: token 0 of the slice)
 // from a 64 x 32 accumulator tile: columns col0 + 8 n8 (n8 < 4) and the next, two per store
 __device__ __forceinline__ void store_o(const chunk_args &a, char *obase, long long t0, int n, int row0, int col0,
