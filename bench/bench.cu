@@ -590,6 +590,21 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/f32rows", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, f32rows, BF);
     bench_delta("gdn.prefill.bf16/3p-h16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_h16rows, BF);
     bench_delta("gla.prefill/3p-h16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16rows);
+    // BF16 q/k/v at 32, 48 and 64 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
+    // (H16, B 2 / 3 / 4, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
+    // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs
+    for (int B : {2, 3, 4}) {
+        static char xids[3][2][3][40];
+        const char *form[3] = {"", "/single", "/3p"};
+        const tg_cuda_sig_knobs fk[3] = {dflt, fused, phases};
+        for (int m = 0; m < 2; m++)
+            for (int f = 0; f < 3; f++) {
+                char *id = xids[B - 2][m][f];
+                snprintf(id, 40, "%s.x%d.bf16%s", m ? "gla" : "gdn", 16 * B, form[f]);
+                if (m) bench_delta(id, B, 16384 / B, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, fk[f], BF);
+                else bench_delta(id, B, 16384 / B, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fk[f], BF);
+            }
+    }
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

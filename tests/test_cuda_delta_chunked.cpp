@@ -27,6 +27,8 @@ struct ck_case {
     int fused = 0;              // knob delta_chunk_fused: 0 auto, 1 the single-kernel form, 2 chunk-parallel
     int generic = 0;            // knob delta_chunk_generic: 1 the single kernel's generic tiles in the full case
     int wg = 0;                 // knob delta_chunk_wg: 1 keeps the full case off wgmma
+    float first_gate = 0.0f;    // != 0: every sequence's first token gets this gate in every head (a LOG gate of
+                                // +100 on a zero state: exp overflows F32, the state must stay zero)
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -58,6 +60,8 @@ ck_data make_ck(const ck_case &c, uint32_t seed) {
     d.q = rounded(rng, c.io, nq, -qk, qk), d.k = rounded(rng, c.io, nq, -qk, qk), d.v = rounded(rng, c.io, nv, -1, 1);
     d.g = tgt::random_floats(rng, ng, c.g_lo, c.g_hi), d.beta = tgt::random_floats(rng, ng, c.b_lo, c.b_hi);
     for (int z = 0; z < c.zero_gates; z++) d.g[rng() % ng] = c.gate == TG_GATE_LOG ? -INFINITY : 0.0f;
+    for (int b = 0; c.first_gate != 0.0f && b < c.B; b++)
+        for (int h = 0; h < c.Hv; h++) d.g[(size_t)b * c.T * c.Hv + h] = c.first_gate;
     d.ps = place(c.state < 0 ? TG_TYPE_F32 : (tg_type)c.state, c.Dk, c.Dv, c.Hv, c.B, 0, 0);
     d.st0 = store(d.ps.type, d.ps.total);
     const auto r = tgt::random_floats(rng, d.ps.total, -0.5f, 0.5f);
@@ -407,6 +411,12 @@ std::vector<ck_case> ck_cases() {
         {"full_gdn_bf16k_linear_negative_gates", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1},
         {"full_gdn_bf16k_no_state_beta_1", 2, 130, 2, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 1.0f, 1.0f, 0, 128, F32, 1},
         {"full_gdn_bf16k_beta_0_T64", 1, 64, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 0.0f, 0, 128, F32, 1},
+        // a LOG gate of +100 at each sequence's first token on a zero state (no state given): the chunk's
+        // decays from the state overflow F32 while the state is zero, which must stay zero (docs/ops.md)
+        {"full_gdn_bf16k_big_first_gate_no_state", 2, 130, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 100.0f},
+        {"full_gla_bf16k_big_first_gate_no_state", 2, 130, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 100.0f},
+        {"full_gdn_big_first_gate_no_state_f16", 2, 130, 1, 2, 128, 128, GD, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 100.0f},
+        {"full_gla_big_first_gate_no_state_f16", 2, 130, 1, 2, 128, 128, GL, LOG, true, -1, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 100.0f},
         {"full_gdn_bf16k_Hv4Hk1_Dv256_f16_out", 2, 130, 1, 4, 128, 256, GD, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F16, 1},
         {"full_gdn_tf32_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 2},
         {"full_gdn_tf32_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 2},
