@@ -636,7 +636,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     tg_cuda_impl *cu = tg_cuda(be);
     const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
     const tg_delta_params dp = tg_get_params<tg_delta_params>(dst);
-    const int64_t Dk = q->ne[0], T = q->ne[2], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
+    const int64_t Dk = q->ne[0], T = q->ne[2], B = q->ne[3], Dv = v->ne[0];
     if (T == 0 || B == 0) return TG_OK;
 
     // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO with
@@ -650,7 +650,7 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     const long long min_t = cu->sig.delta_chunk_min_t > 0                                            ? cu->sig.delta_chunk_min_t
                             : T >= 32 && T < 64 && Dk == 128 && tg_cuda_delta_chunked_full(be, dst) ? 32
                                                                                                     : 64;
-    const bool fill = cu->sig.delta_chunk_fused == 1 || (cu->sig.delta_chunk_fused == 0 && tg_cuda_delta_heads_fill(be, B, Hv));
+    const bool fill = tg_cuda_delta_single_form(be, dst);
     const bool auto_chunked = Dk >= 64 && T >= (fill ? min_t : std::max(min_t, kFewHeadsMinT));
     if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
         (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))

@@ -286,18 +286,55 @@ bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv) {
     return Dk >= 8 && Dk <= 256 && Dk % 8 == 0 && Dv >= 1 && Dv <= 256;
 }
 
-bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {
+namespace {
+// The full case on delta_wgb_kernel would run for dst with BV 128: BF16 q/k/v, Dk 128, whole
+// 128-column slices, 16-byte rows, knobs delta_chunk_generic 0, delta_chunk_bv 0 or 128 and
+// delta_chunk_wg 0, a device with the build's wgmma code and the shared memory
+bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
     const tg_cuda_impl *cu = tg_cuda(be);
     const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const long long Dk = q->ne[0], B = q->ne[3], Dv = v->ne[0], Hv = v->ne[1];
+    const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
+    return cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
+           cu->sig.delta_chunk_wg == 0 && q->type == TG_TYPE_BF16 && k->type == TG_TYPE_BF16 && v->type == TG_TYPE_BF16 &&
+           q->ne[0] == 128 && v->ne[0] % 128 == 0 && rows16(q, 128, 0) && rows16(k, 128, 0) && rows16(v, 128, 0) &&
+           tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wgb_smem(delta) <= (size_t)optin;
+}
+int optin_smem() {
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return 0;
+    return optin;
+}
+}  // namespace
+
+bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst) {
+    const tg_cuda_impl *cu = tg_cuda(be);
+    if (cu->sig.delta_chunk_fused != 0) return cu->sig.delta_chunk_fused == 1;
+    const tg_tensor *v = dst->src[2];
+    const long long B = v->ne[3], Hv = v->ne[1], Dv = v->ne[0];
+    if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
+    if (!wgb_full_case(be, dst, optin_smem())) return false;
+    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    // blocks of at least a third of the SMs (GATED_DELTA) or 2 / 9 of them (GATED_LINEAR): on an H100
+    // the kernel takes ~14.7 / ~6.5 us a chunk whatever the grid, the chunk-parallel form ~1,400 / ~935
+    // us per 262,144 head-tokens, so the forms cross at ~43 / ~29 blocks of 132 SMs (bench rows gdn.x*,
+    // gla.x*; bench/NOTES.md "Session 43")
+    const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
+    return B * Hv * (Dv / 128) * (delta ? 6 : 9) >= 2LL * sms;
+}
+
+bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {
+    const tg_cuda_impl *cu = tg_cuda(be);
+    const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const long long Dk = q->ne[0], Dv = v->ne[0];
+    const int optin = optin_smem();
+    // the single-kernel form with BV 128: heads that fill the GPU (knob delta_chunk_fused 1 without
+    // them may halve BV, so AUTO then keeps its threshold of 64) or the full case on delta_wgb_kernel
+    if (!tg_cuda_delta_single_form(be, dst) ||
+        (!tg_cuda_delta_heads_fill(be, q->ne[3], v->ne[1]) && !wgb_full_case(be, dst, optin)))
         return false;
-    // heads that fill the GPU: the single-kernel form, and no halving of BV below 128 (knob
-    // delta_chunk_fused 1 without them may halve it, so AUTO then keeps its threshold of 64)
-    const bool single = cu->sig.delta_chunk_fused != 2 && tg_cuda_delta_heads_fill(be, B, Hv);
-    return single && cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
+    return cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
            Dk == 128 && Dv % 128 == 0 && chunk_smem(128, 128) <= (size_t)optin && rows16(q, 128, 0) &&
            rows16(k, 128, 0) && rows16(v, 128, 0);
 }
@@ -325,16 +362,19 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
 
     // BV: the largest of 128/64/32/16/8 (not past Dv rounded up to a power of 2) whose shared memory
     // fits and whose warp tiles fit the warps' accumulators (16 warps from 64 columns on, else 8); then
-    // halved (to 16 at least) while the grid would fill less than half the SMs
+    // halved (to 16 at least) while the grid would fill less than half the SMs, except where the full
+    // case runs delta_wgb_kernel (its 128-column blocks beat the generic kernel's narrower ones)
     int dev = 0, optin = 0;
     TG_CUDA_TRY(be, call, cudaGetDevice(&dev));
     TG_CUDA_TRY(be, call, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     a.qk_vec = rows16(q, Dk, 0) && rows16(k, Dk, 0);
     a.o_pair = o_pairs(dst);
-    // the form: chunk-parallel where the (sequence, value head) pairs alone would not fill the GPU
-    // (B1 H16 T16384 BF16: 4,804 us against 13,123 single-kernel, 9,404 scan), single-kernel where
-    // they do (B8 H16 T2048: 2,052 us against 3,855 chunk-parallel; bench/NOTES.md); knob 1 / 2 forces
-    if (cu->sig.delta_chunk_fused == 2 || (cu->sig.delta_chunk_fused == 0 && !tg_cuda_delta_heads_fill(be, B, Hv))) {
+    // the form (tg_cuda_delta_single_form): chunk-parallel where the (sequence, value head) pairs
+    // alone would not fill the GPU (B1 H16 T16384 BF16: 4,804 us against 13,123 single-kernel, 9,404
+    // scan), single-kernel where they do (B8 H16 T2048: 2,052 us against 3,855 chunk-parallel;
+    // bench/NOTES.md), and on delta_wgb_kernel from fewer of them; knob 1 / 2 forces
+    const bool wgb = wgb_full_case(be, dst, optin);
+    if (!tg_cuda_delta_single_form(be, dst)) {
         bool taken = false;
         const tg_status s = run_phases(be, dst, a, optin, &taken);
         if (s != TG_OK || taken) return s;
@@ -349,7 +389,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     int BV = cu->sig.delta_chunk_bv > 0 ? cu->sig.delta_chunk_bv : 128;
     while (BV > 8 && BV / 2 >= Dv) BV /= 2;
     while (BV > 8 && !fits(BV)) BV /= 2;
-    while (cu->sig.delta_chunk_bv == 0 && BV > 16 && 2LL * B * Hv * ((Dv + BV - 1) / BV) <= sms) BV /= 2;
+    while (cu->sig.delta_chunk_bv == 0 && !wgb && BV > 16 && 2LL * B * Hv * ((Dv + BV - 1) / BV) <= sms) BV /= 2;
     if (!fits(BV))
         return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA chunked: Dk %lld needs more shared memory than the device has",
                       call, Dk);

@@ -10,8 +10,14 @@ bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv);
 // Whether the (sequence, value head) pairs alone fill the GPU (2 B Hv above the SM count): the
 // single-kernel chunked form then, the chunk-parallel one otherwise (docs/ops.md).
 bool tg_cuda_delta_heads_fill(tg_backend *be, long long B, long long Hv);
+// Whether dst's node takes the single-kernel chunked form: knob delta_chunk_fused 1 / 2 forces it /
+// the chunk-parallel one; else where the heads fill the GPU, or where the full case runs
+// delta_wgb_kernel (BF16 q/k/v) on B Hv Dv / 128 blocks of at least a third (GATED_DELTA) or 2 / 9
+// (GATED_LINEAR) of the SMs: there its chunks cost less than the chunk-parallel form's three
+// kernels (bench rows gdn.x* / gla.x*; docs/ops.md).
+bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst);
 // Whether dst's delta_rule node would run the single kernel's full case (Dk 128, whole 128-column
-// slices, 16-byte rows, heads that fill the GPU): AUTO takes the chunked path from T >= 32 there
+// slices, 16-byte rows, the single-kernel form with BV 128): AUTO takes the chunked path from T >= 32 there
 // (gdn.T32: 46.7 us against the scan's 50.2; bench/NOTES.md "Session 22"), from 64 elsewhere.
 bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst);
 // The chunked form of dst's delta_rule node (any T; q/k/v F32, F16 or BF16).

@@ -235,6 +235,10 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
             std::printf("note: %s ran delta_chunked_kernel (wgmma state %d: 2 = not a compute capability 9.0 device, 3 = no "
                         "sm_90a code)\n", c.name, wg_state);
     }
+    // AUTO at fewer heads than fill the GPU: the single-kernel form on delta_wgb_kernel (the chunk-parallel
+    // form where the device has no wgmma)
+    if (std::string(c.name).rfind("wgbx_", 0) == 0)
+        EXPECT_EQ(variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0, wg_state == 0) << variant;
 #endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
@@ -355,6 +359,12 @@ std::vector<ck_case> ck_cases() {
         {"s128_gla_bv32_f16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
         {"s128_gla_bv64_no_state", 1, 200, 1, 2, 128, 128, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
+        // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
+        // single-kernel form on delta_wgb_kernel ("wgbx_": the test checks it where the device has
+        // wgmma), from T 32 at 64 pairs of GATED_DELTA
+        {"wgbx_gdn_x64_auto", 4, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"wgbx_gdn_x64_T40_auto", 4, 40, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"wgbx_gla_x48_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         // the single kernel's full case (Dk 128, whole 128-column slices: compile-time tiles, decay
