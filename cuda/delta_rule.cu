@@ -412,7 +412,7 @@ bool elem_aligned(const tg_tensor *t) {
 
 typedef void (*delta_kernel_fn)(delta_args);
 
-// AUTO's smallest T for the chunked form when the heads alone do not fill the GPU (see tg_cuda_delta_rule)
+// AUTO's smallest T for the chunked form where it takes the chunk-parallel form (see tg_cuda_delta_rule)
 constexpr long long kFewHeadsMinT = 1024;
 
 enum { KERN_AUTO = 0, KERN_CHUNK = 1, KERN_DECODE = 2, KERN_DECODE_REG = 3, KERN_PERSISTENT = 4 };
@@ -640,9 +640,10 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     if (T == 0 || B == 0) return TG_OK;
 
     // the chunked tensor-core path (cuda/delta_rule_chunked.cu): algo CHUNKED at any T; AUTO with
-    // Dk >= 64 where it measured faster than the scan (bench/NOTES.md): from T >= 64 when the
-    // (sequence, value head) pairs fill the GPU (the single-kernel form; gdn.T*/scan against
-    // /chunked), else from T >= kFewHeadsMinT (the chunk-parallel form, whose three launches cost
+    // Dk >= 64 where it measured faster than the scan (bench/NOTES.md): from T >= 64 where it takes
+    // the single-kernel form (tg_cuda_delta_single_form: the (sequence, value head) pairs fill the
+    // GPU, or the BF16 wgmma kernel runs from fewer; gdn.T*/scan against /chunked, measured where
+    // they fill), else from T >= kFewHeadsMinT (the chunk-parallel form, whose three launches cost
     // about 200 us whatever T: 4,804 us against the scan's 9,404 at B1 H16 T16384; the crossover is
     // estimated from that row and gdn.T16/chunked, not measured). Never with SCAN or a forced scan
     // kernel.

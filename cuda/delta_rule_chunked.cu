@@ -3,7 +3,8 @@
 // its readable CPU reference and has the math; docs/ops.md the policy).
 // Two forms, chosen per call (tg_cuda_delta_rule_chunked; bench/NOTES.md has the numbers):
 // the chunk-parallel form (cuda/delta_rule_chunked_phases.cu) where the (sequence, value head)
-// pairs alone would not fill the GPU, and the single-kernel form here where they do.
+// pairs alone would not fill the GPU, and the single-kernel form here where they do, or where its
+// full case runs the BF16 wgmma kernel from fewer of them (tg_cuda_delta_single_form).
 // Shared pieces: chunk_parts.cuh (staging, gate prefix, inverse), chunk_mma.cuh (products).
 //
 // The single-kernel form (delta_chunked_kernel):
@@ -23,7 +24,8 @@
 // The state is read once and written once (skipped when the graph's device
 // error record is set: a failed graph leaves it unchanged). Dv is split across
 // blocks (BV = 128, 64, 32, 16 or 8 columns, the largest whose shared memory fits,
-// smaller while the grid would not fill the GPU); the per-chunk K-only work
+// smaller while the grid would not fill the GPU, except where the BF16 wgmma kernel runs at 128); the
+// per-chunk K-only work
 // (P, A, T) is repeated per slice.
 #include <algorithm>
 #include <climits>
@@ -287,24 +289,28 @@ bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv) {
 }
 
 namespace {
-// The full case on delta_wgb_kernel would run for dst with BV 128: BF16 q/k/v, Dk 128, whole
-// 128-column slices, 16-byte rows, knobs delta_chunk_generic 0, delta_chunk_bv 0 or 128 and
-// delta_chunk_wg 0, a device with the build's wgmma code and the shared memory
-bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
-    const tg_cuda_impl *cu = tg_cuda(be);
-    const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
-    return cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
-           cu->sig.delta_chunk_wg == 0 && q->type == TG_TYPE_BF16 && k->type == TG_TYPE_BF16 && v->type == TG_TYPE_BF16 &&
-           q->ne[0] == 128 && v->ne[0] % 128 == 0 && rows16(q, 128, 0) && rows16(k, 128, 0) && rows16(v, 128, 0) &&
-           tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wgb_smem(delta) <= (size_t)optin;
-}
 int optin_smem() {
     int dev = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
         return 0;
     return optin;
+}
+// The full case on delta_wgb_kernel would run for dst with BV 128: BF16 q/k/v, Dk 128, whole
+// 128-column slices, 16-byte rows, knobs delta_chunk_generic 0, delta_chunk_bv 0 or 128 and
+// delta_chunk_wg 0, a device with the build's wgmma code and the shared memory (optin < 0: asked of
+// the device, after the cheap checks)
+bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
+    const tg_cuda_impl *cu = tg_cuda(be);
+    const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
+    if (cu->sig.delta_chunk_generic != 0 || (cu->sig.delta_chunk_bv != 0 && cu->sig.delta_chunk_bv != 128) ||
+        cu->sig.delta_chunk_wg != 0 || q->type != TG_TYPE_BF16 || k->type != TG_TYPE_BF16 || v->type != TG_TYPE_BF16 ||
+        q->ne[0] != 128 || v->ne[0] % 128 != 0 || !rows16(q, 128, 0) || !rows16(k, 128, 0) || !rows16(v, 128, 0) ||
+        !tg_cuda_delta_wg_ready(be))
+        return false;
+    if (optin < 0) optin = optin_smem();
+    return tg_cuda_delta_wgb_smem(delta) <= (size_t)optin && chunk_smem(128, 128) <= (size_t)optin;
 }
 }  // namespace
 
@@ -314,14 +320,14 @@ bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst) {
     const tg_tensor *v = dst->src[2];
     const long long B = v->ne[3], Hv = v->ne[1], Dv = v->ne[0];
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
-    if (!wgb_full_case(be, dst, optin_smem())) return false;
+    if (!wgb_full_case(be, dst, -1)) return false;
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
-    // blocks of at least a third of the SMs (GATED_DELTA) or 2 / 9 of them (GATED_LINEAR): on an H100
-    // the kernel takes ~14.7 / ~6.5 us a chunk whatever the grid, the chunk-parallel form ~1,400 / ~935
-    // us per 262,144 head-tokens, so the forms cross at ~43 / ~29 blocks of 132 SMs (bench rows gdn.x*,
-    // gla.x*; bench/NOTES.md "Session 43")
+    // blocks of at least a third (GATED_DELTA) or a quarter (GATED_LINEAR) of the SMs: on an H100 the
+    // kernel takes ~14.7 / ~6.5 us a chunk whatever the grid, the chunk-parallel form (its output
+    // kernel on BF16 wgmma) ~1,250-1,360 / ~800 us per 262,144 head-tokens, so the forms cross near
+    // 43-47 / 33 blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 43")
     const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
-    return B * Hv * (Dv / 128) * (delta ? 6 : 9) >= 2LL * sms;
+    return B * Hv * (Dv / 128) * (delta ? 3 : 4) >= sms;
 }
 
 bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {

@@ -8,12 +8,13 @@ struct tg_tensor;
 // Whether the tensor path takes these head dims (Dk a multiple of 8 in [8, 256], Dv <= 256).
 bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv);
 // Whether the (sequence, value head) pairs alone fill the GPU (2 B Hv above the SM count): the
-// single-kernel chunked form then, the chunk-parallel one otherwise (docs/ops.md).
+// single-kernel chunked form then (and from fewer pairs on the BF16 wgmma kernel:
+// tg_cuda_delta_single_form), the chunk-parallel one otherwise (docs/ops.md).
 bool tg_cuda_delta_heads_fill(tg_backend *be, long long B, long long Hv);
 // Whether dst's node takes the single-kernel chunked form: knob delta_chunk_fused 1 / 2 forces it /
 // the chunk-parallel one; else where the heads fill the GPU, or where the full case runs
-// delta_wgb_kernel (BF16 q/k/v) on B Hv Dv / 128 blocks of at least a third (GATED_DELTA) or 2 / 9
-// (GATED_LINEAR) of the SMs: there its chunks cost less than the chunk-parallel form's three
+// delta_wgb_kernel (BF16 q/k/v) on B Hv Dv / 128 blocks of at least a third (GATED_DELTA) or a
+// quarter (GATED_LINEAR) of the SMs: there its chunks cost less than the chunk-parallel form's three
 // kernels (bench rows gdn.x* / gla.x*; docs/ops.md).
 bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst);
 // Whether dst's delta_rule node would run the single kernel's full case (Dk 128, whole 128-column

@@ -7,7 +7,9 @@
 //   state pass          per (Dv slice, value head, sequence), the only sequential part: per
 //                       chunk S_c = S; U <- V' = U - W S; S = gamma S + Kd^T V' (next chunk's
 //                       operands in flight by cp.async): cuda/delta_rule_state_pass.cu
-//   delta_out_kernel    per unit: O = scale (d(t,-1) Q S_c + (Q K^T (.) decay) V')
+//   delta_out_kernel    per unit: O = scale (d(t,-1) Q S_c + (Q K^T (.) decay) V'); with BF16 q and
+//                       k at Dk = Dv = 128 on Hopper, delta_out_wgb_kernel instead (BF16 wgmma,
+//                       near-F32 products: cuda/sm90a/delta_rule_out_wgb.cu)
 // Products: chunk_mma.cuh (TF32 mma.sync, ldmatrix A fragments).
 #include <algorithm>
 #include <climits>
@@ -415,16 +417,22 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 21 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-20 of the phases");
     if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
-    if ((s = smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
+    // the output kernel on BF16 wgmma where the full instances run with BF16 q and k (knob
+    // delta_chunk_wg 0, a device with the build's wgmma code): near-F32 products where
+    // delta_out_kernel rounds to TF32
+    const bool owgb = full && c.q.type == TG_TYPE_BF16 && c.k.type == TG_TYPE_BF16 && cu->sig.delta_chunk_wg == 0 &&
+                      tg_cuda_delta_wg_ready(be) && tg_cuda_delta_out_wgb_smem() <= (size_t)optin;
+    if ((s = owgb ? tg_cuda_delta_out_wgb_limit(be) : smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
     *taken = true;
     prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    out<<<(unsigned)units, 256, so, cu->stream>>>(a);
+    if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);
+    else out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar");
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar", owgb ? "/owgb" : "");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

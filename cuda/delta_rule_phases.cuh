@@ -54,4 +54,11 @@ inline size_t state128_smem(int BV, bool h16) {
 using phase_fn = void (*)(phase_args);
 phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool s128, int *slot);
 
+// The output kernel with BF16 q and k on BF16 wgmma (cuda/sm90a/delta_rule_out_wgb.cu; Dk = Dv = 128,
+// 16-byte rows): its shared memory (0 where the build has no sm_90a code), its limit raised (before
+// any of the form's launches), its launch (one block per unit, as delta_out_kernel).
+size_t tg_cuda_delta_out_wgb_smem();
+tg_status tg_cuda_delta_out_wgb_limit(tg_backend *be);
+void tg_cuda_delta_out_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid);
+
 }  // namespace tg_chunk

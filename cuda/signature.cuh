@@ -48,7 +48,8 @@ struct tg_cuda_sig_knobs {
     // decode kernels: threads per block (0 auto: 128; rounded to whole warps).
     int delta_dec_threads = 0;
     // chunked tensor-core path (algo AUTO): smallest T that takes it (0: the
-    // default, 64; AUTO also needs Dk >= 64 and 2 B Hv > SMs; algo CHUNKED
+    // default, 64; AUTO also needs Dk >= 64 and the single-kernel form, else
+    // T >= 1024; algo CHUNKED
     // takes it at any T, SCAN never).
     int delta_chunk_min_t = 0;
     // chunked path: value columns per block (0 auto; 8, 16, 32, 64 or 128):
@@ -56,7 +57,8 @@ struct tg_cuda_sig_knobs {
     // single-kernel form.
     int delta_chunk_bv = 0;
     // chunked path: 0 auto (the single-kernel form when 2 B Hv exceeds the SM
-    // count, else the chunk-parallel one), 1 the single-kernel form (one block
+    // count, or from fewer heads where its full case runs the BF16 wgmma
+    // kernel: tg_cuda_delta_single_form; else the chunk-parallel one), 1 the single-kernel form (one block
     // per column slice walks every chunk), 2 the chunk-parallel form (prep,
     // state pass and output kernels over a scratch; the single-kernel form
     // where the scratch would pass its budget). AUTO's T threshold follows the

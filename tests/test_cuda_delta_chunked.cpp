@@ -28,7 +28,8 @@ struct ck_case {
     int generic = 0;            // knob delta_chunk_generic: 1 the single kernel's generic tiles in the full case
     int wg = 0;                 // knob delta_chunk_wg: 1 keeps the full case off wgmma
     float first_gate = 0.0f;    // != 0: every sequence's first token gets this gate in every head (a LOG gate of
-                                // +100 on a zero state: exp overflows F32, the state must stay zero)
+                                // +100 on a zero state: exp overflows F32, the state must stay zero through
+                                // that token's decay)
 };
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
@@ -206,7 +207,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     const bool tensor = variant.rfind("chunked", 0) == 0, covered = c.Dk % 8 == 0;
     if (c.algo == TG_DELTA_ALGO_CHUNKED) EXPECT_EQ(tensor, covered) << "variant " << variant;
     // AUTO starts the tensor path at T 32 where the single kernel's full case runs it (Dk 128, whole
-    // 128-column slices, heads that fill the GPU), else at 64
+    // 128-column slices, the single-kernel form), else at 64
     const bool full_shape = c.Dk == 128 && c.Dv % 128 == 0;
     if (c.algo == TG_DELTA_ALGO_SCAN || !covered ||
         (c.algo == TG_DELTA_ALGO_AUTO && (c.T < (full_shape ? 32 : 64) || c.Dk < 64)))
@@ -235,10 +236,11 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
             std::printf("note: %s ran delta_chunked_kernel (wgmma state %d: 2 = not a compute capability 9.0 device, 3 = no "
                         "sm_90a code)\n", c.name, wg_state);
     }
-    // AUTO at fewer heads than fill the GPU: the single-kernel form on delta_wgb_kernel (the chunk-parallel
-    // form where the device has no wgmma)
+    // AUTO at fewer heads than fill the GPU: the single-kernel form on delta_wgb_kernel (where the device
+    // has no wgmma, whatever the old rule gives: the chunk-parallel form, the scan or the TF32 kernel)
     if (std::string(c.name).rfind("wgbx_", 0) == 0)
         EXPECT_EQ(variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0, wg_state == 0) << variant;
+    if (std::string(c.name).rfind("wgbn_", 0) == 0) EXPECT_NE(variant.rfind("chunked-bf16/", 0), 0u) << variant;
 #endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
@@ -258,6 +260,13 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
+    // the output kernel on BF16 wgmma (delta_out_wgb_kernel) where the full instances run with BF16 q/k
+    // on a device with wgmma, unless knob delta_chunk_wg says no
+    if (phases) {
+        const bool full3 = variant.find("/full") != std::string::npos;
+        EXPECT_EQ(variant.find("/owgb") != std::string::npos, full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0)
+            << variant;
+    }
     // (delta_wgb_kernel's hi/lo BF16 products are near-F32: ~3e-6 in the host emulator; its own tier
     // keeps a lost lo product, 1.5e-3..1.9e-3 there, from passing)
     const double tol = variant.rfind("chunked-bf16/", 0) == 0 ? 2e-4 : tensor ? 2e-3 : 1e-4;
@@ -332,6 +341,9 @@ std::vector<ck_case> ck_cases() {
         {"scan_bf16_out", 2, 130, 1, 2, 64, 64, GD, LOG, true, F32, BF16, SCAN, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16},
         {"scan_decode_f16_out", 4, 1, 1, 2, 128, 128, GD, LOG, true, F32, F32, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F16},
         {"fused_bf16_out", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, BF16, 1},
+        // (the same on delta_chunked_kernel's generic tiles: with BF16 q/k/v the single form runs the BF16 wgmma
+        // kernel at BV 128 where the device has it)
+        {"fused_bf16_out_bv16", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, BF16, 1},
         // the single-kernel form (knob delta_chunk_fused), kept reachable
         {"fused_gdn_D128_T2048_bf16", Bl, Tl, 2, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 1},
         {"fused_gla_D24_linear_gates", 4, 130, 8, 8, 24, 24, GL, LIN, false, -1, F32, CHUNKED, 0.85f, 1.0f, 0.0f, 1.0f, 0, 0, F32, 1},
@@ -358,6 +370,13 @@ std::vector<ck_case> ck_cases() {
         {"s128_gdn_D128_bf16_out_bv16", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, BF16},
         {"s128_gla_bv32_f16", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32},
         {"s128_gla_bv64_no_state", 1, 200, 1, 2, 128, 128, GL, LOG, true, -1, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64},
+        // BF16 q/k/v: the output kernel on BF16 wgmma where the device has it ("/owgb"), both modes, -inf
+        // and zero gates, no l2norm, Hk < Hv, and on delta_out_kernel with knob delta_chunk_wg 1
+        {"s128_gla_bv16_bf16", 2, 200, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16},
+        {"s128_gdn_log_-inf_gates_no_l2norm_bf16", 2, 200, 1, 2, 128, 128, GD, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 32},
+        {"s128_gla_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 16},
+        {"s128_gdn_Hv4Hk1_log_gates_to_-30_bf16", 1, 300, 1, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 16, F16},
+        {"s128_gdn_bv16_bf16_knob1", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 1},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
         // single-kernel form on delta_wgb_kernel ("wgbx_": the test checks it where the device has
@@ -365,6 +384,11 @@ std::vector<ck_case> ck_cases() {
         {"wgbx_gdn_x64_auto", 4, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbx_gdn_x64_T40_auto", 4, 40, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbx_gla_x48_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO},
+        // ... and not where the rule says no ("wgbn_": never the BF16 kernel; at T 130 with heads that do
+        // not fill, AUTO runs the scan): 32 GATED_DELTA pairs, F16 q/k/v, knob delta_chunk_wg 2
+        {"wgbn_gdn_x32_auto", 2, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"wgbn_gdn_f16_x48_auto", 3, 130, 4, 16, 128, 128, GD, LOG, true, F32, F16, AUTO},
+        {"wgbn_gla_x48_knob2_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 2},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
         {"gdn_long_few_heads_auto", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         // the single kernel's full case (Dk 128, whole 128-column slices: compile-time tiles, decay

@@ -1,7 +1,8 @@
 // wgmma.cuh - what the sm_90a chunked delta-rule kernels share (cuda/sm90a/delta_rule_chunked_wg.cu,
-// TF32 products; cuda/sm90a/delta_rule_chunked_wgb.cu, BF16): the block size, the shared-memory
-// operand descriptor, the wgmma fences and accumulator pins, and the O store from a 64 x 32
-// accumulator tile.
+// TF32 products; cuda/sm90a/delta_rule_chunked_wgb.cu and delta_rule_out_wgb.cu, BF16): the block
+// size, the shared-memory operand descriptor, the wgmma fences and accumulator pins, the BF16
+// tiles' swizzle, hi/lo pairs, cp.async and the BF16 product chains both BF16 kernels use, and the
+// O store from a 64 x 32 accumulator tile.
 #pragma once
 #include <cstdint>
 
@@ -23,6 +24,24 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
 }
 // (k step kk of a tile of ROWS rows starts (kk >> 2) blocks of 32 columns and (kk & 3) 32-byte steps
 // past k 0: the chains below add that to the descriptor's address field, in 16-byte units)
+
+// Byte offset of element (r, k) in a K-major tile of `rows` rows of 16-bit values, 128-byte swizzle.
+[[maybe_unused]] __device__ __forceinline__ int sw2(int rows, int r, int k) {
+    return (k >> 6) * rows * 128 + r * 128 + ((((k >> 3) & 7) ^ (r & 7)) << 4) + ((k & 7) << 1);
+}
+// x, y as BF16 pairs hi (round to nearest) and lo = x - hi (0 where hi is infinite, so that hi + lo
+// keeps an infinity; a NaN stays NaN)
+[[maybe_unused]] __device__ __forceinline__ void bf_split(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(isinf(hf.x) ? 0.0f : x - hf.x, isinf(hf.y) ? 0.0f : y - hf.y);
+    memcpy(&hi, &h, 4), memcpy(&lo, &l, 4);
+}
+[[maybe_unused]] __device__ __forceinline__ float2 bf_pair(uint32_t u) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u, 4);
+    return __bfloat1622float2(h);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -46,6 +65,35 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 #define TG_ACC8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define TG_ACC16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define TG_ACC32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+__device__ __forceinline__ void cp16(uint32_t dst, const char *src, uint32_t bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// BF16 chains: as the TF32 ones, k16 steps (32 bytes along a K-major row; 2048 bytes, two 8-row
+// groups, down an MN-major tile), TA / TB the operands' majors (0 K-major, 1 MN-major)
+#define TG_WB(SHAPE, ACC, TA, TB) "wgmma.mma_async.sync.aligned." SHAPE ".f32.bf16.bf16 " ACC ", da, db, p, 1, 1, " #TA ", " #TB ";\n"
+#define TG_WB_HEAD(SHAPE, ACC, IA, IB, FIRST, TA, TB) \
+    "{\n.reg .b64 da, db;\n.reg .pred p;\nmov.b64 da, %" #IA ";\nmov.b64 db, %" #IB ";\nsetp.ne.b32 p, " #FIRST ", 0;\n" TG_WB(SHAPE, ACC, TA, TB)
+#define TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) \
+    "add.s64 da, da, " #JA ";\nadd.s64 db, db, " #JB ";\nsetp.ne.b32 p, 1, 0;\n" TG_WB(SHAPE, ACC, TA, TB)
+#define TG_WB_3(SHAPE, ACC, JA, JB, TA, TB) \
+    TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB) TG_WB_STEP(SHAPE, ACC, JA, JB, TA, TB)
+#define TG_OUT8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define TG_OUT16(d) TG_OUT8(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define TG_OUT32(d) TG_OUT16(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
+    "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+// Q K^T: 64 x 16, k over 128 (Q and K K-major, 64 rows: the second block of 64 columns 8192 bytes on)
+__device__ __forceinline__ void wgb_qk(float (&d)[8], uint64_t da, uint64_t db) {
+    asm volatile(TG_WB_HEAD("m64n16k16", TG_ACC8, 8, 9, 0, 0, 0) TG_WB_3("m64n16k16", TG_ACC8, 2, 2, 0, 0)
+                 TG_WB_STEP("m64n16k16", TG_ACC8, 506, 506, 0, 0) TG_WB_3("m64n16k16", TG_ACC8, 2, 2, 0, 0) "}\n"
+                 : TG_OUT8(d) : "l"(da), "l"(db));
+}
+// O += P V: 64 x 32, k over the chunk's 64 tokens (P K-major, V MN-major)
+__device__ __forceinline__ void wgb_pv(float (&d)[16], uint64_t da, uint64_t db) {
+    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, 1, 0, 1) TG_WB_3("m64n32k16", TG_ACC16, 2, 128, 0, 1) "}\n"
+                 : TG_OUT16(d) : "l"(da), "l"(db));
+}
 #endif
 
 #ifdef __CUDACC__  // (the launch syntax needs nvcc: scripts/wgmma_emu compiles this header with g++)
@@ -61,7 +109,8 @@ inline tg_status wg_launch(tg_backend *be, K kernel, size_t smem, size_t &set, c
 
 // O's rows row0 and row0 + 8 of the chunk at token t0 (those < n; obase: token 0 of the slice)
 // from a 64 x 32 accumulator tile: columns col0 + 8 n8 (n8 < 4) and the next, two per store
-__device__ __forceinline__ void store_o(const chunk_args &a, char *obase, long long t0, int n, int row0, int col0,
+template <class A>
+__device__ __forceinline__ void store_o(const A &a, char *obase, long long t0, int n, int row0, int col0,
                                         const float (&acc)[16]) {
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
