@@ -60,13 +60,9 @@ template <bool DELTA> constexpr size_t kSmemB = bF<DELTA> + (8 * kC + 4) * 4 + 2
 static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "227 KB a block");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Q S_hi (FIRST 0: overwrites) or + Q S_lo: 64 x 32, k over 128 (S^T 128 rows: 16384 bytes a block)
-#define TG_WB_QS(FIRST) \
-    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, FIRST, 0, 0) TG_WB_3("m64n32k16", TG_ACC16, 2, 2, 0, 0) \
-                 TG_WB_STEP("m64n32k16", TG_ACC16, 506, 1018, 0, 0) TG_WB_3("m64n32k16", TG_ACC16, 2, 2, 0, 0) "}\n" \
-                 : TG_OUT16(d) : "l"(da), "l"(db))
-__device__ __forceinline__ void wgb_qs0(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QS(0); }
-__device__ __forceinline__ void wgb_qs1(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QS(1); }
+// Q S_hi (overwrites) or + Q S_lo: 64 x 32, k over 128 (S^T K-major, 128 rows: 16384 bytes a block)
+__device__ __forceinline__ void wgb_qs0(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_Q128(0, 2, 1018, 0); }
+__device__ __forceinline__ void wgb_qs1(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_Q128(1, 2, 1018, 0); }
 // S^T += V^T Kw: 64 x 64, k over the chunk's 64 tokens (both MN-major)
 __device__ __forceinline__ void wgb_upd(float (&d)[32], uint64_t da, uint64_t db) {
     asm volatile(TG_WB_HEAD("m64n64k16", TG_ACC32, 32, 33, 1, 1, 1) TG_WB_3("m64n64k16", TG_ACC32, 128, 128, 1, 1) "}\n"
@@ -126,33 +122,15 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 #pragma unroll
         for (int m = 0; m < 2; m++) {
             const int u = tid + kNT * m, t = u >> 4, cu = u & 15, tt = t < nn ? t : 0;
-            const uint32_t bytes = t < nn ? 16u : 0u, off = (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4);
+            const uint32_t bytes = t < nn ? 16u : 0u, off = sw2(kC, t, 8 * cu);
             cp16(d + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
             cp16(d + 16384 + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
             cp16(d + 32768 + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
         }
         cp_commit();
     };
-    // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows (four threads a row, 32 values each)
-    auto norms = [&](int buf) {
-        const int y = tid >> 2, t = y & (kC - 1);
-        const unsigned char *base = sm + buf * bBuf + (y >> 6) * 16384;
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int cu = 4 * (tid & 3) + e;
-            const uint4 u = *(const uint4 *)(base + (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4));
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 x = bf_pair(w[f]);
-                ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
-            }
-        }
-        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        if ((tid & 3) == 0) (y < kC ? sNq : sNk)[t] = rsqrtf(ss + 1e-6f);
-    };
+    // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows
+    auto norms = [&](int buf) { bf_norms(sm + buf * bBuf, sNq, sNk); };
     auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
     auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
         chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
@@ -358,13 +336,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             bf_split(p[0], p[1], hi, lo);
             *(uint32_t *)(ph + sw2(kC, t, s)) = hi, *(uint32_t *)(pl + sw2(kC, t, s)) = lo;
         }
-        {
-            const float d0 = sD0[arow(0)], d1 = sD0[arow(2)], n0 = sNq[arow(0)], n1 = sNq[arow(2)];
-            by_mul(flags & 2, [&](auto mul) {
-#pragma unroll
-                for (int r = 0; r < 16; r++) accQ[r] = mul((r & 2) ? d1 : d0, accQ[r] * ((r & 2) ? n1 : n0));
-            });
-        }
+        qs_rows(accQ, sD0, sNq, arow(0), flags & 2);
         if constexpr (DELTA) {
             __syncthreads();  // (1c) every warpgroup's Q K^T, Q S and T R done: the raw Q and K free
             kw();

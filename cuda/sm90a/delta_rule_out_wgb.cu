@@ -25,14 +25,10 @@ constexpr int oF = 147456;
 constexpr size_t kSmemO = oF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// Q S_c_hi (FIRST 0: overwrites) or + Q S_c_lo: 64 x 32, k over the 128 key dims (Q K-major, 64
-// rows; S_c MN-major, 128 rows: 2048 bytes a k step)
-#define TG_WB_QSC(FIRST) \
-    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, FIRST, 0, 1) TG_WB_3("m64n32k16", TG_ACC16, 2, 128, 0, 1) \
-                 TG_WB_STEP("m64n32k16", TG_ACC16, 506, 128, 0, 1) TG_WB_3("m64n32k16", TG_ACC16, 2, 128, 0, 1) "}\n" \
-                 : TG_OUT16(d) : "l"(da), "l"(db))
-__device__ __forceinline__ void wgb_qsc0(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QSC(0); }
-__device__ __forceinline__ void wgb_qsc1(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_QSC(1); }
+// Q S_c_hi (overwrites) or + Q S_c_lo: 64 x 32, k over the 128 key dims (S_c MN-major, 128 rows:
+// 2048 bytes a k step)
+__device__ __forceinline__ void wgb_qsc0(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_Q128(0, 128, 128, 1); }
+__device__ __forceinline__ void wgb_qsc1(float (&d)[16], uint64_t da, uint64_t db) { TG_WB_Q128(1, 128, 128, 1); }
 #endif
 
 // F32 rows (row stride 128 floats) of `rows` rows into hi and lo MN-major tiles of that many rows
@@ -76,7 +72,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
 #pragma unroll
         for (int m = 0; m < 2; m++) {
             const int x = tid + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
-            const uint32_t bytes = t < n ? 16u : 0u, off = (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4);
+            const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
             cp16(sb + oQ + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
             cp16(sb + oK + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
         }
@@ -112,25 +108,9 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
     wgb_qsc0(accO, dQ, dSh);
     wgb_qsc1(accO, dQ, dSh + kSl);
     wg_commit();
-    // l2norm: 1 / |q_t|, 1 / |k_t| (four threads a row, 32 values each) while they run
+    // l2norm: 1 / |q_t|, 1 / |k_t| while they run
     if (a.l2norm) {
-        const int y = tid >> 2, t = y & (kC - 1);
-        const unsigned char *base = sm + (y >> 6) * 16384;
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int cu = 4 * (tid & 3) + e;
-            const uint4 w4 = *(const uint4 *)(base + (cu >> 3) * 8192 + t * 128 + (((cu & 7) ^ (t & 7)) << 4));
-            const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 x = bf_pair(w[f]);
-                ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
-            }
-        }
-        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        if ((tid & 3) == 0) (y < kC ? sNq : sNk)[t] = rsqrtf(ss + 1e-6f);
+        bf_norms(sm, sNq, sNk);
         __syncthreads();
     }
     wg_wait0();
@@ -151,13 +131,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
         *(uint32_t *)(sm + oPh + sw2(kC, t, s)) = hi, *(uint32_t *)(sm + oPl + sw2(kC, t, s)) = lo;
     }
     // Q S_c times d(t, -1) / |q_t| (an exact zero stays zero where a decay overflows)
-    {
-        const float d0 = sD0[arow(0)], d1 = sD0[arow(2)], n0 = sNq[arow(0)], n1 = sNq[arow(2)];
-        by_mul(flags & 2, [&](auto mul) {
-#pragma unroll
-            for (int r = 0; r < 16; r++) accO[r] = mul((r & 2) ? d1 : d0, accO[r] * ((r & 2) ? n1 : n0));
-        });
-    }
+    qs_rows(accO, sD0, sNq, arow(0), flags & 2);
     proxy_fence();
     __syncthreads();  // P's tiles complete
     pin(accO);

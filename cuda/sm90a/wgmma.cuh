@@ -42,6 +42,35 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
     memcpy(&h, &u, 4);
     return __bfloat1622float2(h);
 }
+// A Q S accumulator tile (64 x 32; this thread's rows r0 and r0 + 8) times d(t, -1) / |q_t| per row:
+// plain products where every d(t, -1) of the chunk is finite (fin), else an exact zero stays zero
+[[maybe_unused]] __device__ __forceinline__ void qs_rows(float (&acc)[16], const float *sD0, const float *sNq, int r0, bool fin) {
+    const float d0 = sD0[r0], d1 = sD0[r0 + 8], n0 = sNq[r0], n1 = sNq[r0 + 8];
+    by_mul(fin, [&](auto mul) {
+#pragma unroll
+        for (int r = 0; r < 16; r++) acc[r] = mul((r & 2) ? d1 : d0, acc[r] * ((r & 2) ? n1 : n0));
+    });
+}
+// l2norm's 1 / |q_t| and 1 / |k_t| of a raw BF16 Q tile at qk and the K tile 16384 bytes on (kC rows of
+// 128 values in sw2's layout) into sq and sk, by kNT threads: four a row, 32 values each
+[[maybe_unused]] __device__ __forceinline__ void bf_norms(const unsigned char *qk, float *sq, float *sk) {
+    const int tid = threadIdx.x, y = tid >> 2, t = y & (kC - 1);
+    const unsigned char *base = qk + (y >> 6) * 16384;
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const uint4 u = *(const uint4 *)(base + sw2(kC, t, 8 * (4 * (tid & 3) + e)));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const float2 x = bf_pair(w[f]);
+            ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
+        }
+    }
+    ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+    ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if ((tid & 3) == 0) (y < kC ? sq : sk)[t] = rsqrtf(ss + 1e-6f);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -83,6 +112,12 @@ __device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0
 #define TG_OUT16(d) TG_OUT8(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define TG_OUT32(d) TG_OUT16(d), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), \
     "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+// Q (K-major, 64 rows) times a B 128 deep into a 64 x 32 tile (FIRST 0: overwrites D): B steps JB
+// (16-byte units) a k step and JB2 where Q moves to its second block of 64 columns, TB B's major
+#define TG_WB_Q128(FIRST, JB, JB2, TB) \
+    asm volatile(TG_WB_HEAD("m64n32k16", TG_ACC16, 16, 17, FIRST, 0, TB) TG_WB_3("m64n32k16", TG_ACC16, 2, JB, 0, TB) \
+                 TG_WB_STEP("m64n32k16", TG_ACC16, 506, JB2, 0, TB) TG_WB_3("m64n32k16", TG_ACC16, 2, JB, 0, TB) "}\n" \
+                 : TG_OUT16(d) : "l"(da), "l"(db))
 // Q K^T: 64 x 16, k over 128 (Q and K K-major, 64 rows: the second block of 64 columns 8192 bytes on)
 __device__ __forceinline__ void wgb_qk(float (&d)[8], uint64_t da, uint64_t db) {
     asm volatile(TG_WB_HEAD("m64n16k16", TG_ACC8, 8, 9, 0, 0, 0) TG_WB_3("m64n16k16", TG_ACC8, 2, 2, 0, 0)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # mutations.sh - the emulator's own test: each mutation below edits a copy of SRC's kernel
 # (cuda/sm90a/delta_rule_chunked_wg.cu; delta_rule_chunked_wgb.cu for b(), cuda/chunk_parts.cuh for
-# c()), builds the emulator on it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
+# c(), cuda/sm90a/wgmma.cuh for w()), builds the emulator on it and runs the cases matching its filter. A planted bug must be caught (a mismatch or a finding,
 # exit 1); a benign_* rewrite (same results, no new hazard) must not be. A mutation whose text is
 # not in this tree is reported n/a. Run by `make mutations`; SRC and BUILD as for the Makefile.
-# EDITS may also read text['k'], text['b'], text['c'] (the files' current text) to choose an edit.
+# EDITS may also read text['k'], text['b'], text['c'], text['w'] (the files' current text) to choose an edit.
 # Logs: BUILD/mutations/NAME.log. Exit 1 if a bug was missed, a benign rewrite flagged or a
 # mutated copy did not build.
 set -uo pipefail
@@ -22,7 +22,7 @@ mkdir -p "$logs"
 caught=0 bugs=0 quiet=0 benign=0 na=0 bad=0
 
 # mut NAME FILTER EDITS: EDITS are Python calls k(old, new[, count]) on the TF32 kernel's file,
-# b(...) on the BF16 kernel's and c(...) on chunk_parts.cuh; the mutation applies only if every old
+# b(...) on the BF16 kernel's, c(...) on chunk_parts.cuh and w(...) on wgmma.cuh; the mutation applies only if every old
 # text is found
 mut() {
     local name=$1 filter=$2 edits=$3 m="$build/mut/$1" log="$logs/$1.log"
@@ -31,10 +31,10 @@ mut() {
     cp "$src"/cuda/*.cuh "$m/src/cuda/"
     cp "$src"/cuda/sm90a/* "$m/src/cuda/sm90a/"
     ln -s "$src/src" "$m/src/src"
-    if ! python3 - "$m/src/$kernel" "$m/src/cuda/chunk_parts.cuh" "$m/src/$kernel_b" "$edits" <<'PY'; then
+    if ! python3 - "$m/src/$kernel" "$m/src/cuda/chunk_parts.cuh" "$m/src/$kernel_b" "$edits" "$m/src/cuda/sm90a/wgmma.cuh" <<'PY'; then
 import sys
 import os
-files = {'k': sys.argv[1], 'c': sys.argv[2], 'b': sys.argv[3]}
+files = {'k': sys.argv[1], 'c': sys.argv[2], 'b': sys.argv[3], 'w': sys.argv[5]}
 text = {f: open(p).read() if os.path.exists(p) else '' for f, p in files.items()}
 def edit(f, old, new, count=-1):
     if old not in text[f]:
@@ -43,6 +43,7 @@ def edit(f, old, new, count=-1):
 def k(old, new, count=-1): edit('k', old, new, count)
 def c(old, new, count=-1): edit('c', old, new, count)
 def b(old, new, count=-1): edit('b', old, new, count)
+def w(old, new, count=-1): edit('w', old, new, count)
 exec(sys.argv[4])
 for f, p in files.items():
     if text[f] or os.path.exists(p):
@@ -117,7 +118,7 @@ mut benign_R_d0_plain_mul gd_T130_inf "k('x = tf32r(sB[t] * (x - keep_zero_mul(s
 export TG_EMU_WGB=1
 mut wgb_no_P_lo wgb_gl_T130_g0.2 "p = '        wgb_pv(accQ, dPh + (bPl - bPh) / 16, dVb + bd);\n'; b(p if p in text['b'] else '        wgb_pv(accQ, dPh + kPl, dVb + bd);\n', '')"
 mut wgb_no_cp_wait wgb_gl_T130_g0.2 "b('        cp_wait0();\n        proxy_fence();\n        __syncthreads();  // (2)', '        proxy_fence();\n        __syncthreads();  // (2)')"
-mut wgb_pv_mn_step wgb_gl_T64 "b('TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)', 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
+mut wgb_pv_mn_step wgb_gl_T64 "p = 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 128, 0, 1)'; (b if p in text['b'] else w)(p, 'TG_WB_3(\"m64n32k16\", TG_ACC16, 2, 64, 0, 1)')"
 # delta_wgb_kernel<true> (GATED_DELTA on BF16 products; n/a on trees with the plain GATED_LINEAR-only
 # kernel): U's lo tile lost in P U, barrier (1c) gone (Kw over the raw K and Q tiles while other
 # warpgroups' Q K^T and Q S read them), R's hi at the wrong columns (8 on, in the warpgroup's own
