@@ -651,8 +651,8 @@ tg_status tg_cuda_delta_rule(tg_backend *be, const tg_tensor *dst) {
     const long long min_t = cu->sig.delta_chunk_min_t > 0                                            ? cu->sig.delta_chunk_min_t
                             : T >= 32 && T < 64 && Dk == 128 && tg_cuda_delta_chunked_full(be, dst) ? 32
                                                                                                     : 64;
-    const bool fill = tg_cuda_delta_single_form(be, dst);
-    const bool auto_chunked = Dk >= 64 && T >= (fill ? min_t : std::max(min_t, kFewHeadsMinT));
+    // (the form is asked only where T alone does not decide: decode steps skip it)
+    const bool auto_chunked = Dk >= 64 && T >= min_t && (T >= kFewHeadsMinT || tg_cuda_delta_single_form(be, dst));
     if (tg_cuda_delta_chunked_covers(Dk, Dv) && cu->sig.delta_kernel == KERN_AUTO &&
         (dp.algo == TG_DELTA_ALGO_CHUNKED || (dp.algo == TG_DELTA_ALGO_AUTO && auto_chunked)))
         return tg_cuda_delta_rule_chunked(be, dst);

@@ -314,13 +314,19 @@ bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
 }
 }  // namespace
 
-bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst) {
+namespace {
+// The form for dst: true the single-kernel one (knob delta_chunk_fused 1 / 2 forces it / the chunk-
+// parallel one; else heads that fill the GPU, or the rule below); *wgb: whether the single-kernel
+// form's full case runs delta_wgb_kernel (then BV stays 128, whichever form was chosen). optin: the
+// device's shared memory per block, or < 0 (asked only where needed).
+bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     const tg_cuda_impl *cu = tg_cuda(be);
-    if (cu->sig.delta_chunk_fused != 0) return cu->sig.delta_chunk_fused == 1;
     const tg_tensor *v = dst->src[2];
     const long long B = v->ne[3], Hv = v->ne[1], Dv = v->ne[0];
+    *wgb = wgb_full_case(be, dst, optin);
+    if (cu->sig.delta_chunk_fused != 0) return cu->sig.delta_chunk_fused == 1;
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
-    if (!wgb_full_case(be, dst, -1)) return false;
+    if (!*wgb) return false;
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
     // blocks of at least a third (GATED_DELTA) or a quarter (GATED_LINEAR) of the SMs: on an H100 the
     // kernel takes ~14.7 / ~6.5 us a chunk whatever the grid, the chunk-parallel form (its output
@@ -329,19 +335,24 @@ bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst) {
     const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
     return B * Hv * (Dv / 128) * (delta ? 3 : 4) >= sms;
 }
+}  // namespace
+
+bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst) {
+    bool wgb = false;
+    return single_form(be, dst, -1, &wgb);
+}
 
 bool tg_cuda_delta_chunked_full(tg_backend *be, const tg_tensor *dst) {
     const tg_cuda_impl *cu = tg_cuda(be);
     const tg_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const long long Dk = q->ne[0], Dv = v->ne[0];
-    const int optin = optin_smem();
-    // the single-kernel form with BV 128: heads that fill the GPU (knob delta_chunk_fused 1 without
-    // them may halve BV, so AUTO then keeps its threshold of 64) or the full case on delta_wgb_kernel
-    if (!tg_cuda_delta_single_form(be, dst) ||
-        (!tg_cuda_delta_heads_fill(be, q->ne[3], v->ne[1]) && !wgb_full_case(be, dst, optin)))
-        return false;
+    bool wgb = false;
+    if (!single_form(be, dst, -1, &wgb)) return false;
+    if (wgb) return true;  // (BV 128, and every condition below holds)
+    // else BV 128 needs heads that fill the GPU (knob delta_chunk_fused 1 without them may halve
+    // it, so AUTO then keeps its threshold of 64)
+    if (!tg_cuda_delta_heads_fill(be, q->ne[3], v->ne[1])) return false;
     return cu->sig.delta_chunk_generic == 0 && (cu->sig.delta_chunk_bv == 0 || cu->sig.delta_chunk_bv == 128) &&
-           Dk == 128 && Dv % 128 == 0 && chunk_smem(128, 128) <= (size_t)optin && rows16(q, 128, 0) &&
+           q->ne[0] == 128 && v->ne[0] % 128 == 0 && chunk_smem(128, 128) <= (size_t)optin_smem() && rows16(q, 128, 0) &&
            rows16(k, 128, 0) && rows16(v, 128, 0);
 }
 
@@ -379,8 +390,8 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     // alone would not fill the GPU (B1 H16 T16384 BF16: 4,804 us against 13,123 single-kernel, 9,404
     // scan), single-kernel where they do (B8 H16 T2048: 2,052 us against 3,855 chunk-parallel;
     // bench/NOTES.md), and on delta_wgb_kernel from fewer of them; knob 1 / 2 forces
-    const bool wgb = wgb_full_case(be, dst, optin);
-    if (!tg_cuda_delta_single_form(be, dst)) {
+    bool wgb = false;
+    if (!single_form(be, dst, optin, &wgb)) {
         bool taken = false;
         const tg_status s = run_phases(be, dst, a, optin, &taken);
         if (s != TG_OK || taken) return s;

@@ -1,0 +1,260 @@
+// test_cuda_delta_chunked_state.cpp - the chunked delta rule's state on CUDA: T split anywhere
+// equals one call (output and final state), W and Kd^T as F16 rows match F32 rows, a NaN reaches
+// only its own head and later tokens, and a graph that found a bad id leaves every delta-rule state
+// as it was (each kernel: the device error record). Cases and oracle: cuda_delta_chunked_util.h.
+#include "cuda_delta_chunked_util.h"
+
+namespace {
+
+struct CudaDeltaChunkedState : CudaSig {};
+
+// T split anywhere (inside a chunk, on a chunk edge) equals one call, output and final state.
+TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
+    const ck_case c = {"split", 2, 200, 1, 2, 64, 64, GD, LOG, true, F32, F32, CHUNKED};
+    const ck_data d = make_ck(c, 31);
+    std::vector<float> o_all;
+    store s_all;
+    run_gpu(d, o_all, s_all);
+    for (int cut : {37, 64, 150}) {
+        SCOPED_TRACE("cut at " + std::to_string(cut));
+        ck_data a = d, b = d;
+        a.c.T = cut, b.c.T = c.T - cut;
+        auto part = [&](const std::vector<float> &x, size_t per, int t0, int n) {
+            std::vector<float> y;
+            for (int bb = 0; bb < c.B; bb++) {
+                const float *p = &x[((size_t)bb * c.T + t0) * per];
+                y.insert(y.end(), p, p + (size_t)n * per);
+            }
+            return y;
+        };
+        const size_t nqk = (size_t)c.Dk * c.Hk, nv = (size_t)c.Dv * c.Hv;
+        a.q = part(d.q, nqk, 0, cut), a.k = part(d.k, nqk, 0, cut), a.v = part(d.v, nv, 0, cut);
+        a.g = part(d.g, c.Hv, 0, cut), a.beta = part(d.beta, c.Hv, 0, cut);
+        b.q = part(d.q, nqk, cut, b.c.T), b.k = part(d.k, nqk, cut, b.c.T), b.v = part(d.v, nv, cut, b.c.T);
+        b.g = part(d.g, c.Hv, cut, b.c.T), b.beta = part(d.beta, c.Hv, cut, b.c.T);
+        std::vector<float> oa, ob;
+        store sa, sb;
+        run_gpu(a, oa, sa);
+        b.st0 = sa;
+        run_gpu(b, ob, sb);
+        std::vector<float> o_split;
+        for (int bb = 0; bb < c.B; bb++) {
+            o_split.insert(o_split.end(), oa.begin() + (size_t)bb * cut * nv, oa.begin() + (size_t)(bb + 1) * cut * nv);
+            o_split.insert(o_split.end(), ob.begin() + (size_t)bb * b.c.T * nv, ob.begin() + (size_t)(bb + 1) * b.c.T * nv);
+        }
+        EXPECT_LT(tgt::rel_error(o_split, std::vector<double>(o_all.begin(), o_all.end())), 2e-3) << "outputs";
+        std::vector<float> x(d.s0.size());
+        std::vector<double> y(d.s0.size());
+        for (size_t i = 0; i < x.size(); i++) x[i] = sb.get(i), y[i] = s_all.get(i);
+        EXPECT_LT(tgt::rel_error(x, y), 2e-3) << "final state";
+    }
+}
+
+// The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
+// (knob delta_chunk_h16 1; the default at 16 columns or fewer) against F32 rows (2), state pass in registers both times: the
+// F16 rows hold every value of at least 2^-14 of its row's largest exactly, so the two agree far
+// inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; one and two chunks
+// (no state); log gates to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past
+// F16's range (GATED_LINEAR without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key and an
+// infinite one (GATED_LINEAR), which must give NaN and +-inf at the same outputs and state entries
+// on both.
+TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
+    struct hcase {
+        ck_case c;
+        float kmul;
+        int bad_token;      // >= 0: one element of that token's key is bad_value
+        float bad_value = NAN;
+    };
+    const int Tx = S(8193, 193);
+    const hcase cases[] = {
+        {{"gdn_bv16_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gla_bv64_keys_past_f16", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64}, 3e6f, -1},
+        {{"gdn_bv8_nan_key", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, 150},
+        {{"gla_bv16_inf_key", 1, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, 100, INFINITY},
+        {{"gdn_bv16_T64_one_chunk", 2, 64, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_T100_two_chunks_no_state", 1, 100, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+    };
+    for (const hcase &w : cases) {
+        SCOPED_TRACE(w.c.name);
+        ck_data d = make_ck(w.c, 77);
+        for (float &x : d.k) x *= w.kmul;
+        if (w.bad_token >= 0) d.k[(size_t)w.bad_token * w.c.Dk * w.c.Hk + 5] = w.bad_value;
+        std::vector<float> o[2];
+        store st[2];
+        std::string var[2];
+        for (int i = 0; i < 2; i++) {
+#ifdef TG_HAVE_CUDA
+            const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.c.bv;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 2;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
+            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_h16 = i == 0 ? 1 : 2;
+#endif
+            EXPECT_EQ(run_gpu(d, o[i], st[i], &var[i]), TG_OK) << tg_last_error();
+#ifdef TG_HAVE_CUDA
+            *tg_cuda_knobs(CudaSig::gpu) = saved;
+#endif
+            EXPECT_NE(var[i].find("/full-s128"), std::string::npos) << var[i];
+        }
+        EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
+        EXPECT_EQ(var[1].find("/h16"), std::string::npos) << var[1];
+        std::vector<float> s[2];
+        for (int i = 0; i < 2; i++)
+            for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
+        // NaN and +-inf exactly where the F32 rows give them; the finite rest within 1e-5 (relative L2)
+        auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+            ASSERT_EQ(a.size(), b.size());
+            auto cls = [](float x) { return std::isnan(x) ? 3 : std::isinf(x) ? (x > 0 ? 1 : 2) : 0; };
+            std::vector<float> fa;
+            std::vector<double> fb;
+            size_t bad_a = 0, bad_b = 0, mismatch = 0;
+            for (size_t j = 0; j < a.size(); j++) {
+                bad_a += cls(a[j]) != 0, bad_b += cls(b[j]) != 0;
+                if (cls(a[j]) != cls(b[j])) mismatch++;
+                else if (cls(a[j]) == 0) fa.push_back(a[j]), fb.push_back(b[j]);
+            }
+            EXPECT_EQ(mismatch, 0u) << what << ": NaN or inf in " << bad_a << " (F16 rows) and " << bad_b << " (F32 rows)";
+            if (w.bad_token >= 0) EXPECT_GT(bad_b, 0u) << what << ": the bad key reached nothing";
+            else EXPECT_EQ(bad_b, 0u) << what;
+            EXPECT_LT(tgt::rel_error(fa, fb), 1e-5) << what;
+        };
+        agree(o[0], o[1], "o");
+        if (w.c.state >= 0) agree(s[0], s[1], "final state");
+        if (w.bad_token >= 0) continue;
+        std::vector<double> oref, sref;
+        oracle(d, oref, sref);
+        EXPECT_LT(tgt::rel_error(o[0], oref), 2e-3) << "o (F16 rows) vs float64 oracle";
+        if (w.c.state >= 0) EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (F16 rows) vs float64 oracle";
+    }
+}
+
+// A NaN input is reported by propagation (docs/ops.md "NaN"): a NaN in one value element of token r
+// reaches that value column of its own head and sequence from r on (outputs and final state), a
+// NaN gate the whole head from r on; the chunks before r's, other heads and other sequences stay
+// finite. Inside r's chunk of 64 the tensor-core products may also reach earlier tokens (masked
+// products multiply exact zeros by NaN), so those are not checked. Each single-kernel full-case
+// kernel: BF16 products (delta_wgb_kernel, both modes), TF32 wgmma (F16 inputs; BF16 by knob 2),
+// mma.sync (knob 1), F32 inputs.
+TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
+    struct nan_case {
+        const char *name;
+        tg_delta_mode mode;
+        tg_type io;
+        int wg;         // knob delta_chunk_wg
+        bool gate_nan;  // else one value element
+    };
+    const int T = 200, r = 150, col = 37, bad_b = 1, bad_h = 0;  // r in the chunk [128, 192)
+    for (const nan_case &w : {nan_case{"gla_bf16k_v", GL, BF16, 0, false}, nan_case{"gdn_bf16k_v", GD, BF16, 0, false},
+                              nan_case{"gla_bf16k_g", GL, BF16, 0, true}, nan_case{"gdn_bf16k_g", GD, BF16, 0, true},
+                              nan_case{"gdn_tf32_f16_v", GD, F16, 0, false}, nan_case{"gla_tf32_bf16_g", GL, BF16, 2, true},
+                              nan_case{"gdn_mma_bf16_v", GD, BF16, 1, false}, nan_case{"gla_f32_g", GL, F32, 0, true}}) {
+        SCOPED_TRACE(w.name);
+        const ck_case c = {"nan", 2, T, 1, 2, 128, 128, w.mode, LOG, true, F32, w.io, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, w.wg};
+        ck_data d = make_ck(c, 77);
+        const int Hv = c.Hv, Dv = c.Dv, Dk = c.Dk;
+        if (w.gate_nan) d.g[((size_t)bad_b * T + r) * Hv + bad_h] = NAN;
+        else d.v[(((size_t)bad_b * T + r) * Hv + bad_h) * Dv + col] = NAN;
+        std::vector<float> o;
+        store st;
+        std::string variant;
+        {
+            knobs kn(0, 0, 0, 0);
+#ifdef TG_HAVE_CUDA
+            if (CudaSig::gpu) {
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 1;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = 128;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = w.wg;
+            }
+#endif
+            ASSERT_EQ(run_gpu(d, o, st, &variant), TG_OK) << tg_last_error();
+        }
+        EXPECT_NE(variant.find("/full"), std::string::npos) << variant;
+#ifdef TG_HAVE_CUDA
+        // the kernel the case names: BF16 products (BF16 inputs, knob 0), TF32 wgmma (16-bit inputs,
+        // knob 0 or 2), mma.sync (knob 1, F32 inputs); where the device has no wgmma, mma.sync
+        if (CudaSig::gpu && tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) {
+            const bool wg16 = w.io != TG_TYPE_F32 && w.wg != 1;
+            EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16) << variant;
+            EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, w.io == TG_TYPE_BF16 && w.wg == 0) << variant;
+        } else if (CudaSig::gpu) {
+            std::printf("note: %s ran without wgmma (variant %s)\n", w.name, variant.c_str());
+        }
+#endif
+        int bad_before = 0, clean_after = 0, bad_elsewhere = 0;
+        for (int b = 0; b < c.B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < Hv; h++)
+                    for (int j = 0; j < Dv; j++) {
+                        const float x = o[(((size_t)b * T + t) * Hv + h) * Dv + j];
+                        const bool reached = b == bad_b && h == bad_h && (w.gate_nan || j == col);
+                        if (!reached) bad_elsewhere += !std::isfinite(x);
+                        else if (t < r / 64 * 64) bad_before += !std::isfinite(x);
+                        else if (t >= r) clean_after += !std::isnan(x);
+                    }
+        EXPECT_EQ(bad_elsewhere, 0) << "non-finite outputs outside the NaN's head and column (" << variant << ")";
+        EXPECT_EQ(bad_before, 0) << "non-finite outputs in the chunks before the NaN's (" << variant << ")";
+        EXPECT_EQ(clean_after, 0) << "outputs at or after the NaN's token without NaN (" << variant << ")";
+        int s_bad = 0, s_clean = 0;
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < Hv; h++)
+                for (int j = 0; j < Dv; j++)
+                    for (int i = 0; i < Dk; i++) {
+                        const float x = st.get((((size_t)b * Hv + h) * Dv + j) * Dk + i);
+                        const bool reached = b == bad_b && h == bad_h && (w.gate_nan || j == col);
+                        if (reached) s_clean += !std::isnan(x);
+                        else s_bad += !std::isfinite(x);
+                    }
+        EXPECT_EQ(s_bad, 0) << "non-finite state entries outside the NaN's head and column (" << variant << ")";
+        EXPECT_EQ(s_clean, 0) << "state entries the NaN reaches without NaN (" << variant << ")";
+    }
+}
+
+// Issue 9 item 4: a graph whose get_rows found a bad id fails, and no delta-rule kernel writes the
+// state (chunked, chunk, decode, decode-reg, persistent); with a good id the same graph writes it.
+TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
+    struct variant {
+        const char *name;
+        int T, kern;
+        tg_delta_algo algo;
+        int fused = 0, D = 64, bv = 0;
+        tg_delta_mode mode = TG_DELTA_GATED_DELTA;
+        tg_type io = TG_TYPE_F32;
+    };
+    for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
+                             variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
+                             variant{"chunked_full_gla_bf16", 70, 0, CHUNKED, 1, 128, 128, GL, BF16},
+                             variant{"chunked_full_gdn_f16", 70, 0, CHUNKED, 1, 128, 128, GD, F16},
+                             variant{"chunked_full_gdn_bf16", 70, 0, CHUNKED, 1, 128, 128, GD, BF16},
+                             variant{"chunk_scan", 70, 0, SCAN},
+                             variant{"decode", 1, 0, AUTO}, variant{"decode_reg", 1, 3, AUTO},
+                             variant{"persistent", 1, 4, AUTO}}) {
+        SCOPED_TRACE(w.name);
+        const ck_case c = {"err", 2, w.T, 2, 4, w.D, w.D, w.mode, LOG, true, F32, w.io, w.algo};
+        const ck_data d = make_ck(c, 3);
+        knobs kn(0, 0, 0, 0, w.kern);
+#ifdef TG_HAVE_CUDA
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.fused;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.bv;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = 0;  // (whatever TG_CUDA_DELTA_WG says)
+#endif
+        std::vector<float> o;
+        store st;
+        EXPECT_NE(run_gpu(d, o, st, nullptr, 7), TG_OK);
+        EXPECT_NE(std::string(tg_last_error()).find("get_rows"), std::string::npos) << tg_last_error();
+        EXPECT_EQ(st.b, d.st0.b) << "state changed by a failed graph";
+        std::string ran;
+        EXPECT_EQ(run_gpu(d, o, st, &ran, 2), TG_OK) << tg_last_error();
+        if (w.bv == 128) EXPECT_NE(ran.find("/full"), std::string::npos) << "variant " << ran;
+#ifdef TG_HAVE_CUDA
+        // the full case with 16-bit q/k/v: the wgmma kernel where the device has it
+        if (w.bv == 128 && w.io != TG_TYPE_F32 && CudaSig::gpu)
+            EXPECT_EQ(ran.find("/wgmma") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << ran;
+#endif
+        if (w.bv == 16) EXPECT_NE(ran.find("/full-s128"), std::string::npos) << "variant " << ran;
+        EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";
+    }
+}
+
+}  // namespace
