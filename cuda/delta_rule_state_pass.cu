@@ -211,13 +211,18 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
 #pragma unroll 1
     for (int c = 0; c < a.NC; c++) {
         const long long u = u0 + c;
-        // S_c, the state at the chunk's start
-        float *Sc = a.S + u * (DK * DV) + j0;
+        // S_c, the state at the chunk's start: the warp's 16 rows from sS (which the warp itself wrote at the
+        // end of chunk c - 1; c 0: the load above, behind its barrier), in 16-byte stores (the per-register
+        // float2 stores compiled to 4-byte ones, and their queue held up the loop: session 44's profile)
+        {
+            float *Sc = a.S + u * (DK * DV) + j0 + 16 * warp * DV;
+            const float *src = sS + 16 * warp * VS;
+            __syncwarp();
 #pragma unroll
-        for (int r = 0; r < NTN; r++) {
-            const int n = 8 * r + 2 * c4;
-            *(float2 *)&Sc[sr * DV + n] = make_float2(S[r][0], S[r][1]);
-            *(float2 *)&Sc[(sr + 8) * DV + n] = make_float2(S[r][2], S[r][3]);
+            for (int i = 0; i < BV / 8; i++) {
+                const int x = lane + 32 * i, row = x / (BV / 4), c4u = x % (BV / 4);
+                __stcs((float4 *)&Sc[row * DV + 4 * c4u], *(const float4 *)&src[row * VS + 4 * c4u]);
+            }
         }
         // chunk c's copies landed: with H16 chunk c + 1's may still be in flight (the latest group)
         if (H16 && c + 1 < a.NC) cp_async_wait_prior1();
@@ -253,7 +258,6 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
                     for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sS, VS, k0, nb + 8 * r));
                 }
             }
-            float *U = a.U + u * (kC * DV) + j0;
 #pragma unroll
             for (int r = 0; r < WN; r++) {
                 const int n = nb + 8 * r + 2 * c4;
@@ -264,11 +268,21 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
                     const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]) * ws);
                     const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]) * ws);
                     *(float2 *)&sU[t * VS + n] = make_float2(x, y);
-                    *(float2 *)&U[t * DV + n] = make_float2(x, y);
                 }
             }
         }
-        if (DELTA) __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+        if (DELTA) {
+            __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+            // V' into the scratch's U from sU, 16-byte units (read again by the product below; the buffer is
+            // next written after chunk c + 1's first barrier)
+            float *U = a.U + u * (kC * DV) + j0;
+#pragma unroll
+            for (int i = 0; i < (kC * BV / 4 + NT - 1) / NT; i++) {
+                const int x = tid + NT * i, t = x / (BV / 4), c4u = x % (BV / 4);
+                if ((kC * BV / 4) % NT == 0 || x < kC * BV / 4)
+                    __stcs((float4 *)&U[t * DV + 4 * c4u], *(const float4 *)&sU[t * VS + 4 * c4u]);
+            }
+        }
         // S = gamma S + Kd^T V' (rows 16 warp .., all BV columns)
         const float gam = __ldg(&a.gam[u]);
         float acc[NTN][4];
