@@ -80,7 +80,7 @@ __device__ inline float chunk_decay(const float *sL, const float *sSg, const int
 // tables hold: the range spans at most 64 (each factor within e^32 of 1, no overflow, no
 // denormal); otherwise (strong decays, inf or NaN gates) callers take chunk_decay per element.
 // *tab bit 1: every d0 is finite, so that keep_zero_mul by any of them (d(C-1, -1) included) is a
-// plain product.
+// plain product; bit 2: every dl is finite (the same for products by dl).
 __device__ inline void chunk_decays(const float *sL, const float *sSg, const int *sZ, float *d0, float *dl, float *ep,
                                     float *em, int *tab) {
     const int lane = threadIdx.x & 31;
@@ -104,7 +104,8 @@ __device__ inline void chunk_decays(const float *sL, const float *sSg, const int
         em[r] = ok ? sSg[r] * expf(mid - sL[r]) : 0.0f;
     }
     const bool fin = __all_sync(0xffffffffu, isfinite(d0[2 * lane]) && isfinite(d0[2 * lane + 1]));
-    if (lane == 0) *tab = (ok ? 1 : 0) | (fin ? 2 : 0);
+    const bool finl = __all_sync(0xffffffffu, isfinite(dl[2 * lane]) && isfinite(dl[2 * lane + 1]));
+    if (lane == 0) *tab = (ok ? 1 : 0) | (fin ? 2 : 0) | (finl ? 4 : 0);
 }
 // The gates and betas of the chunk at token c0 of head h, sequence b (nn tokens; past them a
 // neutral gate and beta 0), two tokens per lane of the calling warp (2 lane, 2 lane + 1), into

@@ -328,12 +328,12 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
     if (!*wgb) return false;
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
-    // blocks of at least a third (GATED_DELTA) or a quarter (GATED_LINEAR) of the SMs: on an H100 the
-    // kernel takes ~14.7 / ~6.5 us a chunk whatever the grid, the chunk-parallel form (its output
-    // kernel on BF16 wgmma) ~1,250-1,360 / ~800 us per 262,144 head-tokens, so the forms cross near
-    // 43-47 / 33 blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 43")
+    // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
+    // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
+    // per 262,144 head-tokens (since its state pass's 16-byte stores), so the forms cross near 55 / 37
+    // blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 44")
     const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
-    return B * Hv * (Dv / 128) * (delta ? 3 : 4) >= sms;
+    return delta ? B * Hv * (Dv / 128) * 12 >= 5LL * sms : B * Hv * (Dv / 128) * 7 >= 2LL * sms;
 }
 }  // namespace
 

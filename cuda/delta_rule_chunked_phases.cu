@@ -127,7 +127,9 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     prefix_by_warp0<FULL>(sL, sSg, sZ, sD0, sDl, sEp, sEm, sTab, a.log_gate);
     if (!FULL) norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
     __syncthreads();
-    const bool tab = FULL && (*sTab & 1);
+    const int flags = FULL ? *sTab : 0;
+    // (FULL) flags 2: every d(t, -1) finite, 4: every d(C-1, t): those products need no keep-zero test
+    const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
     auto decay = [&](int t, int s) { return phase_decay<FULL>(sL, sSg, sZ, sEp, sEm, tab, t, s); };
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1), sDl[tid] = chunk_decay(sL, sSg, sZ, kC - 1, tid);
     if (tid == 0) a.gam[u] = chunk_decay(sL, sSg, sZ, kC - 1, -1);
@@ -147,22 +149,24 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     // 32 items are 8 rows i x 16 tokens (64 contiguous bytes per row of Kd^T): its reads of sK's
     // columns meet at most 2 per bank (as 2 rows i x 64 tokens, 8)
     float *Kd = a.Kd + u * kC * DKP;
-    for (int x = tid; x < kC * DKP / 4; x += NT) {
-        const int wb = x >> 5, l = x & 31, i = 8 * (wb >> 2) + (l >> 2), t = 16 * (wb & 3) + 4 * (l & 3);
-        float y[4];
+    by_mul(finl, [&](auto mul) {
+        for (int x = tid; x < kC * DKP / 4; x += NT) {
+            const int wb = x >> 5, l = x & 31, i = 8 * (wb >> 2) + (l >> 2), t = 16 * (wb & 3) + 4 * (l & 3);
+            float y[4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) y[e] = tf32r(keep_zero_mul(sDl[t + e], sK[(t + e) * QS + i]));
-        if (h16) {  // (every thread runs the loop kC DKP / 4 NT = 8 times: the shuffles are whole-warp)
-            int mb = 0;
+            for (int e = 0; e < 4; e++) y[e] = tf32r(mul(sDl[t + e], sK[(t + e) * QS + i]));
+            if (h16) {  // (every thread runs the loop kC DKP / 4 NT = 8 times: the shuffles are whole-warp)
+                int mb = 0;
 #pragma unroll
-            for (int e = 0; e < 4; e++) mb = max(mb, h16_mag(y[e]));
-            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
-            mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row i
-            if ((l & 3) == 0) atomicMax(&rmK[i], mb);
-        } else {
-            *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
+                for (int e = 0; e < 4; e++) mb = max(mb, h16_mag(y[e]));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));  // the 4 lanes of row i
+                if ((l & 3) == 0) atomicMax(&rmK[i], mb);
+            } else {
+                *(float4 *)&Kd[i * kC + t] = make_float4(y[0], y[1], y[2], y[3]);
+            }
         }
-    }
+    });
     if (a.delta) {
         if constexpr (FULL) invert_unit_lower_doubling<NT>(sA, sT);
         else invert_unit_lower<NT>(sA, sT);
@@ -171,33 +175,58 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     if (h16) {  // Kd^T's rows scaled into F16, 8 tokens per 16-byte store (threads along i: sK's
                 // column reads meet no bank twice), then each row's inverse scale
         __half *K16 = (__half *)Kd;
-        for (int x = tid; x < DKP * (kC / 8); x += NT) {
-            const int i = x & (DKP - 1), tg = x / DKP;
-            float mul, inv;
-            h16_row_scale(rmK[i], &mul, &inv);
-            unsigned short hs[8];
+        by_mul(finl, [&](auto dmul) {
+            for (int x = tid; x < DKP * (kC / 8); x += NT) {
+                const int i = x & (DKP - 1), tg = x / DKP;
+                float mul, inv;
+                h16_row_scale(rmK[i], &mul, &inv);
+                unsigned short hs[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const int t = 8 * tg + e;
-                hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(tf32r(keep_zero_mul(sDl[t], sK[t * QS + i])) * mul));
+                for (int e = 0; e < 8; e++) {
+                    const int t = 8 * tg + e;
+                    hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(tf32r(dmul(sDl[t], sK[t * QS + i])) * mul));
+                }
+                *(uint4 *)&K16[i * kC + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
+                                                             hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
+                if (tg == 0) Kd[kH16Data + i] = inv;
             }
-            *(uint4 *)&K16[i * kC + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
-                                                         hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
-            if (tg == 0) Kd[kH16Data + i] = inv;
-        }
+        });
         __syncthreads();  // sK is read before K' replaces it
     }
-    // K' = beta d(t, -1) K (in place of K), V' = beta V (in place of V)
-    for (int x = tid; x < kC * DKP && a.delta; x += NT) {
-        const int t = x / DKP, i = x - t * DKP;
-        sK[t * QS + i] = tf32r(sB[t] * keep_zero_mul(sD0[t], sK[t * QS + i]));
-    }
+    // K' = beta d(t, -1) K (in place of K), V' = beta V (in place of V); FULL: 4 elements a step (the
+    // per-element loops held ~1/4 of the kernel's stall samples, session 44)
     float *U = a.U + u * kC * DVP;
-    for (int x = tid; x < kC * DVP; x += NT) {
-        const int t = x / DVP, j = x - t * DVP;
-        const float y = tf32r(sB[t] * sV[t * VS + j]);
-        if (a.delta) sV[t * VS + j] = y;
-        else U[t * DVP + j] = y;
+    if constexpr (FULL) {
+        if (a.delta)
+            by_mul(fin0, [&](auto mul) {
+                for (int x = tid; x < kC * 32; x += NT) {
+                    const int t = x >> 5, i = 4 * (x & 31);
+                    const float bt = sB[t], dt = sD0[t];
+                    float4 k = *(const float4 *)&sK[t * QS + i];
+                    k.x = tf32r(bt * mul(dt, k.x)), k.y = tf32r(bt * mul(dt, k.y));
+                    k.z = tf32r(bt * mul(dt, k.z)), k.w = tf32r(bt * mul(dt, k.w));
+                    *(float4 *)&sK[t * QS + i] = k;
+                }
+            });
+        for (int x = tid; x < kC * 32; x += NT) {
+            const int t = x >> 5, j = 4 * (x & 31);
+            const float bt = sB[t];
+            float4 y = *(const float4 *)&sV[t * VS + j];
+            y.x = tf32r(bt * y.x), y.y = tf32r(bt * y.y), y.z = tf32r(bt * y.z), y.w = tf32r(bt * y.w);
+            if (a.delta) *(float4 *)&sV[t * VS + j] = y;
+            else *(float4 *)&U[t * DVP + j] = y;
+        }
+    } else {
+        for (int x = tid; x < kC * DKP && a.delta; x += NT) {
+            const int t = x / DKP, i = x - t * DKP;
+            sK[t * QS + i] = tf32r(sB[t] * keep_zero_mul(sD0[t], sK[t * QS + i]));
+        }
+        for (int x = tid; x < kC * DVP; x += NT) {
+            const int t = x / DVP, j = x - t * DVP;
+            const float y = tf32r(sB[t] * sV[t * VS + j]);
+            if (a.delta) sV[t * VS + j] = y;
+            else U[t * DVP + j] = y;
+        }
     }
     if (!a.delta) return;
     __syncthreads();

@@ -222,8 +222,9 @@ std::vector<ck_case> ck_cases() {
         {"wgbx_gdn_x64_T40_auto", 4, 40, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbx_gla_x48_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO},
         // ... and not where the rule says no ("wgbn_": never the BF16 kernel; at T 130 with heads that do
-        // not fill, AUTO runs the scan): 32 GATED_DELTA pairs, F16 q/k/v, knob delta_chunk_wg 2
+        // not fill, AUTO runs the scan): 32 and 48 GATED_DELTA pairs, F16 q/k/v, knob delta_chunk_wg 2
         {"wgbn_gdn_x32_auto", 2, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"wgbn_gdn_x48_auto", 3, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbn_gdn_f16_x48_auto", 3, 130, 4, 16, 128, 128, GD, LOG, true, F32, F16, AUTO},
         {"wgbn_gla_x48_knob2_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 2},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
