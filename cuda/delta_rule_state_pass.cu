@@ -308,14 +308,16 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
             }
         }
         const float ks0 = H16 ? bf[OFF_KS + sr] : 1.0f, ks1 = H16 ? bf[OFF_KS + sr + 8] : 1.0f;
+        by_mul(isfinite(gam), [&](auto mul) {  // (a finite gamma keeps a zero a zero: no test per element)
 #pragma unroll
-        for (int r = 0; r < NTN; r++) {
-            const int n = 8 * r + 2 * c4;
-            S[r][0] = keep_zero_mul(gam, S[r][0]) + acc[r][0] * ks0, S[r][1] = keep_zero_mul(gam, S[r][1]) + acc[r][1] * ks0;
-            S[r][2] = keep_zero_mul(gam, S[r][2]) + acc[r][2] * ks1, S[r][3] = keep_zero_mul(gam, S[r][3]) + acc[r][3] * ks1;
-            *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
-            *(float2 *)&sS[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
-        }
+            for (int r = 0; r < NTN; r++) {
+                const int n = 8 * r + 2 * c4;
+                S[r][0] = mul(gam, S[r][0]) + acc[r][0] * ks0, S[r][1] = mul(gam, S[r][1]) + acc[r][1] * ks0;
+                S[r][2] = mul(gam, S[r][2]) + acc[r][2] * ks1, S[r][3] = mul(gam, S[r][3]) + acc[r][3] * ks1;
+                *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
+                *(float2 *)&sS[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
+            }
+        });
         // GATED_LINEAR: sS is read by no product, so its write needs no barrier before it; the next
         // chunk's barrier orders the buffers
     }
