@@ -80,7 +80,7 @@ __device__ inline float chunk_decay(const float *sL, const float *sSg, const int
 // tables hold: the range spans at most 64 (each factor within e^32 of 1, no overflow, no
 // denormal); otherwise (strong decays, inf or NaN gates) callers take chunk_decay per element.
 // *tab bit 1: every d0 is finite, so that keep_zero_mul by any of them (d(C-1, -1) included) is a
-// plain product; bit 2: every dl is finite (the same for products by dl).
+// plain product up to the sign of a zero (by_mul); bit 2: every dl is finite (the same for dl).
 __device__ inline void chunk_decays(const float *sL, const float *sSg, const int *sZ, float *d0, float *dl, float *ep,
                                     float *em, int *tab) {
     const int lane = threadIdx.x & 31;

@@ -330,7 +330,7 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
     // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
     // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
-    // per 262,144 head-tokens (since its state pass's 16-byte stores), so the forms cross near 55 / 37
+    // per 262,144 head-tokens (since its state pass's 16-byte stores), so the forms cross near 55 / 38
     // blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 44")
     const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
     return delta ? B * Hv * (Dv / 128) * 12 >= 5LL * sms : B * Hv * (Dv / 128) * 7 >= 2LL * sms;

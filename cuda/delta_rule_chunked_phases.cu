@@ -128,7 +128,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
     if (!FULL) norm_rows<NW>(sK, nullptr, QS, n, a.Dk, a.l2norm);
     __syncthreads();
     const int flags = FULL ? *sTab : 0;
-    // (FULL) flags 2: every d(t, -1) finite, 4: every d(C-1, t): those products need no keep-zero test
+    // (FULL) flags 2: every d(t, -1) finite, 4: every d(C-1, t) finite: products by them need no keep-zero test
     const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
     auto decay = [&](int t, int s) { return phase_decay<FULL>(sL, sSg, sZ, sEp, sEm, tab, t, s); };
     if (!FULL && tid < kC) sD0[tid] = chunk_decay(sL, sSg, sZ, tid, -1), sDl[tid] = chunk_decay(sL, sSg, sZ, kC - 1, tid);

@@ -120,13 +120,15 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 //   - each thread's 16-byte copy units are fixed over the chunks: one offset each, set once;
 //   - warp w owns S rows 16w .. 16w + 15 of every column tile (the accumulator layout of the update
 //     S = gamma S + Kd^T V'), so S stays in registers; it is written to shared memory once per chunk
-//     as the B operand of the next W S, and S_c goes to the scratch from the registers;
-//   - two barriers per chunk: after the chunk's copies land (then the next chunk's copies are issued:
-//     every warp is past the chunk before, the last reader of that buffer), and after V' is made.
+//     as the B operand of the next W S, and each warp stores its rows of S_c from there, V' from the
+//     copy buffer, in 16-byte units;
+//   - GATED_DELTA: two barriers per chunk: after the chunk's copies land (then the next chunk's copies
+//     are issued: every warp is past the chunk before, the last reader of that buffer), and after V'
+//     is made; GATED_LINEAR only the first.
 // Same operations in the same order per element as delta_state_kernel (W S in one k order, V' =
-// tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V'), but W S in two partial sums (even and odd k
-// steps, added at the end) to halve its dependent chain: results differ from the generic kernel's in
-// the last bits.
+// tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V', a plain product where gamma is finite: the
+// same value up to the sign of a zero), but W S in two partial sums (even and odd k steps, added at
+// the end) to halve its dependent chain: results differ from the generic kernel's in the last bits.
 // H16 (knob delta_chunk_h16): W and Kd^T arrive as F16 rows with their inverse row scales (kH16Data),
 // half the bytes per chunk, in three load buffers (chunk c + 2's copies issued while chunk c runs);
 // the A fragments come from F16 (lda16_rows2, exact) and each product row is multiplied by its

@@ -179,6 +179,8 @@ struct tg_cuda_sig_knobs {
 // the backend, not of the process, so two backends never share them. Change
 // them only while no compute runs on that backend.
 tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be);
+// The SM count the backend's size rules use (tests of rules that depend on it).
+int tg_cuda_sm_count(tg_backend *be);
 
 // Name of the variant the last launch of each op on backend be used, e.g.
 // "vec4/fused" or "rows32x4/vec/f32" ("" before any launch). mul_mat (fused

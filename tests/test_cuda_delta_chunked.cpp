@@ -23,6 +23,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
     int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
+    [[maybe_unused]] int sms = 132;  // the SM count the backend's rules use
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
@@ -37,7 +38,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
 #endif
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
-        if (CudaSig::gpu) wg_state = tg_cuda_delta_wgmma_state(CudaSig::gpu);
+        if (CudaSig::gpu) wg_state = tg_cuda_delta_wgmma_state(CudaSig::gpu), sms = tg_cuda_sm_count(CudaSig::gpu);
         *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
@@ -80,7 +81,10 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // has no wgmma, whatever the old rule gives: the chunk-parallel form, the scan or the TF32 kernel)
     if (std::string(c.name).rfind("wgbx_", 0) == 0)
         EXPECT_EQ(variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0, wg_state == 0) << variant;
-    if (std::string(c.name).rfind("wgbn_", 0) == 0) EXPECT_NE(variant.rfind("chunked-bf16/", 0), 0u) << variant;
+    // (48 GATED_DELTA pairs stay below the rule's 5/12 of the SMs from 116 SMs on: not on a 114-SM H100 PCIe)
+    const bool x48_below = std::string(c.name) != "wgbn_gdn_x48_auto" || 48 * 12 < 5 * sms;
+    if (std::string(c.name).rfind("wgbn_", 0) == 0 && x48_below) EXPECT_NE(variant.rfind("chunked-bf16/", 0), 0u) << variant;
+    if (!x48_below) std::printf("note: %s not checked on %d SMs (the rule takes the single form there)\n", c.name, sms);
 #endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
