@@ -439,7 +439,7 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     const long long D = tq->ne[0], B = tq->ne[3], Hkv = tk->ne[1], L = tk->ne[2], Dv = tv->ne[0];
     const long long group = tq->ne[1] / Hkv;
     // blocks per cluster: enough clusters x S to cover the SMs once, 2 to cluster_max
-    const long long base = nqc * Hkv * B, sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const long long base = nqc * Hkv * B, sms = tg_cuda_sms(impl);
     const int smax = impl->sig.attn_cluster ? std::min(impl->sig.attn_cluster, impl->cluster_max) : impl->cluster_max;
     int S = 2;
     while (S < smax && base * S < sms) S *= 2;

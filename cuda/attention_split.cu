@@ -439,7 +439,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     if (smem > 48 * 1024) return false;
 
     tg_cuda_impl *impl = tg_cuda(be);
-    const long long base = nqc * Hkv * B, target = 3LL * (impl->sm_count > 0 ? impl->sm_count : 132);
+    const long long base = nqc * Hkv * B, target = 3LL * tg_cuda_sms(impl);
     long long nsplit = 1, chunk = L;
     if (base < target && L > min_split_rows) {
         nsplit = (target + base - 1) / base;

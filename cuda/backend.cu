@@ -265,7 +265,7 @@ tg_status record_to_status(const tg_cuda_err &r) {
 }  // namespace
 
 tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be) { return &tg_cuda(be)->sig; }
-int tg_cuda_sm_count(tg_backend *be) { return tg_cuda(be)->sm_count > 0 ? tg_cuda(be)->sm_count : 132; }
+int tg_cuda_sm_count(tg_backend *be) { return tg_cuda_sms(tg_cuda(be)); }
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op) { return tg_cuda(be)->sig_last[op]; }
 
 bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst) {

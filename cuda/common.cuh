@@ -149,6 +149,8 @@ struct tg_cuda_impl {
 };
 
 inline tg_cuda_impl *tg_cuda(tg_backend *be) { return (tg_cuda_impl *)be->impl; }
+// The SM count the size rules use (132, an H100 / H200's, where the device did not say).
+inline int tg_cuda_sms(const tg_cuda_impl *cu) { return cu->sm_count > 0 ? cu->sm_count : 132; }
 // Whether kernels of class c launch by programmatic dependent launch: the
 // backend's pdl, less the classes knob pdl_mask takes out (diagnostics)
 inline bool tg_cuda_pdl_for(const tg_cuda_impl *impl, tg_cuda_pdl_class c) {

@@ -496,7 +496,7 @@ tg_status delta_scan(tg_backend *be, const tg_tensor *dst, size_t scr_off) {
                           "multiple of its element size", call, t->name);
 
     // variant: threads per column (more threads when the grid is small and T long), rows per thread
-    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int sms = tg_cuda_sms(cu);
     //    (auto: 8 for Dk > 128; for a small grid and T > 1 also for Dk in (64, 128] and Dk <= 32,
     //    where a step is a short dependent chain and twice the warps hide its latency; Dk in (32, 64]
     //    keeps 4: T tokens and T single steps then agree bit for bit there by default)

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
 }  // namespace
 
 bool tg_cuda_delta_heads_fill(tg_backend *be, long long B, long long Hv) {
-    const int sms = tg_cuda(be)->sm_count > 0 ? tg_cuda(be)->sm_count : 132;
+    const int sms = tg_cuda_sms(tg_cuda(be));
     return 2 * B * Hv > sms;
 }
 
@@ -327,7 +327,7 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     if (cu->sig.delta_chunk_fused != 0) return cu->sig.delta_chunk_fused == 1;
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
     if (!*wgb) return false;
-    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int sms = tg_cuda_sms(cu);
     // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
     // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
     // per 262,144 head-tokens (since its state pass's 16-byte stores), so the forms cross near 55 / 38
@@ -396,7 +396,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         const tg_status s = run_phases(be, dst, a, optin, &taken);
         if (s != TG_OK || taken) return s;
     }
-    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int sms = tg_cuda_sms(cu);
     auto warps_for = [](int bv) { return bv >= 64 ? 16 : 8; };
     auto fits = [&](int bv) {
         const int nw = warps_for(bv), rq = nw == 16 ? kRQ<16> : kRQ<8>;

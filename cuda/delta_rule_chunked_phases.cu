@@ -405,7 +405,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     a.NC = (int)NC;
     // the state pass: BV of 64 (or the knob's) value columns, not past DVP, halved while the grid still
     // fits one wave of SMs (fewer slices re-read W and Kd fewer times); two load buffers where they fit
-    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int sms = tg_cuda_sms(cu);
     const int knob = cu->sig.delta_chunk_bv;
     int BV = knob > 0 ? knob : 64;
     while (BV > 8 && BV / 2 >= a.DVP) BV /= 2;

@@ -417,7 +417,7 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     long long rows = 0;
     for (int j = 0; j < p.njob; j++) rows += p.job[j].a.ne[1];
     const long long batches = p.job[0].d.ne[2] * p.job[0].d.ne[3];
-    const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const int sms = tg_cuda_sms(impl);
     // R: at least N / 2 (b's loads per weight byte); doubled while the grid
     // still fills the GPU twice (4 rows measured faster than 2 at every 1.1B
     // shape, also at 2048 rows: bench/NOTES.md); knob mmv_rows: forced (not

@@ -483,7 +483,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     // 29 us shorter than at 4; at 1 (o at 2 rows, q/k/v at 4) it is longer;
     // so is 2 units per lane and row in flight, or 8 rows (bench/NOTES.md
     // session 30). Knob mmv_rows forces R.
-    const int sms = impl->sm_count > 0 ? impl->sm_count : 132;
+    const int sms = tg_cuda_sms(impl);
     int R = N <= 2 ? 1 : N <= 4 ? 2 : 4;
     if ((p.swiglu || p.rope.D) && R < 2) R = 2;  // gate/up rows, rope pairs
     if (impl->sig.mmv_rows > 0) {  // knob mmv_rows: forced, not below that least

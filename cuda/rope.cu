@@ -396,7 +396,7 @@ tg_status plan_rows(tg_backend *be, const char *call, bool kv, rope_args &a, con
 
     // block: up to 256 threads, each with up to 4 chunks per tensor; fewer
     // chunks per thread (more blocks) while the grid would not fill the GPU
-    const int sms = cu->sm_count > 0 ? cu->sm_count : 132;
+    const int sms = tg_cuda_sms(cu);
     if (threads <= 0) threads = a.N >= kThreads ? kThreads : (a.N + 31) / 32 * 32;
     const int rmax = a.neox ? kRounds / 2 : kRounds;
     a.rounds = rmax;
