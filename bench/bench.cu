@@ -590,6 +590,13 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/f32rows", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, f32rows, BF);
     bench_delta("gdn.prefill.bf16/3p-h16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_h16rows, BF);
     bench_delta("gla.prefill/3p-h16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16rows);
+    // the chunk-parallel form's prep kernel on TF32 mma.sync (knob delta_chunk_prep 1: before session 45's
+    // BF16 wgmma prep) at gdn.long and at 32 (sequence, value head) pairs of each mode
+    tg_cuda_sig_knobs tf32prep = dflt, phases_tf32prep = phases;
+    tf32prep.delta_chunk_prep = 1, phases_tf32prep.delta_chunk_prep = 1;
+    bench_delta("gdn.long/tf32prep", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tf32prep, BF);
+    bench_delta("gdn.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_tf32prep, BF);
+    bench_delta("gla.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_tf32prep, BF);
     // BF16 q/k/v at 32, 48 and 64 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
     // (H16, B 2 / 3 / 4, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs

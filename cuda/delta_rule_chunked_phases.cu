@@ -381,12 +381,44 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
 }
 
 // Bytes of the chunk-parallel form's scratch, and the regions' offsets (floats, 256-byte aligned):
-// W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit), S_c (DKP x DVP per unit), gamma.
-size_t phase_scratch(long long units, int DKP, int DVP, bool delta, size_t off[5]) {
-    const size_t per[5] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, (size_t)DKP * DVP, 1};
+// W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit), S_c (DKP x DVP per unit), gamma, the
+// gate arrays (read only where the BF16 wgmma kernels run; 2 KB a unit, allocated either way).
+size_t phase_scratch(long long units, int DKP, int DVP, bool delta, size_t off[6]) {
+    const size_t per[6] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, (size_t)DKP * DVP, 1,
+                           (size_t)kGateWords};
     size_t total = 0;
-    for (int i = 0; i < 5; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
+    for (int i = 0; i < 6; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
     return total * sizeof(float);
+}
+
+// Phase 0 where the BF16 wgmma prep or output kernel runs: one warp per unit makes its gate arrays
+// (chunk_gates: the prefix, the decays, the factor tables and flags) and gamma, so that those
+// kernels copy them with their tiles instead of waiting on one warp's chain of ~500 dependent
+// instructions (a quarter of the prep kernel's time at gdn.long, session 45).
+__global__ void __launch_bounds__(256) delta_gates_kernel(const phase_args a, long long units) {
+    __shared__ float sg[8][kGateWords];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long u = (long long)blockIdx.x * 8 + warp;
+    if (u >= units) return;  // (whole warps; no block barrier below)
+    const int c = (int)(u % a.NC), h = (int)((u / a.NC) % a.Hv), b = (int)(u / ((long long)a.NC * a.Hv));
+    const long long t0 = (long long)c * kC;
+    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    float gl[2], bl[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int t = 2 * lane + e;
+        const bool in = t < n;
+        gl[e] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
+        bl[e] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + t, b, 0)) : 0.0f;
+    }
+    float *s = sg[warp];
+    if (lane < 3) ((int *)s)[8 * kC + 1 + lane] = 0;
+    chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC, s + 6 * kC,
+                (int *)(s + 8 * kC));
+    __syncwarp();
+    if (lane == 0) a.gam[u] = chunk_decay(s, s + kC, (const int *)(s + 7 * kC), kC - 1, -1);
+    float *g = a.G + u * kGateWords;
+    for (int i = lane; i < kGateWords; i += 32) g[i] = s[i];
 }
 
 }  // namespace
@@ -416,13 +448,13 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const size_t sp = prep_smem(a.DKP, a.DVP), so = out_smem(a.DKP);
     size_t ss = state_smem(a.DKP, BV, a.nbuf);
     if (std::max(sp, std::max(ss, so)) > (size_t)optin) return TG_OK;
-    size_t off[5];
+    size_t off[6];
     const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, off);
     if (bytes > kPhaseScratchBudget) return TG_OK;
     float *scr = nullptr;
     tg_status s = tg_cuda_scratch(be, bytes, (void **)&scr, call);
     if (s != TG_OK) return s;
-    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = scr + off[3], a.gam = scr + off[4];
+    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = scr + off[3], a.gam = scr + off[4], a.G = scr + off[5];
     a.qk_vec = c.qk_vec, a.o_pair = c.o_pair;
     a.v_vec = rows16(dst->src[2], c.Dv, 0);
     // compile-time sizes where Dk = Dv = 128 with 16-byte rows: the prep and output kernels' FULL
@@ -441,10 +473,16 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, s128, &si);
     if (s128) ss = state128_smem(BV, a.h16);
     const phase_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
+    // the prep kernel on BF16 wgmma where the full instances run with BF16 k and v (knobs delta_chunk_wg
+    // and delta_chunk_prep 0, a device with the build's wgmma code): the same outputs from near-F32 products, two blocks
+    // an SM (delta_prep_kernel<true>: TF32 products)
+    const bool pwgb = full && c.k.type == TG_TYPE_BF16 && c.v.type == TG_TYPE_BF16 && cu->sig.delta_chunk_wg == 0 &&
+                      cu->sig.delta_chunk_prep == 0 && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_prep_wgb_smem() <= (size_t)optin;
     const phase_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 21 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-20 of the phases");
-    if ((s = smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK) return s;
+    if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
+        return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     // the output kernel on BF16 wgmma where the full instances run with BF16 q and k (knob
     // delta_chunk_wg 0, a device with the build's wgmma code): near-F32 products where
@@ -453,15 +491,21 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
                       tg_cuda_delta_wg_ready(be) && tg_cuda_delta_out_wgb_smem() <= (size_t)optin;
     if ((s = owgb ? tg_cuda_delta_out_wgb_limit(be) : smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
     *taken = true;
-    prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
+    if (pwgb || owgb) {  // the gate arrays (and gamma) for them
+        delta_gates_kernel<<<(unsigned)((units + 7) / 8), 256, 0, cu->stream>>>(a, units);
+        TG_CUDA_LAUNCHED(be, call);
+    }
+    if (pwgb) tg_cuda_delta_prep_wgb_launch(be, a, (unsigned)units);
+    else prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);
     else out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar", owgb ? "/owgb" : "");
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar", pwgb ? "/pwgb" : "",
+             owgb ? "/owgb" : "");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

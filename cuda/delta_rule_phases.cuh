@@ -21,6 +21,10 @@ struct phase_args {
     // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
     // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP), gamma
     float *W, *Kd, *U, *S, *gam;
+    // (the BF16 wgmma prep and output kernels) unit u's gate arrays as chunk_gates leaves them, kGateWords
+    // words at G + u kGateWords: sL, sSg, sB, sD0, sDl, sEp, sEm (kC floats each), sZ (kC ints), the
+    // flags and 3 zero words; written by delta_gates_kernel, copied by cp.async beside the tiles
+    float *G;
     const tg_cuda_err *err;
 };
 // h16 (Dk = Dv = 128): unit u's W rows as F16 (kC x 128 halves, each 8-column group permuted as
@@ -30,6 +34,7 @@ struct phase_args {
 // exact in F16 (they are TF32 values: 10-bit mantissas), smaller ones are off by at most 2^-25 of
 // the largest (F16's subnormal step). The state pass multiplies a product's row by the inverse.
 constexpr int kH16Data = kC * 128 / 2;  // floats of a unit's F16 data (then the scales)
+constexpr int kGateWords = 8 * kC + 4;  // a unit's gate arrays (G): 2064 bytes, 129 16-byte units
 // one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
 __host__ __device__ inline int state_buf(int DKP, int BV) {
     return kC * q_stride(DKP) + DKP * kPS + kC * v_stride(BV);
@@ -60,5 +65,10 @@ phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool s128, int *slot);
 size_t tg_cuda_delta_out_wgb_smem();
 tg_status tg_cuda_delta_out_wgb_limit(tg_backend *be);
 void tg_cuda_delta_out_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid);
+// The prep kernel with BF16 k and v on BF16 wgmma (cuda/sm90a/delta_rule_prep_wgb.cu; Dk = Dv = 128,
+// 16-byte rows; writes what delta_prep_kernel<true> writes, F32 or h16 rows): the same three.
+size_t tg_cuda_delta_prep_wgb_smem();
+tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta);
+void tg_cuda_delta_prep_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid);
 
 }  // namespace tg_chunk

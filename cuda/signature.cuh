@@ -89,6 +89,11 @@ struct tg_cuda_sig_knobs {
     // raw tiles by cp.async). Env TG_CUDA_DELTA_WG=0 sets 1, =2 sets 2. Not the same bits: the products sum
     // in another order (GATED_LINEAR: beta scales P and K~ instead of V).
     int delta_chunk_wg = 0;
+    // the chunk-parallel form's prep kernel with BF16 k and v where delta_chunk_wg is 0: 0 auto
+    // (delta_prep_wgb_kernel on BF16 wgmma where the device has it, cuda/sm90a/delta_rule_prep_wgb.cu),
+    // 1 delta_prep_kernel<true> (TF32 mma.sync; before / after: bench row gdn.long/tf32prep, session
+    // 45). Env TG_CUDA_DELTA_PREP=0 sets 1.
+    int delta_chunk_prep = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

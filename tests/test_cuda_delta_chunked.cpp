@@ -22,12 +22,14 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // (and the generic case at D128: knob delta_chunk_generic 1 must win over it)
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
+    int prep_knob = 0;  // knob delta_chunk_prep (env TG_CUDA_DELTA_PREP)
     int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
     [[maybe_unused]] int sms = 132;  // the SM count the backend's rules use (tg_cuda_sm_count)
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
         h16_knob = saved.delta_chunk_h16;
+        prep_knob = saved.delta_chunk_prep;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
@@ -113,6 +115,11 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     if (phases) {
         const bool full3 = variant.find("/full") != std::string::npos;
         EXPECT_EQ(variant.find("/owgb") != std::string::npos, full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0)
+            << variant;
+        // ... and the prep kernel too (delta_prep_wgb_kernel: BF16 k and v, q, k and v share c.io here;
+        // unless knob delta_chunk_prep says no)
+        EXPECT_EQ(variant.find("/pwgb") != std::string::npos,
+                  full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0 && prep_knob == 0)
             << variant;
     }
     // (delta_wgb_kernel's hi/lo BF16 products are near-F32: ~3e-6 in the host emulator; its own tier

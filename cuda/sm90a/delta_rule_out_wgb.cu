@@ -76,17 +76,9 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
             cp16(sb + oQ + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
             cp16(sb + oK + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
         }
+        // the chunk's gate arrays and flags (delta_gates_kernel's; sB holds beta, unused here)
+        if (tid < kGateWords / 4) cp16(sb + oF + 16 * tid, (const char *)(a.G + u * kGateWords) + 16 * tid, 16u);
         cp_commit();
-    }
-    // the gates (warp 0; beta is V''s already: none here)
-    if (warp == 0) {
-        float gl[2], bl[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-            const int t = 2 * lane + e;
-            gl[e] = t < n ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
-        }
-        chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
     }
     // S_c and V' as hi and lo tiles
     split_rows<128>(sm + oSh, sm + oSl, a.S + u * 128 * 128);

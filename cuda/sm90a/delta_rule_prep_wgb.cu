@@ -1,0 +1,323 @@
+// delta_rule_prep_wgb.cu - the chunk-parallel form's prep kernel (phase 1 of
+// cuda/delta_rule_chunked_phases.cu) with BF16 k and v at Dk = Dv = 128 on Hopper's BF16 warpgroup
+// tensor cores (wgmma m64nNk16, sm_90a): delta_prep_wgb_kernel. run_phases takes it where the prep
+// kernel's full instance would run with BF16 k and v (docs/ops.md). One block of 512 threads (four
+// warpgroups) per (chunk, value head, sequence) unit, two blocks per SM (~102 KB of shared memory
+// and 64 registers each), so that one block's copies overlap the other's products. It writes what
+// delta_prep_kernel<true> writes, in the same layouts (F32 rows, or F16 rows with row scales where
+// h16): gamma, Kd^T = (K (.) d(C-1, t))^T and, GATED_DELTA, W = T (beta d(t, -1) K), U = T (beta V)
+// with T = (I + A)^-1, A = beta K K^T (.) d(t, s) (s < t); GATED_LINEAR: U = beta V. K is
+// l2-normalized by scaling rows and columns of the products (1 / |k_t|), as in delta_wgb_kernel.
+//   start   K's and V's raw rows into swizzled tiles by cp.async; the gates (warp 0); barrier
+//   1       K K^T (columns 16 wg ..) on wgmma; meanwhile 1 / |k_t| and gamma; barrier
+//   2       Kd^T's row maxima (h16); A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| as F32 rows from the
+//           accumulators, A's diagonal 16 x 16 blocks inverted by the warps that hold them,
+//           R = beta_t V_t as a BF16 hi (over the raw V) + lo pair; barrier
+//   3       Kd^T stored (from the raw K); the rest of the doubling (cuda/chunk_parts.cuh); barrier
+//   4       T (lower triangle) as hi and lo K-major tiles over A's rows, K' = beta_t d(t, -1) K_t /
+//           |k_t| as hi (over the raw K) and lo; barrier
+//   5       W = T_hi K'_hi + T_hi K'_lo + T_lo K'_hi, U the same with R (the lo x lo terms dropped),
+//           both on wgmma (value / key columns 32 wg ..); U stored; h16: W's row maxima, barrier,
+//           W's F16 rows staged over T's F32 rows, barrier, copied out 16 bytes at a time
+// The stored values are rounded to TF32 as delta_prep_kernel's are (the state pass's products are
+// TF32), but the products before that are near-F32 where delta_prep_kernel's run on TF32 operands.
+#include "wgmma.cuh"
+#include "../delta_rule_phases.cuh"
+
+namespace {
+
+// shared memory (bytes past the 1024-aligned base): K (raw, then K' hi), V (raw, then R hi), K' lo,
+// R lo (64 rows x 128, two blocks of 64 columns each), A's F32 rows (T's hi and lo tiles over them
+// once the doubling is done), T's F32 rows (W's F16 staging over them once T's tiles are made),
+// then the gate arrays, 1 / |k_t| and the h16 row maxima (64 of W, 128 of Kd^T)
+constexpr int pK = 0, pV = 16384, pKl = 32768, pRl = 49152, pA = 65536, pTh = pA, pTl = pA + 8192;
+constexpr int pT = pA + kC * kPS * 4, pF = pT + kC * kPS * 4;
+static_assert(pT % 1024 == 0 && pTl + 8192 <= pT && kC * 128 * 2 <= kC * kPS * 4, "the prep kernel's tiles");
+constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
+static_assert(2 * (kSmemP + 1024) <= 233472, "two blocks an SM");
+
+template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_kernel(const phase_args a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 psm4[];
+    unsigned char *sm = (unsigned char *)psm4 + ((1024u - (smem_u32(psm4) & 1023u)) & 1023u);
+    const uint32_t sb = smem_u32(sm);
+    float *sL = (float *)(sm + pF), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
+    float *sEp = sDl + kC, *sEm = sEp + kC;
+    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
+    float *sNk = (float *)(sTab + 4);
+    int *rmW = (int *)(sNk + kC);
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+    const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
+    const int hk = h / (a.Hv / a.Hk);
+    const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
+    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    const bool h16 = a.h16;
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
+    auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
+
+    // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread
+    {
+        const char *kb = tg_cuda_ptr(a.k, 0, hk, t0, b), *vb = tg_cuda_ptr(a.v, 0, h, t0, b);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const int x = tid + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
+            const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
+            cp16(sb + pK + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
+            cp16(sb + pV + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
+        }
+        // the chunk's gate arrays and flags (delta_gates_kernel's), 129 16-byte units
+        if (tid < kGateWords / 4) cp16(sb + pF + 16 * tid, (const char *)(a.G + u * kGateWords) + 16 * tid, 16u);
+        cp_commit();
+    }
+    if (tid < kC) rmW[tid] = 0;
+    if (!a.l2norm && tid < kC) sNk[tid] = 1.0f;
+    cp_wait0();
+    proxy_fence();
+    __syncthreads();
+
+    // 1: K K^T (DELTA); 1 / |k_t| (the last 8 warps, four threads a row)
+    float accA[8];
+    if constexpr (DELTA) {
+        pin(accA);
+        wg_fence();
+        wgb_qk(accA, sdesc(sb + pK), sdesc(sb + pK + 16 * wg * 128));
+        wg_commit();
+    }
+    if (a.l2norm && tid >= kNT - 4 * kC) {
+        const int y = tid - (kNT - 4 * kC), t = y >> 2;
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const uint4 q = *(const uint4 *)(sm + pK + sw2(kC, t, 8 * (4 * (y & 3) + e)));
+            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float2 x = bf_pair(w[f]);
+                ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
+            }
+        }
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        if ((y & 3) == 0) sNk[t] = rsqrtf(ss + 1e-6f);
+    }
+    __syncthreads();
+    const int flags = *sTab;
+    const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
+
+    // 2: Kd^T from the raw K (d(C-1, t) K[t][i] / |k_t|, rounded to TF32), each store of a warp 512
+    // contiguous bytes: h16, 8 lanes a row i (a 16-byte unit of 8 tokens each; the row's largest
+    // magnitude by shuffles among them), else 16 lanes a row (a float4 of 4 tokens each). The 8
+    // tokens of a unit meet 8 different swizzled chunks of K's rows: no bank conflict.
+    float *const Kd = a.Kd + u * kC * 128;
+    // (d and nk: d(C-1, t) and 1 / |k_t|, loaded four at a time by the callers)
+    auto kd_val = [&](int i, int t, float d, float nk, auto mul) {
+        const float x = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, t, i)));
+        return tf32r(mul(d, x * nk));
+    };
+    by_mul(finl, [&](auto mul) {
+        if (h16) {
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const int x = tid + kNT * m, i = x >> 3, tg = x & 7;
+                const float4 d0 = *(const float4 *)&sDl[8 * tg], d1 = *(const float4 *)&sDl[8 * tg + 4];
+                const float4 n0 = *(const float4 *)&sNk[8 * tg], n1 = *(const float4 *)&sNk[8 * tg + 4];
+                const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+                const float nk[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+                float y[8];
+                int mb = 0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) y[e] = kd_val(i, 8 * tg + e, d[e], nk[e], mul), mb = max(mb, h16_mag(y[e]));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 4));  // the 8 lanes of row i
+                float mk, inv;
+                h16_row_scale(mb, &mk, &inv);
+                unsigned short hs[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(y[e] * mk));
+                *(uint4 *)((__half *)Kd + i * kC + 8 * tg) = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
+                                                                      hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
+                if (tg == 0) Kd[kH16Data + i] = inv;
+            }
+        } else {
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int x = tid + kNT * m, i = x >> 4, t = 4 * (x & 15);
+                const float4 d = *(const float4 *)&sDl[t], nk = *(const float4 *)&sNk[t];
+                *(float4 *)(Kd + i * kC + t) = make_float4(kd_val(i, t, d.x, nk.x, mul), kd_val(i, t + 1, d.y, nk.y, mul),
+                                                           kd_val(i, t + 2, d.z, nk.z, mul), kd_val(i, t + 3, d.w, nk.w, mul));
+            }
+        }
+    });
+    float *const U = a.U + u * kC * 128;
+    if constexpr (!DELTA) {
+        // U = beta V (F32 rows, rounded to TF32): a warp's store is one row, 4 values a lane
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int x = tid + kNT * m, t = x >> 5, j = 4 * (x & 31);
+            const float bt = sB[t];
+            const uint2 q = *(const uint2 *)(sm + pV + sw2(kC, t, j));
+            const float2 v0 = bf_pair(q.x), v1 = bf_pair(q.y);
+            *(float4 *)(U + t * 128 + j) = make_float4(tf32r(bt * v0.x), tf32r(bt * v0.y), tf32r(bt * v1.x), tf32r(bt * v1.y));
+        }
+        return;
+    }
+    float *const sAm = (float *)(sm + pA), *const sTm = (float *)(sm + pT);
+    {
+        wg_wait0();
+        pin(accA);
+#pragma unroll
+        for (int r = 0; r < 8; r += 2) {
+            const int t = arow(r), s = 16 * wg + acol(r);
+            const float bt = sB[t] * sNk[t];
+            const float a0 = s < t ? bt * accA[r] * sNk[s] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : 0.0f;
+            const float a1 = s + 1 < t ? bt * accA[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
+            *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
+        }
+        // A's diagonal block wg is this warpgroup's columns in warp wq = wg's rows
+        if (wq == wg) {
+            __syncwarp();
+            if (lane < 16) invert_diag16(sAm, sTm, 16 * wg, lane);
+        }
+        // R = beta_t V_t: hi over the raw V, lo into R's lo tile (a 16-byte unit each)
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
+            const float bt = sB[t];
+            const uint4 q = *(const uint4 *)(sm + pV + off);
+            const uint32_t x[4] = {q.x, q.y, q.z, q.w};
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float2 v = bf_pair(x[f]);
+                bf_split(bt * v.x, bt * v.y, hi[f], lo[f]);
+            }
+            *(uint4 *)(sm + pV + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(sm + pRl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    }
+    __syncthreads();
+
+    invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
+    __syncthreads();
+
+    // 4: T's tiles over A's rows; K' = beta_t d(t, -1) K_t / |k_t| as hi (over the raw K) and lo
+#pragma unroll
+    for (int m = 0; m < kC * kC / 4 / kNT; m++) {
+        const int x = tid + kNT * m, t = x >> 4, s0 = (x & 15) * 4;
+        const float4 y = *(const float4 *)&sTm[t * kPS + s0];
+        uint32_t hi[2], lo[2];
+        bf_split(s0 <= t ? y.x : 0.0f, s0 + 1 <= t ? y.y : 0.0f, hi[0], lo[0]);
+        bf_split(s0 + 2 <= t ? y.z : 0.0f, s0 + 3 <= t ? y.w : 0.0f, hi[1], lo[1]);
+        *(uint2 *)(sm + pTh + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+        *(uint2 *)(sm + pTl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+    }
+    by_mul(fin0, [&](auto mul) {
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
+            const float bt = sB[t], dt = sD0[t], nk = sNk[t];
+            const uint4 q = *(const uint4 *)(sm + pK + off);
+            const uint32_t x[4] = {q.x, q.y, q.z, q.w};
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const float2 v = bf_pair(x[f]);
+                bf_split(bt * mul(dt, v.x * nk), bt * mul(dt, v.y * nk), hi[f], lo[f]);
+            }
+            *(uint4 *)(sm + pK + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(sm + pKl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    });
+    proxy_fence();
+    __syncthreads();
+
+    // 5: W = T K', U = T R (A: T's tiles; B: K' / R, MN-major, columns 32 wg ..: block wg >> 1, 64
+    // bytes into its rows for odd wg)
+    float accW[16], accU[16];
+#pragma unroll
+    for (int r = 0; r < 16; r++) accW[r] = 0.0f, accU[r] = 0.0f;
+    {
+        const uint64_t dTh = sdesc(sb + pTh), cols = (wg >> 1) * 8192 + (wg & 1) * 64;
+        const uint64_t dKb = sdesc(sb + pK + (uint32_t)cols), dVb = sdesc(sb + pV + (uint32_t)cols);
+        constexpr uint64_t kTl = (pTl - pTh) / 16, kKl = (pKl - pK) / 16, kRl = (pRl - pV) / 16;
+        pin(accW), pin(accU);
+        wg_fence();
+        wgb_pv(accU, dTh, dVb);
+        wgb_pv(accU, dTh, dVb + kRl);
+        wgb_pv(accU, dTh + kTl, dVb);
+        wgb_pv(accW, dTh, dKb);
+        wgb_pv(accW, dTh, dKb + kKl);
+        wgb_pv(accW, dTh + kTl, dKb);
+        wg_commit();
+        wg_wait0();
+        pin(accW), pin(accU);
+    }
+    // rows arow(0), arow(2); columns 32 wg + c2 + 8 n8 and the next
+#pragma unroll
+    for (int r = 0; r < 16; r += 2)
+        *(float2 *)&U[arow(r) * 128 + 32 * wg + acol(r)] = make_float2(tf32r(accU[r]), tf32r(accU[r + 1]));
+    float *const W = a.W + u * kC * 128;
+    if (!h16) {
+#pragma unroll
+        for (int r = 0; r < 16; r += 2)
+            *(float2 *)&W[arow(r) * 128 + 32 * wg + acol(r)] = make_float2(tf32r(accW[r]), tf32r(accW[r + 1]));
+        return;
+    }
+    int mb[2] = {0, 0};
+#pragma unroll
+    for (int r = 0; r < 16; r++) {
+        accW[r] = tf32r(accW[r]);
+        mb[(r >> 1) & 1] = max(mb[(r >> 1) & 1], h16_mag(accW[r]));
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        mb[hh] = max(mb[hh], __shfl_xor_sync(0xffffffffu, mb[hh], 1));
+        mb[hh] = max(mb[hh], __shfl_xor_sync(0xffffffffu, mb[hh], 2));  // the 4 lanes of the row
+        if ((lane & 3) == 0) atomicMax(&rmW[arow(2 * hh)], mb[hh]);
+    }
+    __syncthreads();
+    __half *const stg = (__half *)sTm;  // 64 rows of 128 halves, the global layout
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int t = arow(2 * hh);
+        float mw, inv;
+        h16_row_scale(rmW[t], &mw, &inv);
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const int r = 4 * (q >> 1) + 2 * hh + (q & 1), j = 32 * wg + acol(r);
+            stg[t * 128 + (j & ~7) + h16_pos(j & 7)] = __float2half_rn(accW[r] * mw);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < 2; m++) ((uint4 *)W)[tid + kNT * m] = ((const uint4 *)stg)[tid + kNT * m];
+    if (tid < kC) {
+        float mw, inv;
+        h16_row_scale(rmW[tid], &mw, &inv);
+        W[kH16Data + tid] = inv;
+    }
+#endif
+}
+
+}  // namespace
+
+namespace tg_chunk {
+
+size_t tg_cuda_delta_prep_wgb_smem() { return TG_WGMMA ? kSmemP : 0; }
+
+tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta) {
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 6 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the prep kernel's slots");
+    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (delta ? 5 : 6)];
+    return delta ? smem_limit(be, delta_prep_wgb_kernel<true>, kSmemP, set, "delta_rule")
+                 : smem_limit(be, delta_prep_wgb_kernel<false>, kSmemP, set, "delta_rule");
+}
+
+void tg_cuda_delta_prep_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid) {
+    if (a.delta) delta_prep_wgb_kernel<true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
+    else delta_prep_wgb_kernel<false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
+}
+
+}  // namespace tg_chunk
