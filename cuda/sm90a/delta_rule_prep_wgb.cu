@@ -33,7 +33,7 @@ namespace {
 constexpr int pK = 0, pV = 16384, pKl = 32768, pRl = 49152, pA = 65536, pTh = pA, pTl = pA + 8192;
 constexpr int pT = pA + kC * kPS * 4, pF = pT + kC * kPS * 4;
 static_assert(pT % 1024 == 0 && pTl + 8192 <= pT && kC * 128 * 2 <= kC * kPS * 4, "the prep kernel's tiles");
-constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
+constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 2 * kC * 4 + 128 * 4 + 1024;  // + the alignment slack
 static_assert(2 * (kSmemP + 1024) <= 233472, "two blocks an SM");
 
 template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_kernel(const phase_args a) {
@@ -45,7 +45,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sNk = (float *)(sTab + 4);
-    int *rmW = (int *)(sNk + kC);
+    int *rmW = (int *)(sNk + kC), *rmK = rmW + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
     const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
@@ -71,7 +71,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         if (tid < kGateWords / 4) cp16(sb + pF + 16 * tid, (const char *)(a.G + u * kGateWords) + 16 * tid, 16u);
         cp_commit();
     }
-    if (tid < kC) rmW[tid] = 0;
+    if (tid < kC + 128) rmW[tid] = 0;  // (and rmK)
     if (!a.l2norm && tid < kC) sNk[tid] = 1.0f;
     cp_wait0();
     proxy_fence();
@@ -106,51 +106,68 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     const int flags = *sTab;
     const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
 
-    // 2: Kd^T from the raw K (d(C-1, t) K[t][i] / |k_t|, rounded to TF32), each store of a warp 512
-    // contiguous bytes: h16, 8 lanes a row i (a 16-byte unit of 8 tokens each; the row's largest
-    // magnitude by shuffles among them), else 16 lanes a row (a float4 of 4 tokens each). The 8
-    // tokens of a unit meet 8 different swizzled chunks of K's rows: no bank conflict.
+    // 2: Kd^T from the raw K (d(C-1, t) K[t][i] / |k_t|, rounded to TF32). The swizzle depends on t
+    // mod 8 only, so lanes that read one column of K at tokens 8 apart meet in one bank. h16: thread
+    // (ki, kq) has row ki's 16 tokens 16 kq .. (a warp's 32 lanes read 32 adjacent values of one K
+    // row at a time), the rows' largest magnitudes by smem atomics, the F16 units stored after the
+    // barrier. F32: 16 lanes a row (a float4 of tokens 4 q .. 4 q + 3 each, every store of a warp 512
+    // contiguous bytes), each lane reading its four tokens starting at q mod 4 (8 chunks, 2 lanes each).
     float *const Kd = a.Kd + u * kC * 128;
-    // (d and nk: d(C-1, t) and 1 / |k_t|, loaded four at a time by the callers)
-    auto kd_val = [&](int i, int t, float d, float nk, auto mul) {
-        const float x = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, t, i)));
-        return tf32r(mul(d, x * nk));
-    };
+    const int ki = tid & 127, kq = tid >> 7;
+    float ky[16];
     by_mul(finl, [&](auto mul) {
         if (h16) {
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const int x = tid + kNT * m, i = x >> 3, tg = x & 7;
-                const float4 d0 = *(const float4 *)&sDl[8 * tg], d1 = *(const float4 *)&sDl[8 * tg + 4];
-                const float4 n0 = *(const float4 *)&sNk[8 * tg], n1 = *(const float4 *)&sNk[8 * tg + 4];
-                const float d[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
-                const float nk[8] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
-                float y[8];
-                int mb = 0;
+            for (int f = 0; f < 4; f++) {
+                const float4 d = *(const float4 *)&sDl[16 * kq + 4 * f], nk = *(const float4 *)&sNk[16 * kq + 4 * f];
+                const float dd[4] = {d.x, d.y, d.z, d.w}, nn[4] = {nk.x, nk.y, nk.z, nk.w};
 #pragma unroll
-                for (int e = 0; e < 8; e++) y[e] = kd_val(i, 8 * tg + e, d[e], nk[e], mul), mb = max(mb, h16_mag(y[e]));
-                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
-                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
-                mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 4));  // the 8 lanes of row i
-                float mk, inv;
-                h16_row_scale(mb, &mk, &inv);
-                unsigned short hs[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(y[e] * mk));
-                *(uint4 *)((__half *)Kd + i * kC + 8 * tg) = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
-                                                                      hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
-                if (tg == 0) Kd[kH16Data + i] = inv;
+                for (int e = 0; e < 4; e++) {
+                    const float x = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, 16 * kq + 4 * f + e, ki)));
+                    ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]));
+                }
             }
+            int mb = 0;
+#pragma unroll
+            for (int e = 0; e < 16; e++) mb = max(mb, h16_mag(ky[e]));
+            atomicMax(&rmK[ki], mb);
         } else {
 #pragma unroll
             for (int m = 0; m < 4; m++) {
-                const int x = tid + kNT * m, i = x >> 4, t = 4 * (x & 15);
+                const int x = tid + kNT * m, i = x >> 4, q = x & 15, t = 4 * q;
                 const float4 d = *(const float4 *)&sDl[t], nk = *(const float4 *)&sNk[t];
-                *(float4 *)(Kd + i * kC + t) = make_float4(kd_val(i, t, d.x, nk.x, mul), kd_val(i, t + 1, d.y, nk.y, mul),
-                                                           kd_val(i, t + 2, d.z, nk.z, mul), kd_val(i, t + 3, d.w, nk.w, mul));
+                const float dd[4] = {d.x, d.y, d.z, d.w}, nn[4] = {nk.x, nk.y, nk.z, nk.w};
+                float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int k = (e + q) & 3;
+                    const float v = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, t + k, i)));
+                    float dk = dd[0], nkk = nn[0];
+#pragma unroll
+                    for (int z = 1; z < 4; z++) dk = k == z ? dd[z] : dk, nkk = k == z ? nn[z] : nkk;
+                    const float r = tf32r(mul(dk, v * nkk));
+#pragma unroll
+                    for (int z = 0; z < 4; z++) y[z] = k == z ? r : y[z];
+                }
+                *(float4 *)(Kd + i * kC + t) = make_float4(y[0], y[1], y[2], y[3]);
             }
         }
     });
+    // ... and after the barrier (below), h16's units: row ki's tokens 16 kq .. as two 16-byte units
+    // (8-token groups permuted by h16_pos), then the row's inverse scale
+    auto kd_h16 = [&]() {
+        float mk, inv;
+        h16_row_scale(rmK[ki], &mk, &inv);
+        unsigned short hs[16];
+#pragma unroll
+        for (int e = 0; e < 16; e++) hs[(e & 8) + h16_pos(e & 7)] = __half_as_ushort(__float2half_rn(ky[e] * mk));
+        uint4 *const d = (uint4 *)((__half *)Kd + ki * kC + 16 * kq);
+        d[0] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16, hs[4] | (unsigned)hs[5] << 16,
+                          hs[6] | (unsigned)hs[7] << 16);
+        d[1] = make_uint4(hs[8] | (unsigned)hs[9] << 16, hs[10] | (unsigned)hs[11] << 16, hs[12] | (unsigned)hs[13] << 16,
+                          hs[14] | (unsigned)hs[15] << 16);
+        if (kq == 0) Kd[kH16Data + ki] = inv;
+    };
     float *const U = a.U + u * kC * 128;
     if constexpr (!DELTA) {
         // U = beta V (F32 rows, rounded to TF32): a warp's store is one row, 4 values a lane
@@ -161,6 +178,10 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
             const uint2 q = *(const uint2 *)(sm + pV + sw2(kC, t, j));
             const float2 v0 = bf_pair(q.x), v1 = bf_pair(q.y);
             *(float4 *)(U + t * 128 + j) = make_float4(tf32r(bt * v0.x), tf32r(bt * v0.y), tf32r(bt * v1.x), tf32r(bt * v1.y));
+        }
+        if (h16) {
+            __syncthreads();
+            kd_h16();
         }
         return;
     }
@@ -199,7 +220,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         }
     }
     __syncthreads();
-
+    if (h16) kd_h16();
     invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
     __syncthreads();
 
