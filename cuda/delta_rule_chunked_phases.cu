@@ -1,9 +1,13 @@
 // delta_rule_chunked_phases.cu - the chunk-parallel form of the chunked delta rule, for calls whose
 // (sequence, value head) pairs alone would not fill the GPU (cuda/delta_rule_chunked.cu chooses;
-// bench/NOTES.md has the numbers). Three kernels over the backend's scratch, per (sequence, value
-// head, chunk) unit W, Kd^T, U, S_c and gamma:
+// bench/NOTES.md has the numbers). Three kernels (four with the gate kernel) over the backend's
+// scratch, per (sequence, value head, chunk) unit W, Kd^T, U, S_c and gamma:
+//   delta_gates_kernel  (where a BF16 wgmma prep or output kernel runs) per unit, one warp: the
+//                       chunk's gate arrays (chunk_gates) and gamma, for those kernels to copy
 //   delta_prep_kernel   per unit: gate prefix, A, T = (I + A)^-1, W = T (beta d(t,-1) K),
-//                       U = T (beta V), Kd^T = (K (.) d(C-1, t))^T, gamma = d(C-1, -1)
+//                       U = T (beta V), Kd^T = (K (.) d(C-1, t))^T, gamma = d(C-1, -1); with BF16
+//                       k and v on Hopper, delta_prep_wgb_kernel instead (BF16 wgmma, near-F32
+//                       products: cuda/sm90a/delta_rule_prep_wgb.cu)
 //   state pass          per (Dv slice, value head, sequence), the only sequential part: per
 //                       chunk S_c = S; U <- V' = U - W S; S = gamma S + Kd^T V' (next chunk's
 //                       operands in flight by cp.async): cuda/delta_rule_state_pass.cu

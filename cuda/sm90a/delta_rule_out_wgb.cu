@@ -19,7 +19,8 @@ namespace {
 
 // shared memory (bytes past the 1024-aligned base): Q and K (64 rows x 128, two blocks of 64
 // columns each), S_c hi and lo (128 rows i x 128 columns j, two blocks by j), V' hi and lo (64
-// rows t x 128 j), P hi and lo (64 x 64), then the gate arrays and 1 / |q_t|, 1 / |k_t|
+// rows t x 128 j), P hi and lo (64 x 64), then the gate arrays (delta_gates_kernel's, copied) and
+// 1 / |q_t|, 1 / |k_t|
 constexpr int oQ = 0, oK = 16384, oSh = 32768, oSl = 65536, oVh = 98304, oVl = 114688, oPh = 131072, oPl = 139264;
 constexpr int oF = 147456;
 constexpr size_t kSmemO = oF + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack

@@ -2,18 +2,21 @@
 // cuda/delta_rule_chunked_phases.cu) with BF16 k and v at Dk = Dv = 128 on Hopper's BF16 warpgroup
 // tensor cores (wgmma m64nNk16, sm_90a): delta_prep_wgb_kernel. run_phases takes it where the prep
 // kernel's full instance would run with BF16 k and v (docs/ops.md). One block of 512 threads (four
-// warpgroups) per (chunk, value head, sequence) unit, two blocks per SM (~102 KB of shared memory
+// warpgroups) per (chunk, value head, sequence) unit, two blocks per SM (~103 KB of shared memory
 // and 64 registers each), so that one block's copies overlap the other's products. It writes what
 // delta_prep_kernel<true> writes, in the same layouts (F32 rows, or F16 rows with row scales where
-// h16): gamma, Kd^T = (K (.) d(C-1, t))^T and, GATED_DELTA, W = T (beta d(t, -1) K), U = T (beta V)
-// with T = (I + A)^-1, A = beta K K^T (.) d(t, s) (s < t); GATED_LINEAR: U = beta V. K is
-// l2-normalized by scaling rows and columns of the products (1 / |k_t|), as in delta_wgb_kernel.
-//   start   K's and V's raw rows into swizzled tiles by cp.async; the gates (warp 0); barrier
-//   1       K K^T (columns 16 wg ..) on wgmma; meanwhile 1 / |k_t| and gamma; barrier
-//   2       Kd^T's row maxima (h16); A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| as F32 rows from the
-//           accumulators, A's diagonal 16 x 16 blocks inverted by the warps that hold them,
-//           R = beta_t V_t as a BF16 hi (over the raw V) + lo pair; barrier
-//   3       Kd^T stored (from the raw K); the rest of the doubling (cuda/chunk_parts.cuh); barrier
+// h16): Kd^T = (K (.) d(C-1, t))^T and, GATED_DELTA, W = T (beta d(t, -1) K), U = T (beta V) with
+// T = (I + A)^-1, A = beta K K^T (.) d(t, s) (s < t); GATED_LINEAR: U = beta V (gamma and the gate
+// arrays come from delta_gates_kernel). K is l2-normalized by scaling rows and columns of the
+// products (1 / |k_t|), as in delta_wgb_kernel.
+//   start   K's and V's raw rows into swizzled tiles and the chunk's gate arrays (delta_gates_kernel's)
+//           by cp.async; barrier
+//   1       K K^T (columns 16 wg ..) on wgmma; meanwhile 1 / |k_t| (warps 8-15); barrier
+//   2       Kd^T from the raw K (F32 rows stored; h16: the rows' maxima); GATED_LINEAR: U = beta V
+//           stored (h16: barrier, Kd^T's F16 rows) and done. A = beta_t K_t.K_s d(t, s) / |k_t| |k_s|
+//           as F32 rows from the accumulators, A's diagonal 16 x 16 blocks inverted by the warps
+//           that hold them, R = beta_t V_t as a BF16 hi (over the raw V) + lo pair; barrier
+//   3       h16: Kd^T's F16 rows stored; the rest of the doubling (cuda/chunk_parts.cuh); barrier
 //   4       T (lower triangle) as hi and lo K-major tiles over A's rows, K' = beta_t d(t, -1) K_t /
 //           |k_t| as hi (over the raw K) and lo; barrier
 //   5       W = T_hi K'_hi + T_hi K'_lo + T_lo K'_hi, U the same with R (the lo x lo terms dropped),
