@@ -35,6 +35,19 @@ struct phase_args {
 // the largest (F16's subnormal step). The state pass multiplies a product's row by the inverse.
 constexpr int kH16Data = kC * 128 / 2;  // floats of a unit's F16 data (then the scales)
 constexpr int kGateWords = 8 * kC + 4;  // a unit's gate arrays (G): 2064 bytes, 129 16-byte units
+// Unit x = (b Hv + h) NC + c of the chunk-parallel form: chunk c of value head h (key head hk) of
+// sequence b, its first token t0 and its n tokens (kC but in a short last chunk)
+struct phase_unit {
+    int c, h, b, hk, n;
+    long long t0, u;
+};
+__device__ inline phase_unit unit_of(const phase_args &a, long long x) {
+    phase_unit p;
+    p.u = x, p.c = (int)(x % a.NC), p.h = (int)((x / a.NC) % a.Hv), p.b = (int)(x / ((long long)a.NC * a.Hv));
+    p.hk = p.h / (a.Hv / a.Hk), p.t0 = (long long)p.c * kC;
+    p.n = (int)(a.T - p.t0 < kC ? a.T - p.t0 : kC);
+    return p;
+}
 // one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
 __host__ __device__ inline int state_buf(int DKP, int BV) {
     return kC * q_stride(DKP) + DKP * kPS + kC * v_stride(BV);

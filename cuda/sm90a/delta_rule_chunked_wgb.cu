@@ -201,14 +201,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             pin(accR), pin(accA);
             // A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t), F32 rows for the substitution
             float *const sAm = (float *)(sm + bAf), *const sTm = (float *)(sm + bTf);
-#pragma unroll
-            for (int r = 0; r < 8; r += 2) {
-                const int t = arow(r), s = 16 * wg + acol(r);
-                const float bt = sB[t] * sNk[t];
-                const float a0 = s < t ? bt * accA[r] * sNk[s] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : 0.0f;
-                const float a1 = s + 1 < t ? bt * accA[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
-                *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
-            }
+            a_rows(accA, sAm, arow(0), 16 * wg + acol(0), sB, sNk, sL, sSg, sZ, sEp, sEm, tab);
             // A's diagonal block wg is this warpgroup's columns in warp wq = wg's rows: that warp
             // inverts it at once (lanes 0-15, a column each) while the other warps build R
             if (wq == wg) {
@@ -229,18 +222,8 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             __syncthreads();  // (1a) A and T's diagonal blocks complete
             invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
             __syncthreads();
-            // T (lower triangle and diagonal: the doubling leaves partial sums above) as hi and lo
-            // K-major tiles over A's rows
-#pragma unroll
-            for (int m = 0; m < kC * kC / 4 / kNT; m++) {
-                const int u = tid + kNT * m, t = u >> 4, s0 = (u & 15) * 4;
-                const float4 x = *(const float4 *)&sTm[t * kPS + s0];
-                uint32_t hi[2], lo[2];
-                bf_split(s0 <= t ? x.x : 0.0f, s0 + 1 <= t ? x.y : 0.0f, hi[0], lo[0]);
-                bf_split(s0 + 2 <= t ? x.z : 0.0f, s0 + 3 <= t ? x.w : 0.0f, hi[1], lo[1]);
-                *(uint2 *)(sm + bTh + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
-                *(uint2 *)(sm + bTl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
-            }
+            // T as hi and lo K-major tiles over A's rows
+            t_tiles(sTm, sm + bTh, sm + bTl);
             proxy_fence();
             __syncthreads();  // (1b) T's and R's tiles ready; A's and T's F32 rows free (P goes there)
             // A2: Q K^T, Q S and U = T R (R's hi tile: the raw V tile's place, columns 32 wg ..)

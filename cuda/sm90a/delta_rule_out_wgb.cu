@@ -59,26 +59,17 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
     float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
-    const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
-    const int hk = h / (a.Hv / a.Hk);
-    const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
-    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    const phase_unit pu = unit_of(a, blockIdx.x);
+    const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
+    const long long t0 = pu.t0, u = pu.u;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
     auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
 
     // Q and K rows (n of them, the rest zero-filled): two 16-byte units of each per thread
     {
-        const char *qb = tg_cuda_ptr(a.q, 0, hk, t0, b), *kb = tg_cuda_ptr(a.k, 0, hk, t0, b);
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const int x = tid + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
-            const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
-            cp16(sb + oQ + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
-            cp16(sb + oK + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
-        }
-        // the chunk's gate arrays and flags (delta_gates_kernel's; sB holds beta, unused here)
-        if (tid < kGateWords / 4) cp16(sb + oF + 16 * tid, (const char *)(a.G + u * kGateWords) + 16 * tid, 16u);
+        cp_tiles2(sb + oQ, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], sb + oK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], n);
+        cp_gates(sb + oF, a.G, u);  // the chunk's gate arrays and flags (delta_gates_kernel's)
         cp_commit();
     }
     // S_c and V' as hi and lo tiles

@@ -51,10 +51,9 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     int *rmW = (int *)(sNk + kC), *rmK = rmW + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
-    const int c = blockIdx.x % a.NC, h = (blockIdx.x / a.NC) % a.Hv, b = blockIdx.x / (a.NC * a.Hv);
-    const int hk = h / (a.Hv / a.Hk);
-    const long long t0 = (long long)c * kC, u = ((long long)b * a.Hv + h) * a.NC + c;
-    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    const phase_unit pu = unit_of(a, blockIdx.x);
+    const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
+    const long long t0 = pu.t0, u = pu.u;
     const bool h16 = a.h16;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
@@ -62,16 +61,8 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
 
     // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread
     {
-        const char *kb = tg_cuda_ptr(a.k, 0, hk, t0, b), *vb = tg_cuda_ptr(a.v, 0, h, t0, b);
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const int x = tid + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
-            const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
-            cp16(sb + pK + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
-            cp16(sb + pV + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
-        }
-        // the chunk's gate arrays and flags (delta_gates_kernel's), 129 16-byte units
-        if (tid < kGateWords / 4) cp16(sb + pF + 16 * tid, (const char *)(a.G + u * kGateWords) + 16 * tid, 16u);
+        cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+        cp_gates(sb + pF, a.G, u);  // the chunk's gate arrays and flags (delta_gates_kernel's)
         cp_commit();
     }
     if (tid < kC + 128) rmW[tid] = 0;  // (and rmK)
@@ -89,21 +80,9 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         wg_commit();
     }
     if (a.l2norm && tid >= kNT - 4 * kC) {
-        const int y = tid - (kNT - 4 * kC), t = y >> 2;
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const uint4 q = *(const uint4 *)(sm + pK + sw2(kC, t, 8 * (4 * (y & 3) + e)));
-            const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 x = bf_pair(w[f]);
-                ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
-            }
-        }
-        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        if ((y & 3) == 0) sNk[t] = rsqrtf(ss + 1e-6f);
+        const int y = tid - (kNT - 4 * kC);
+        const float r = bf_row_rnorm(sm + pK, y >> 2, y & 3);
+        if ((y & 3) == 0) sNk[y >> 2] = r;
     }
     __syncthreads();
     const int flags = *sTab;
@@ -192,14 +171,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     {
         wg_wait0();
         pin(accA);
-#pragma unroll
-        for (int r = 0; r < 8; r += 2) {
-            const int t = arow(r), s = 16 * wg + acol(r);
-            const float bt = sB[t] * sNk[t];
-            const float a0 = s < t ? bt * accA[r] * sNk[s] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : 0.0f;
-            const float a1 = s + 1 < t ? bt * accA[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
-            *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
-        }
+        a_rows(accA, sAm, arow(0), 16 * wg + acol(0), sB, sNk, sL, sSg, sZ, sEp, sEm, tab);
         // A's diagonal block wg is this warpgroup's columns in warp wq = wg's rows
         if (wq == wg) {
             __syncwarp();
@@ -208,18 +180,9 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         // R = beta_t V_t: hi over the raw V, lo into R's lo tile (a 16-byte unit each)
 #pragma unroll
         for (int m = 0; m < 2; m++) {
-            const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
-            const float bt = sB[t];
-            const uint4 q = *(const uint4 *)(sm + pV + off);
-            const uint32_t x[4] = {q.x, q.y, q.z, q.w};
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 v = bf_pair(x[f]);
-                bf_split(bt * v.x, bt * v.y, hi[f], lo[f]);
-            }
-            *(uint4 *)(sm + pV + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            *(uint4 *)(sm + pRl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            const int off = 16 * (tid + kNT * m);
+            const float bt = sB[(off >> 7) & (kC - 1)];
+            bf_unit_split(sm + pV + off, sm + pRl + off, [&](float2 v) { return make_float2(bt * v.x, bt * v.y); });
         }
     }
     __syncthreads();
@@ -228,31 +191,14 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     __syncthreads();
 
     // 4: T's tiles over A's rows; K' = beta_t d(t, -1) K_t / |k_t| as hi (over the raw K) and lo
-#pragma unroll
-    for (int m = 0; m < kC * kC / 4 / kNT; m++) {
-        const int x = tid + kNT * m, t = x >> 4, s0 = (x & 15) * 4;
-        const float4 y = *(const float4 *)&sTm[t * kPS + s0];
-        uint32_t hi[2], lo[2];
-        bf_split(s0 <= t ? y.x : 0.0f, s0 + 1 <= t ? y.y : 0.0f, hi[0], lo[0]);
-        bf_split(s0 + 2 <= t ? y.z : 0.0f, s0 + 3 <= t ? y.w : 0.0f, hi[1], lo[1]);
-        *(uint2 *)(sm + pTh + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
-        *(uint2 *)(sm + pTl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
-    }
+    t_tiles(sTm, sm + pTh, sm + pTl);
     by_mul(fin0, [&](auto mul) {
 #pragma unroll
         for (int m = 0; m < 2; m++) {
             const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
             const float bt = sB[t], dt = sD0[t], nk = sNk[t];
-            const uint4 q = *(const uint4 *)(sm + pK + off);
-            const uint32_t x[4] = {q.x, q.y, q.z, q.w};
-            uint32_t hi[4], lo[4];
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const float2 v = bf_pair(x[f]);
-                bf_split(bt * mul(dt, v.x * nk), bt * mul(dt, v.y * nk), hi[f], lo[f]);
-            }
-            *(uint4 *)(sm + pK + off) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            *(uint4 *)(sm + pKl + off) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            bf_unit_split(sm + pK + off, sm + pKl + off,
+                          [&](float2 v) { return make_float2(bt * mul(dt, v.x * nk), bt * mul(dt, v.y * nk)); });
         }
     });
     proxy_fence();

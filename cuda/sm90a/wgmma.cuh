@@ -8,6 +8,7 @@
 
 #include "../chunk_parts.cuh"
 #include "../delta_rule_chunked.cuh"
+#include "../delta_rule_phases.cuh"
 #include "ops.h"
 #include "../signature.cuh"
 
@@ -51,15 +52,13 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
         for (int r = 0; r < 16; r++) acc[r] = mul((r & 2) ? d1 : d0, acc[r] * ((r & 2) ? n1 : n0));
     });
 }
-// l2norm's 1 / |q_t| and 1 / |k_t| of a raw BF16 Q tile at qk and the K tile 16384 bytes on (kC rows of
-// 128 values in sw2's layout) into sq and sk, by kNT threads: four a row, 32 values each
-[[maybe_unused]] __device__ __forceinline__ void bf_norms(const unsigned char *qk, float *sq, float *sk) {
-    const int tid = threadIdx.x, y = tid >> 2, t = y & (kC - 1);
-    const unsigned char *base = qk + (y >> 6) * 16384;
+// 1 / |x_t| (l2norm's, with its 1e-6) of row t of a raw BF16 tile (kC rows of 128 values in sw2's
+// layout) by the four lanes q = 0..3 of a quad, 32 values each; every lane of the quad gets it
+[[maybe_unused]] __device__ __forceinline__ float bf_row_rnorm(const unsigned char *tile, int t, int q) {
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-        const uint4 u = *(const uint4 *)(base + sw2(kC, t, 8 * (4 * (tid & 3) + e)));
+        const uint4 u = *(const uint4 *)(tile + sw2(kC, t, 8 * (4 * q + e)));
         const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
         for (int f = 0; f < 4; f++) {
@@ -69,9 +68,58 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
     }
     ss += __shfl_xor_sync(0xffffffffu, ss, 1);
     ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-    if ((tid & 3) == 0) (y < kC ? sq : sk)[t] = rsqrtf(ss + 1e-6f);
+    return rsqrtf(ss + 1e-6f);
 }
-
+// l2norm's 1 / |q_t| and 1 / |k_t| of a raw BF16 Q tile at qk and the K tile 16384 bytes on (kC rows of
+// 128 values in sw2's layout) into sq and sk, by kNT threads: four a row
+[[maybe_unused]] __device__ __forceinline__ void bf_norms(const unsigned char *qk, float *sq, float *sk) {
+    const int tid = threadIdx.x, y = tid >> 2, t = y & (kC - 1);
+    const float r = bf_row_rnorm(qk + (y >> 6) * 16384, t, tid & 3);
+    if ((tid & 3) == 0) (y < kC ? sq : sk)[t] = r;
+}
+// A 16-byte unit of 8 BF16 values at p (in place) mapped pairwise by f (float2 -> float2) and written
+// back as BF16 hi over it and lo at lo
+template <typename F> __device__ __forceinline__ void bf_unit_split(unsigned char *p, unsigned char *lo, F f) {
+    const uint4 q = *(const uint4 *)p;
+    const uint32_t x[4] = {q.x, q.y, q.z, q.w};
+    uint32_t h[4], l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 v = f(bf_pair(x[i]));
+        bf_split(v.x, v.y, h[i], l[i]);
+    }
+    *(uint4 *)p = make_uint4(h[0], h[1], h[2], h[3]);
+    *(uint4 *)lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+// GATED_DELTA's A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t, else 0) as F32 rows (stride kPS) from
+// a K K^T accumulator tile (64 x 16: this warpgroup's columns 16 wg ..; rows r0 = 16 wq + g and
+// r0 + 8, columns 8 (r >> 2) + c2 + (r & 1))
+[[maybe_unused]] __device__ __forceinline__ void a_rows(const float (&acc)[8], float *sAm, int r0, int s0, const float *sB,
+                                                        const float *sNk, const float *sL, const float *sSg, const int *sZ,
+                                                        const float *sEp, const float *sEm, bool tab) {
+#pragma unroll
+    for (int r = 0; r < 8; r += 2) {
+        const int t = r0 + 8 * ((r >> 1) & 1), s = s0 + 8 * (r >> 2);
+        const float bt = sB[t] * sNk[t];
+        const float a0 = s < t ? bt * acc[r] * sNk[s] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) : 0.0f;
+        const float a1 = s + 1 < t ? bt * acc[r + 1] * sNk[s + 1] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + 1) : 0.0f;
+        *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
+    }
+}
+// T = (I + A)^-1's F32 rows (lower triangle and diagonal: the doubling leaves partial sums above) as
+// hi and lo K-major BF16 tiles (64 x 64), by kNT threads
+[[maybe_unused]] __device__ __forceinline__ void t_tiles(const float *sTm, unsigned char *th, unsigned char *tl) {
+#pragma unroll
+    for (int m = 0; m < kC * kC / 4 / kNT; m++) {
+        const int u = threadIdx.x + kNT * m, t = u >> 4, s0 = (u & 15) * 4;
+        const float4 x = *(const float4 *)&sTm[t * kPS + s0];
+        uint32_t hi[2], lo[2];
+        bf_split(s0 <= t ? x.x : 0.0f, s0 + 1 <= t ? x.y : 0.0f, hi[0], lo[0]);
+        bf_split(s0 + 2 <= t ? x.z : 0.0f, s0 + 3 <= t ? x.w : 0.0f, hi[1], lo[1]);
+        *(uint2 *)(th + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+        *(uint2 *)(tl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+    }
+}
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -98,6 +146,24 @@ __device__ __forceinline__ void cp16(uint32_t dst, const char *src, uint32_t byt
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// cp.async of unit u's gate arrays (delta_gates_kernel's: kGateWords words at G + u kGateWords, 129
+// 16-byte units) to shared address dst, by the block's first 129 threads
+__device__ __forceinline__ void cp_gates(uint32_t dst, const float *G, long long u) {
+    if (threadIdx.x < kGateWords / 4) cp16(dst + 16 * threadIdx.x, (const char *)(G + u * kGateWords) + 16 * threadIdx.x, 16u);
+}
+// cp.async of two raw 64 x 128 16-bit tiles (n rows of each from x0 / x1, row strides st0 / st1 bytes;
+// the rest zero-filled) into swizzled tiles at shared addresses d0 / d1: two 16-byte units of each per
+// thread of kNT
+__device__ __forceinline__ void cp_tiles2(uint32_t d0, const char *x0, long long st0, uint32_t d1, const char *x1,
+                                          long long st1, int n) {
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        const int x = threadIdx.x + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
+        const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
+        cp16(d0 + off, x0 + tt * st0 + 16 * cu, bytes);
+        cp16(d1 + off, x1 + tt * st1 + 16 * cu, bytes);
+    }
+}
 __device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // BF16 chains: as the TF32 ones, k16 steps (32 bytes along a K-major row; 2048 bytes, two 8-row
 // groups, down an MN-major tile), TA / TB the operands' majors (0 K-major, 1 MN-major)
