@@ -93,7 +93,8 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     // (ki, kq) has row ki's 16 tokens 16 kq .. (a warp's 32 lanes read 32 adjacent values of one K
     // row at a time), the rows' largest magnitudes by smem atomics, the F16 units stored after the
     // barrier. F32: 16 lanes a row (a float4 of tokens 4 q .. 4 q + 3 each, every store of a warp 512
-    // contiguous bytes), each lane reading its four tokens starting at q mod 4 (8 chunks, 2 lanes each).
+    // contiguous bytes), lane q reading its four tokens from (q >> 1) mod 4 on, so that the 16 lanes of
+    // a row meet 8 swizzled chunks, 2 lanes each (2 wavefronts: the least for one column).
     float *const Kd = a.Kd + u * kC * 128;
     const int ki = tid & 127, kq = tid >> 7;
     float ky[16];
@@ -122,7 +123,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
                 float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int k = (e + q) & 3;
+                    const int k = (e + (q >> 1)) & 3;
                     const float v = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, t + k, i)));
                     float dk = dd[0], nkk = nn[0];
 #pragma unroll

@@ -1,8 +1,9 @@
 // wgmma.cuh - what the sm_90a chunked delta-rule kernels share (cuda/sm90a/delta_rule_chunked_wg.cu,
-// TF32 products; cuda/sm90a/delta_rule_chunked_wgb.cu and delta_rule_out_wgb.cu, BF16): the block
-// size, the shared-memory operand descriptor, the wgmma fences and accumulator pins, the BF16
-// tiles' swizzle, hi/lo pairs, cp.async and the BF16 product chains both BF16 kernels use, and the
-// O store from a 64 x 32 accumulator tile.
+// TF32 products; cuda/sm90a/delta_rule_chunked_wgb.cu, delta_rule_prep_wgb.cu and
+// delta_rule_out_wgb.cu, BF16): the block size, the shared-memory operand descriptor, the wgmma
+// fences and accumulator pins, the BF16 tiles' swizzle, hi/lo pairs, l2norm's row norms, A's rows and
+// T's tiles of the UT transform, cp.async of raw tiles and gate arrays, the BF16 product chains the
+// BF16 kernels use, and the O store from a 64 x 32 accumulator tile.
 #pragma once
 #include <cstdint>
 
