@@ -27,13 +27,15 @@ struct ck_case {
     float first_gate = 0.0f;    // != 0: every sequence's first token gets this gate in every head (a LOG gate of
                                 // +100 on a zero state: exp overflows F32, the state must stay zero through
                                 // that token's decay)
+    int q_io = -1;              // q's type where it differs from k's and v's (io); -1: io
 };
+tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
 
 struct ck_data {
     ck_case c;
     float scale;
-    std::vector<float> q, k, v, g, beta;  // contiguous, representable in c.io
+    std::vector<float> q, k, v, g, beta;  // contiguous, representable in their types (q_type(c), c.io)
     placed ps;
     store st0;
     std::vector<double> s0;  // logical {Dk, Dv, Hv, B}
@@ -55,7 +57,7 @@ ck_data make_ck(const ck_case &c, uint32_t seed) {
     d.scale = 1.0f / std::sqrt((float)c.Dk);
     const float qk = c.l2norm ? 1.0f : 1.0f / std::sqrt((float)c.Dk);
     const size_t nq = (size_t)c.Dk * c.Hk * c.T * c.B, nv = (size_t)c.Dv * c.Hv * c.T * c.B, ng = (size_t)c.Hv * c.T * c.B;
-    d.q = rounded(rng, c.io, nq, -qk, qk), d.k = rounded(rng, c.io, nq, -qk, qk), d.v = rounded(rng, c.io, nv, -1, 1);
+    d.q = rounded(rng, q_type(c), nq, -qk, qk), d.k = rounded(rng, c.io, nq, -qk, qk), d.v = rounded(rng, c.io, nv, -1, 1);
     d.g = tgt::random_floats(rng, ng, c.g_lo, c.g_hi), d.beta = tgt::random_floats(rng, ng, c.b_lo, c.b_hi);
     for (int z = 0; z < c.zero_gates; z++) d.g[rng() % ng] = c.gate == TG_GATE_LOG ? -INFINITY : 0.0f;
     for (int b = 0; c.first_gate != 0.0f && b < c.B; b++)
@@ -114,7 +116,7 @@ void set_io(built &x, tg_tensor *t, const std::vector<float> &v) {
 tg_status run_gpu(const ck_data &d, std::vector<float> &o, store &st, std::string *variant = nullptr, int bad_id = -1) {
     const ck_case &c = d.c;
     built x;
-    tg_tensor *q = tg_new_tensor_4d(x.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
+    tg_tensor *q = tg_new_tensor_4d(x.ctx, q_type(c), c.Dk, c.Hk, c.T, c.B);
     tg_tensor *k = tg_new_tensor_4d(x.ctx, c.io, c.Dk, c.Hk, c.T, c.B);
     tg_tensor *v = tg_new_tensor_4d(x.ctx, c.io, c.Dv, c.Hv, c.T, c.B);
     tg_tensor *g = tg_new_tensor_3d(x.ctx, TG_TYPE_F32, c.Hv, c.T, c.B);

@@ -114,10 +114,11 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // on a device with wgmma, unless knob delta_chunk_wg says no
     if (phases) {
         const bool full3 = variant.find("/full") != std::string::npos;
-        EXPECT_EQ(variant.find("/owgb") != std::string::npos, full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0)
+        EXPECT_EQ(variant.find("/owgb") != std::string::npos,
+                  full3 && c.io == TG_TYPE_BF16 && q_type(c) == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0)
             << variant;
-        // ... and the prep kernel too (delta_prep_wgb_kernel: BF16 k and v, q, k and v share c.io here;
-        // unless knob delta_chunk_prep says no)
+        // ... and the prep kernel where k and v are BF16 (delta_prep_wgb_kernel, whatever q's type; unless knob
+        // delta_chunk_prep says no)
         EXPECT_EQ(variant.find("/pwgb") != std::string::npos,
                   full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0 && prep_knob == 0)
             << variant;
@@ -229,6 +230,10 @@ std::vector<ck_case> ck_cases() {
         {"s128_gla_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 16},
         {"s128_gdn_Hv4Hk1_log_gates_to_-30_bf16", 1, 300, 1, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 16, F16},
         {"s128_gdn_bv16_bf16_knob1", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 1},
+        // BF16 k and v with an F32 or F16 q: the BF16 prep kernel ("/pwgb") beside the TF32 output kernel (the gate
+        // kernel for the prep alone), h16 rows and F32 rows, both modes
+        {"s128_gdn_bv16_f32q_bf16kv", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 0, 0.0f, F32},
+        {"s128_gla_bv32_f16q_bf16kv", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 0.0f, F16},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
         // single-kernel form on delta_wgb_kernel ("wgbx_": the test checks it where the device has
