@@ -109,9 +109,10 @@ __device__ inline void chunk_decays(const float *sL, const float *sSg, const int
 }
 // The gates and betas of the chunk at token c0 of head h, sequence b (nn tokens; past them a
 // neutral gate and beta 0), two tokens per lane of the calling warp (2 lane, 2 lane + 1), into
-// registers: loaded a phase before chunk_gates uses them.
-__device__ inline void load_chunk_gates(const chunk_args &a, int h, int b, long long c0, int nn, float (&gl)[2],
-                                        float (&bl)[2]) {
+// registers: loaded a phase before chunk_gates uses them. A: chunk_args or the chunk-parallel form's
+// phase_args (their g, beta and log_gate).
+template <class A>
+__device__ inline void load_chunk_gates(const A &a, int h, int b, long long c0, int nn, float (&gl)[2], float (&bl)[2]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int e = 0; e < 2; e++) {

@@ -404,17 +404,9 @@ __global__ void __launch_bounds__(256) delta_gates_kernel(const phase_args a, lo
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long u = (long long)blockIdx.x * 8 + warp;
     if (u >= units) return;  // (whole warps; no block barrier below)
-    const int c = (int)(u % a.NC), h = (int)((u / a.NC) % a.Hv), b = (int)(u / ((long long)a.NC * a.Hv));
-    const long long t0 = (long long)c * kC;
-    const int n = (int)(a.T - t0 < kC ? a.T - t0 : kC);
+    const phase_unit pu = unit_of(a, u);
     float gl[2], bl[2];
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-        const int t = 2 * lane + e;
-        const bool in = t < n;
-        gl[e] = in ? __ldg((const float *)tg_cuda_ptr(a.g, h, t0 + t, b, 0)) : (a.log_gate ? 0.0f : 1.0f);
-        bl[e] = in ? __ldg((const float *)tg_cuda_ptr(a.beta, h, t0 + t, b, 0)) : 0.0f;
-    }
+    load_chunk_gates(a, pu.h, pu.b, pu.t0, pu.n, gl, bl);
     float *s = sg[warp];
     if (lane < 3) ((int *)s)[8 * kC + 1 + lane] = 0;
     chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC, s + 6 * kC,
