@@ -190,9 +190,9 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
                     const int t = 8 * tg + e;
                     hs[h16_pos(e)] = __half_as_ushort(__float2half_rn(tf32r(dmul(sDl[t], sK[t * QS + i])) * mul));
                 }
-                *(uint4 *)&K16[i * kC + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
+                *(uint4 *)&K16[i * kH16KLD + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
                                                              hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
-                if (tg == 0) Kd[kH16Data + i] = inv;
+                if (tg == 0) Kd[kH16KScale + i] = inv;
             }
         });
         __syncthreads();  // sK is read before K' replaces it
@@ -260,7 +260,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
             });
         }
         __syncthreads();
-        __half *stg = (__half *)sK;  // 64 rows of 128 halves, the global layout
+        __half *stg = (__half *)sK;  // 64 rows of 128 halves (the global rows without their padding)
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             const WT wt(p * NW * 2, kC, DKP);
@@ -272,11 +272,11 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
             });
         }
         __syncthreads();
-        for (int x = tid; x < kC * 16; x += NT) ((uint4 *)W)[x] = ((const uint4 *)stg)[x];
+        for (int x = tid; x < kC * 16; x += NT) ((uint4 *)W)[(x >> 4) * (kH16WLD / 8) + (x & 15)] = ((const uint4 *)stg)[x];
         if (tid < kC) {
             float mul, inv;
             h16_row_scale(rmW[tid], &mul, &inv);
-            W[kH16Data + tid] = inv;
+            W[kH16WScale + tid] = inv;
         }
     }
     for (int p = 0, np = h16 ? 0 : WT::passes(kC, DKP); p < np; p++) {
@@ -461,12 +461,17 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
     // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by
     // default at 16 columns or fewer (gdn.long, BV 16: 1,621 -> 1,509 us on an H100), where each
-    // block's copies are most of its time; not at 64 (gdn.prefill.bf16/3p 1,416 -> 1,483: 231
-    // registers instead of 136, and that pass waits less on its copies); knob delta_chunk_h16
+    // block's copies are most of its time, and for GATED_DELTA at 32 too since the rows arrive by bulk
+    // copies (gdn.x32.bf16 948-955 -> 906-912 us, session 46; GATED_LINEAR's gla.x32.bf16 673 -> 711:
+    // F32 rows); not at 64 (gdn.prefill.bf16/3p 1,416 -> 1,483: 231 registers instead of 136, and
+    // that pass waits less on its copies); knob delta_chunk_h16
     const int hk = cu->sig.delta_chunk_h16;
-    a.h16 = s128 && (hk == 1 || (hk == 0 && BV <= 16)) && state128_smem(BV, true) <= (size_t)optin;
+    a.h16 = s128 && (hk == 1 || (hk == 0 && (BV <= 16 || (BV <= 32 && a.delta)))) && state128_smem(BV, true) <= (size_t)optin;
+    // F16 rows by bulk copies (knob delta_chunk_bulk 0) where the device and the build's code are
+    // compute capability 9.0 or later
+    const bool bulk = a.h16 && cu->sig.delta_chunk_bulk == 0 && state_bulk_ok(cu->device);
     int si = 0;
-    const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, s128, &si);
+    const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, bulk, s128, &si);
     if (s128) ss = state128_smem(BV, a.h16);
     const phase_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
     // the prep kernel on BF16 wgmma where the full instances run with BF16 k and v (knobs delta_chunk_wg
@@ -476,7 +481,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
                       cu->sig.delta_chunk_prep == 0 && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_prep_wgb_smem() <= (size_t)optin;
     const phase_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 21 <= tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "slots 0-20 of the phases");
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 29 <= tg_cuda_impl::TG_CUDA_DSMEM_WG, "slots 0-28 of the phases");
     if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
         return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
@@ -499,9 +504,9 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);
     else out<<<(unsigned)units, 256, so, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", a.qk_vec ? "" : "/scalar", pwgb ? "/pwgb" : "",
-             owgb ? "/owgb" : "");
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
+             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", bulk ? "/bulk" : "", a.qk_vec ? "" : "/scalar",
+             pwgb ? "/pwgb" : "", owgb ? "/owgb" : "");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

@@ -27,13 +27,21 @@ struct phase_args {
     float *G;
     const tg_cuda_err *err;
 };
-// h16 (Dk = Dv = 128): unit u's W rows as F16 (kC x 128 halves, each 8-column group permuted as
-// chunk_mma.cuh's h16_pos), then kC floats, each row's inverse power-of-two scale, in W's F32 region;
-// Kd^T's (128 x kC halves, then 128 scales) in Kd's. A row's values are stored times its scale,
-// which puts the largest magnitude in [1, 2): every value at least 2^-14 of the row's largest is
-// exact in F16 (they are TF32 values: 10-bit mantissas), smaller ones are off by at most 2^-25 of
-// the largest (F16's subnormal step). The state pass multiplies a product's row by the inverse.
-constexpr int kH16Data = kC * 128 / 2;  // floats of a unit's F16 data (then the scales)
+// h16 (Dk = Dv = 128): unit u's W rows as F16, kC rows of 128 halves at a stride of kH16WLD (each
+// 8-column group permuted as chunk_mma.cuh's h16_pos; 8 halves of padding a row), then kC floats, each
+// row's inverse power-of-two scale, in W's F32 region; Kd^T's 128 rows of kC halves at a stride of
+// kH16KLD, then 128 scales, in Kd's. The strides are the state pass's shared-memory ones (ldmatrix
+// without bank conflicts), so that each region lands there in one copy. A row's values are stored
+// times its scale, which puts the largest magnitude in [1, 2): every value at least 2^-14 of the
+// row's largest is exact in F16 (they are TF32 values: 10-bit mantissas), smaller ones are off by at
+// most 2^-25 of the largest (F16's subnormal step). The state pass multiplies a product's row by the
+// inverse.
+constexpr int kH16WLD = 136, kH16KLD = kC + 8;              // row strides (halves)
+constexpr int kH16WScale = kC * kH16WLD / 2;                // floats before W's scales
+constexpr int kH16KScale = 128 * kH16KLD / 2;               // ... before Kd^T's
+constexpr int kH16WFloats = kH16WScale + kC, kH16KFloats = kH16KScale + 128;  // each region (floats)
+static_assert(kH16WFloats <= kC * 128 && kH16KFloats <= kC * 128 && kH16WFloats % 4 == 0 && kH16KFloats % 4 == 0,
+              "the F16 regions fit the F32 ones, in 16-byte units");
 constexpr int kGateWords = 8 * kC + 4;  // a unit's gate arrays (G): 2064 bytes, 129 16-byte units
 // Unit x = (b Hv + h) NC + c of the chunk-parallel form: chunk c of value head h (key head hk) of
 // sequence b, its first token t0 and its n tokens (kC but in a short last chunk)
@@ -55,22 +63,24 @@ __host__ __device__ inline int state_buf(int DKP, int BV) {
 inline size_t state_smem(int DKP, int BV, int nbuf) {
     return ((size_t)nbuf * state_buf(DKP, BV) + (size_t)DKP * v_stride(BV)) * 4;
 }
-// delta_state128_kernel's load buffer in floats (Dk = Dv = 128): F32 as state_buf(128, BV); F16: W kC
-// rows of 136 halves, Kd^T 128 rows of kC + 8 halves (row strides of 16 mod 128 bytes: ldmatrix without
-// bank conflicts), the U slice, the kC + 128 inverse scales. F16 takes three buffers, F32 two.
+// delta_state128_kernel's load buffer in floats (Dk = Dv = 128): F32 as state_buf(128, BV); F16: W's and
+// Kd^T's regions as the scratch has them (row strides of 16 mod 128 bytes: ldmatrix without bank
+// conflicts; each row's inverse scales after the rows), then the U slice. F16 takes three buffers, F32 two.
 constexpr int state128_buf(int BV, bool h16) {
-    return h16 ? kC * 136 / 2 + 128 * (kC + 8) / 2 + kC * (BV + 8) + kC + 128 : kC * 132 + 128 * kPS + kC * (BV + 8);
+    return h16 ? kH16WFloats + kH16KFloats + kC * (BV + 8) : kC * 132 + 128 * kPS + kC * (BV + 8);
 }
 constexpr int state128_nbuf(bool h16) { return h16 ? 3 : 2; }
-inline size_t state128_smem(int BV, bool h16) {
-    return ((size_t)state128_nbuf(h16) * state128_buf(BV, h16) + (size_t)128 * (BV + 8)) * 4;
+inline size_t state128_smem(int BV, bool h16) {  // (+ 32 bytes: the bulk copies' mbarriers)
+    return ((size_t)state128_nbuf(h16) * state128_buf(BV, h16) + (size_t)128 * (BV + 8)) * 4 + 32;
 }
 
 // The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows
-// where h16) where s128, else delta_state_kernel; *slot: its index among the phases' shared-memory
-// slots (1, 3-10, 13-20).
+// where h16, copied by bulk copies where bulk too) where s128, else delta_state_kernel; *slot: its
+// index among the phases' shared-memory slots (1, 3-10, 13-28). state_bulk_ok: the device and the
+// build's code for the bulk instances are compute capability 9.0 or later.
 using phase_fn = void (*)(phase_args);
-phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool s128, int *slot);
+phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, int *slot);
+bool state_bulk_ok(int device);
 
 // The output kernel with BF16 q and k on BF16 wgmma (cuda/sm90a/delta_rule_out_wgb.cu; Dk = Dv = 128,
 // 16-byte rows): its shared memory (0 where the build has no sm_90a code), its limit raised (before

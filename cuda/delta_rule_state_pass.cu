@@ -5,6 +5,50 @@
 namespace tg_chunk {
 namespace {
 
+// Bulk asynchronous copies into shared memory counted by an mbarrier (compute capability 9.0; the host
+// takes them only where the kernel's code was built for it: state_bulk_ok). One phase per use of a
+// buffer: one arrival (the issuing lane's, with the bytes to expect), then complete_tx by the copies.
+__device__ inline void mbar_init(unsigned long long *b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)) : "memory");
+#else
+    __trap();
+#endif
+}
+__device__ inline void mbar_init_fence() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// orders this thread's generic-proxy accesses of shared memory before later bulk copies into it
+__device__ inline void fence_async_smem() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ inline void mbar_expect(unsigned long long *b, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+#endif
+}
+__device__ inline void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+#endif
+}
+__device__ inline void mbar_wait(unsigned long long *b, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+#endif
+}
+
 // Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
 // head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
 // as the chunk's S_c, then (GATED_DELTA) U <- V' = U - W S_c in place, and
@@ -129,21 +173,28 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // tf32(U - W S), S = keep_zero_mul(gamma, S) + Kd^T V', a plain product where gamma is finite: the
 // same value up to the sign of a zero), but W S in two partial sums (even and odd k steps, added at
 // the end) to halve its dependent chain: results differ from the generic kernel's in the last bits.
-// H16 (knob delta_chunk_h16): W and Kd^T arrive as F16 rows with their inverse row scales (kH16Data),
-// half the bytes per chunk, in three load buffers (chunk c + 2's copies issued while chunk c runs);
-// the A fragments come from F16 (lda16_rows2, exact) and each product row is multiplied by its
-// inverse scale (a power of two: the same value as the F32 operands give, wherever the F16 rows hold
-// them exactly).
-template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
+// H16 (knob delta_chunk_h16): W and Kd^T arrive as F16 rows with their inverse row scales (the
+// scratch's padded regions, delta_rule_phases.cuh), half the bytes per chunk, in three load buffers
+// (chunk c + 2's copies issued while chunk c runs); the A fragments come from F16 (lda16_rows2, exact)
+// and each product row is multiplied by its inverse scale (a power of two: the same value as the F32
+// operands give, wherever the F16 rows hold them exactly). BULK (knob delta_chunk_bulk, compute
+// capability 9.0): thread 0 copies each region whole with one bulk copy (cp.async.bulk) counted by the
+// buffer's mbarrier, where cp.async took ~2,200 16-byte copies from every thread per chunk (the U slice
+// stays on cp.async); the same bytes in the same places (gdn.long 975-990 -> 960 us on an H100,
+// session 46).
+template <int BV, bool DELTA, bool H16, bool BULK>
+__global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = DK + 8, KLD = kC + 8;  // H16 row strides (halves)
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
     constexpr int BUF = state128_buf(BV, H16), NB = state128_nbuf(H16);
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
+    static_assert(!BULK || H16, "bulk copies: F16 rows");
     static_assert(BUF % 4 == 0 && (kC * WLD / 2) % 4 == 0 && (DK * KLD / 2) % 4 == 0, "16-byte aligned regions");
     extern __shared__ float4 ssm4[];
     float *const sS = (float *)ssm4 + NB * BUF;
+    unsigned long long *const full = (unsigned long long *)(sS + DK * VS);  // BULK: a buffer's mbarrier
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int j0 = slice * BV;
@@ -155,6 +206,8 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
         const int jj = x / DK, i = x % DK;  // i fastest: coalesced along the state's rows
         sS[i * VS + jj] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
+    if (BULK && tid < NB) mbar_init(&full[tid]);
+    if (BULK) mbar_init_fence();
     __syncthreads();
     // the warp's S rows (16 warp + g, + 8) and columns (8 r + 2 c4, + 1) in accumulator order
     float S[NTN][4];
@@ -165,35 +218,34 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
         S[r][0] = sS[sr * VS + n], S[r][1] = sS[sr * VS + n + 1];
         S[r][2] = sS[(sr + 8) * VS + n], S[r][3] = sS[(sr + 8) * VS + n + 1];
     }
-    // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W (kC x WLD halves), Kd^T (DK x KLD
-    // halves), U, W's kC inverse scales, Kd^T's DK
+    // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W's and Kd^T's regions as the scratch
+    // has them (the F16 rows, then their inverse scales), U
     auto buf_of = [&](int c) { return (float *)ssm4 + (c % NB) * BUF; };
-    constexpr int OFF_K = H16 ? kC * WLD / 2 : kC * QS, OFF_U = OFF_K + (H16 ? DK * KLD / 2 : DK * kPS);
-    constexpr int OFF_WS = OFF_U + kC * VS, OFF_KS = OFF_WS + kC;
+    static_assert(WLD == kH16WLD && KLD == kH16KLD, "the F16 rows' strides are the scratch's");
+    constexpr int OFF_K = H16 ? kH16WFloats : kC * QS, OFF_U = OFF_K + (H16 ? kH16KFloats : DK * kPS);
+    constexpr int OFF_WS = kH16WScale, OFF_KS = OFF_K + kH16KScale;
     // copy units: F32 W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i);
-    // H16 W 64 rows x 16 (row (tid >> 4) + 16 i), Kd^T 128 rows x 8 (row (tid >> 3) + 32 i); the U slice
-    // 64 rows x BV / 4 (row tid / UPR + UROWS i)
+    // H16 each region's 16-byte units in order (or one bulk copy each); the U slice 64 rows x BV / 4
+    // (row tid / UPR + UROWS i)
     constexpr int UPR = BV / 4, UROWS = NT / UPR, UCNT = kC * UPR, UN = (UCNT + NT - 1) / NT;
-    const int w_src = H16 ? (tid >> 4) * DK + (tid & 15) * 8 : (tid >> 5) * DK + (tid & 31) * 4;
-    const int w_dst = H16 ? (tid >> 4) * WLD + (tid & 15) * 8 : (tid >> 5) * QS + (tid & 31) * 4;
-    const int k_src = H16 ? (tid >> 3) * kC + (tid & 7) * 8 : (tid >> 4) * kC + (tid & 15) * 4;
-    const int k_dst = H16 ? (tid >> 3) * KLD + (tid & 7) * 8 : (tid >> 4) * kPS + (tid & 15) * 4;
+    const int w_src = (tid >> 5) * DK + (tid & 31) * 4, w_dst = (tid >> 5) * QS + (tid & 31) * 4;
+    const int k_src = (tid >> 4) * kC + (tid & 15) * 4, k_dst = (tid >> 4) * kPS + (tid & 15) * 4;
     const int u_src = (tid / UPR) * DV + (tid % UPR) * 4, u_dst = (tid / UPR) * VS + (tid % UPR) * 4;
     auto issue = [&](int c) {
         float *bf = buf_of(c), *sU = bf + OFF_U;
         const long long u = u0 + c;
         const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK), *U = a.U + u * (kC * DV) + j0;
-        if constexpr (H16) {
-            const __half *W16 = (const __half *)W, *K16 = (const __half *)Kd;
-            __half *sW16 = (__half *)bf, *sK16 = (__half *)(bf + OFF_K);
+        if constexpr (BULK) {  // thread 0: one bulk copy per region, counted by the buffer's mbarrier
+            if (tid == 0) {
+                unsigned long long *bar = &full[c % NB];
+                mbar_expect(bar, (DELTA ? kH16WFloats * 4 : 0) + kH16KFloats * 4);
+                if (DELTA) bulk_copy(bf, W, kH16WFloats * 4, bar);
+                bulk_copy(bf + OFF_K, Kd, kH16KFloats * 4, bar);
+            }
+        } else if constexpr (H16) {  // each region's 16-byte units in order
             if (DELTA)
-#pragma unroll
-                for (int i = 0; i < 4; i++) cp_async_stream<16>(sW16 + w_dst + i * 16 * WLD, W16 + w_src + i * 16 * DK);
-#pragma unroll
-            for (int i = 0; i < 4; i++) cp_async_stream<16>(sK16 + k_dst + i * 32 * KLD, K16 + k_src + i * 32 * kC);
-            if (DELTA && tid < kC / 4) cp_async_stream<16>(bf + OFF_WS + 4 * tid, W + kH16Data + 4 * tid);
-            else if (tid >= kC / 4 && tid < kC / 4 + DK / 4)
-                cp_async_stream<16>(bf + OFF_KS + 4 * (tid - kC / 4), Kd + kH16Data + 4 * (tid - kC / 4));
+                for (int x = tid; x < kH16WFloats / 4; x += NT) cp_async_stream<16>(bf + 4 * x, W + 4 * x);
+            for (int x = tid; x < kH16KFloats / 4; x += NT) cp_async_stream<16>(bf + OFF_K + 4 * x, Kd + 4 * x);
         } else {
             float *sW = bf, *sKd = bf + OFF_K;
             if (DELTA)
@@ -227,6 +279,10 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
             }
         }
         // chunk c's copies landed: with H16 chunk c + 1's may still be in flight (the latest group)
+        if constexpr (BULK) {
+            fence_async_smem();  // this thread's accesses of chunk c - 1's buffer before its next bulk copies
+            mbar_wait(&full[c % NB], (unsigned)(c / NB) & 1u);
+        }
         if (H16 && c + 1 < a.NC) cp_async_wait_prior1();
         else cp_async_wait_all();
         __syncthreads();  // chunk c's buffer and sS (written at the end of chunk c - 1) are in place
@@ -333,23 +389,45 @@ template <int BV, bool DELTA, bool H16> __global__ void __launch_bounds__(256, 1
 
 }  // namespace
 
-phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool s128, int *slot) {
+phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, int *slot) {
     if (!s128) {
         *slot = 1;
         return delta_state_kernel;
     }
     const int ib = BV == 8 ? 0 : BV == 16 ? 1 : BV == 32 ? 2 : 3;
+    if (h16 && bulk) {
+        static const phase_fn tb[2][4] = {
+            {delta_state128_kernel<8, false, true, true>, delta_state128_kernel<16, false, true, true>,
+             delta_state128_kernel<32, false, true, true>, delta_state128_kernel<64, false, true, true>},
+            {delta_state128_kernel<8, true, true, true>, delta_state128_kernel<16, true, true, true>,
+             delta_state128_kernel<32, true, true, true>, delta_state128_kernel<64, true, true, true>}};
+        *slot = 21 + 4 * (delta ? 1 : 0) + ib;
+        return tb[delta ? 1 : 0][ib];
+    }
     static const phase_fn tab[2][2][4] = {
-        {{delta_state128_kernel<8, false, false>, delta_state128_kernel<16, false, false>,
-          delta_state128_kernel<32, false, false>, delta_state128_kernel<64, false, false>},
-         {delta_state128_kernel<8, true, false>, delta_state128_kernel<16, true, false>,
-          delta_state128_kernel<32, true, false>, delta_state128_kernel<64, true, false>}},
-        {{delta_state128_kernel<8, false, true>, delta_state128_kernel<16, false, true>,
-          delta_state128_kernel<32, false, true>, delta_state128_kernel<64, false, true>},
-         {delta_state128_kernel<8, true, true>, delta_state128_kernel<16, true, true>,
-          delta_state128_kernel<32, true, true>, delta_state128_kernel<64, true, true>}}};
+        {{delta_state128_kernel<8, false, false, false>, delta_state128_kernel<16, false, false, false>,
+          delta_state128_kernel<32, false, false, false>, delta_state128_kernel<64, false, false, false>},
+         {delta_state128_kernel<8, true, false, false>, delta_state128_kernel<16, true, false, false>,
+          delta_state128_kernel<32, true, false, false>, delta_state128_kernel<64, true, false, false>}},
+        {{delta_state128_kernel<8, false, true, false>, delta_state128_kernel<16, false, true, false>,
+          delta_state128_kernel<32, false, true, false>, delta_state128_kernel<64, false, true, false>},
+         {delta_state128_kernel<8, true, true, false>, delta_state128_kernel<16, true, true, false>,
+          delta_state128_kernel<32, true, true, false>, delta_state128_kernel<64, true, true, false>}}};
     *slot = 3 + 4 * (delta ? 1 : 0) + ib + (h16 ? 10 : 0);
     return tab[h16 ? 1 : 0][delta ? 1 : 0][ib];
+}
+
+bool state_bulk_ok(int device) {
+    // the bulk instances' code must be compute capability 9.0's (a build for an older virtual
+    // architecture JIT-compiled on a newer device has them as traps): a property of the build
+    static const bool built = [] {
+        cudaFuncAttributes fa = {};
+        if (cudaFuncGetAttributes(&fa, delta_state128_kernel<16, true, true, true>) != cudaSuccess) return (void)cudaGetLastError(), false;
+        return fa.ptxVersion >= 90;
+    }();
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return (void)cudaGetLastError(), false;
+    return built && major >= 9;
 }
 
 }  // namespace tg_chunk

@@ -77,8 +77,9 @@ struct tg_cuda_sig_knobs {
     // the chunk-parallel form's W and Kd^T between its prep and state-pass kernels (Dk = Dv = 128,
     // the state pass in registers): as F16 with a power-of-two scale per row (half the bytes each
     // state-pass block copies per chunk, three load buffers) at 0 auto where the pass has 16 value
-    // columns or fewer (gdn.long 1,621 -> 1,509 us on an H100, session 35) and at 1 always; as F32
-    // at 2 (before / after; docs/ops.md). Env TG_CUDA_DELTA_H16 (0: F32 rows, 1: F16 rows always).
+    // columns or fewer (gdn.long 1,621 -> 1,509 us on an H100, session 35), or 32 with GATED_DELTA
+    // (session 46), and at 1 always; as F32 at 2 (before / after; docs/ops.md). Env TG_CUDA_DELTA_H16
+    // (0: F32 rows, 1: F16 rows always).
     int delta_chunk_h16 = 0;
     // the single-kernel form's full case (Dk 128, whole 128-column slices; either mode) with F16
     // or BF16 q, k and v on warpgroup tensor cores (wgmma; cuda/sm90a/delta_rule_chunked_wg.cu):
@@ -94,6 +95,12 @@ struct tg_cuda_sig_knobs {
     // 1 delta_prep_kernel<true> (TF32 mma.sync; before / after: bench row gdn.long/tf32prep, session
     // 45). Env TG_CUDA_DELTA_PREP=0 sets 1.
     int delta_chunk_prep = 0;
+    // the chunk-parallel form's state pass with W and Kd^T as F16 rows: 0 auto, its copies as
+    // bulk asynchronous copies (cp.async.bulk, one per row, issued by one warp and counted by an
+    // mbarrier per buffer) where the device and the build's code are compute capability 9.0 or
+    // later; 1 cp.async by every thread, 16 bytes each (before / after: bench row gdn.long/cpasync,
+    // session 46). Env TG_CUDA_DELTA_BULK=0 sets 1.
+    int delta_chunk_bulk = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

@@ -23,6 +23,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     const bool phase_full = std::string(c.name).rfind("s128_", 0) == 0 || std::string(c.name).rfind("3p_generic", 0) == 0;
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
     int prep_knob = 0;  // knob delta_chunk_prep (env TG_CUDA_DELTA_PREP)
+    int bulk_knob = 0;  // knob delta_chunk_bulk (env TG_CUDA_DELTA_BULK)
     int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
     [[maybe_unused]] int sms = 132;  // the SM count the backend's rules use (tg_cuda_sm_count)
     {
@@ -30,6 +31,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
         h16_knob = saved.delta_chunk_h16;
         prep_knob = saved.delta_chunk_prep;
+        bulk_knob = saved.delta_chunk_bulk;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
@@ -103,11 +105,16 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         if (bv_le64 && (variant.find("/nb2") != std::string::npos || variant.find("/nb3") != std::string::npos))
             EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
         // W and Kd^T as F16 rows (three buffers of at most 55 KB fit wherever two of F32 do) where
-        // knob delta_chunk_h16 is 1, or 0 (auto) at 16 columns or fewer; else F32 rows
-        // (H16RowsMatchF32Rows compares the two)
-        const bool narrow = variant.find("/bv8/") != std::string::npos || variant.find("/bv16/") != std::string::npos;
+        // knob delta_chunk_h16 is 1, or 0 (auto) at 16 columns or fewer, or 32 with GATED_DELTA; else
+        // F32 rows (H16RowsMatchF32Rows compares the two)
+        const bool narrow = variant.find("/bv8/") != std::string::npos || variant.find("/bv16/") != std::string::npos ||
+                            (variant.find("/bv32/") != std::string::npos && c.mode == TG_DELTA_GATED_DELTA);
         const bool want_h16 = variant.find("/full-s128") != std::string::npos && (h16_knob == 1 || (h16_knob == 0 && narrow));
         EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
+        // F16 rows by bulk copies unless knob delta_chunk_bulk says no, on a compute capability 9.0 device
+        // (BulkCopiesMatchCpAsync compares the two); never without F16 rows
+        if (!want_h16 || bulk_knob != 0) EXPECT_EQ(variant.find("/bulk"), std::string::npos) << variant;
+        else if (wg_state == 0) EXPECT_NE(variant.find("/h16/bulk"), std::string::npos) << variant;
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
     // the output kernel on BF16 wgmma (delta_out_wgb_kernel) where the full instances run with BF16 q/k

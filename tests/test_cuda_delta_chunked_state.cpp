@@ -1,7 +1,7 @@
 // test_cuda_delta_chunked_state.cpp - the chunked delta rule's state on CUDA: T split anywhere
-// equals one call (output and final state), W and Kd^T as F16 rows match F32 rows, a NaN reaches
-// only its own head and later tokens, and a graph that found a bad id leaves every delta-rule state
-// as it was (each kernel: the device error record). Cases and oracle: cuda_delta_chunked_util.h.
+// equals one call (output and final state), W and Kd^T as F16 rows match F32 rows, the state pass's
+// bulk copies match its cp.async ones, a NaN reaches only its own head and later tokens, and a graph
+// that found a bad id leaves every delta-rule state as it was (each kernel: the device error record). Cases and oracle: cuda_delta_chunked_util.h.
 #include "cuda_delta_chunked_util.h"
 
 namespace {
@@ -50,21 +50,82 @@ TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
     }
 }
 
-// The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
-// (knob delta_chunk_h16 1; the default at 16 columns or fewer) against F32 rows (2), state pass in registers both times: the
-// F16 rows hold every value of at least 2^-14 of its row's largest exactly, so the two agree far
-// inside the tensor path's tolerance. Cases: gdn.long's slice width at long T; one and two chunks
-// (no state); log gates to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past
-// F16's range (GATED_LINEAR without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key and an
-// infinite one (GATED_LINEAR), which must give NaN and +-inf at the same outputs and state entries
-// on both.
-TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
-    struct hcase {
-        ck_case c;
-        float kmul;
-        int bad_token;      // >= 0: one element of that token's key is bad_value
-        float bad_value = NAN;
+// One case run twice through the chunk-parallel form's compile-time kernels (knobs delta_chunk_fused 2,
+// phase_full 1, the case's bv), run i with the knobs set(i, knobs) leaves: NaN and +-inf exactly where
+// run 1 gives them (and somewhere where the case has a bad key, nowhere else), the finite rest within
+// tol (relative L2; 0: the same values), outputs and final state; run 0 within 2e-3 of the float64 oracle where no key is
+// bad. k and v (and the initial state) are scaled by kmul and vmul first.
+struct hcase {
+    ck_case c;
+    float kmul;
+    int bad_token;  // >= 0: one element of that token's key is bad_value
+    float bad_value = NAN;
+    float vmul = 1.0f;
+};
+template <typename Set> void run_pair(const hcase &w, Set set, std::string (&var)[2], double tol) {
+    SCOPED_TRACE(w.c.name);
+    ck_data d = make_ck(w.c, 77);
+    for (float &x : d.k) x *= w.kmul;
+    for (float &x : d.v) x *= w.vmul;
+    if (w.vmul != 1.0f && w.c.state >= 0) {
+        for (size_t i = 0; i < d.ps.total; i++) d.st0.set(i, d.st0.get(i) * w.vmul);
+        for (double &x : d.s0) x *= w.vmul;
+    }
+    if (w.bad_token >= 0) d.k[(size_t)w.bad_token * w.c.Dk * w.c.Hk + 5] = w.bad_value;
+    std::vector<float> o[2];
+    store st[2];
+    for (int i = 0; i < 2; i++) {
+#ifdef TG_HAVE_CUDA
+        const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
+        tg_cuda_sig_knobs *kn = tg_cuda_knobs(CudaSig::gpu);
+        kn->delta_chunk_bv = w.c.bv, kn->delta_chunk_fused = 2, kn->delta_chunk_phase_full = 1;
+        set(i, kn);
+#endif
+        EXPECT_EQ(run_gpu(d, o[i], st[i], &var[i]), TG_OK) << tg_last_error();
+#ifdef TG_HAVE_CUDA
+        *tg_cuda_knobs(CudaSig::gpu) = saved;
+#endif
+        EXPECT_NE(var[i].find("/full-s128"), std::string::npos) << var[i];
+    }
+    std::vector<float> s[2];
+    for (int i = 0; i < 2; i++)
+        for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
+    auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
+        ASSERT_EQ(a.size(), b.size());
+        auto cls = [](float x) { return std::isnan(x) ? 3 : std::isinf(x) ? (x > 0 ? 1 : 2) : 0; };
+        std::vector<float> fa;
+        std::vector<double> fb;
+        size_t bad_a = 0, bad_b = 0, mismatch = 0;
+        for (size_t j = 0; j < a.size(); j++) {
+            bad_a += cls(a[j]) != 0, bad_b += cls(b[j]) != 0;
+            if (cls(a[j]) != cls(b[j])) mismatch++;
+            else if (cls(a[j]) == 0) fa.push_back(a[j]), fb.push_back(b[j]);
+        }
+        EXPECT_EQ(mismatch, 0u) << what << ": NaN or inf in " << bad_a << " (" << var[0] << ") and " << bad_b << " (" << var[1] << ")";
+        if (w.bad_token >= 0) EXPECT_GT(bad_b, 0u) << what << ": the bad key reached nothing";
+        else EXPECT_EQ(bad_b, 0u) << what;
+        const double e = tgt::rel_error(fa, fb);
+        EXPECT_LE(e, tol) << what;
+        std::printf("note: %s %s: %s vs %s relative L2 %.3g\n", w.c.name, what, var[0].c_str(), var[1].c_str(), e);
     };
+    agree(o[0], o[1], "o");
+    if (w.c.state >= 0) agree(s[0], s[1], "final state");
+    if (w.bad_token >= 0) return;
+    std::vector<double> oref, sref;
+    oracle(d, oref, sref);
+    EXPECT_LT(tgt::rel_error(o[0], oref), 2e-3) << "o (" << var[0] << ") vs float64 oracle";
+    if (w.c.state >= 0) EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (" << var[0] << ") vs float64 oracle";
+}
+
+// The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
+// (knob delta_chunk_h16 1; the default at 16 columns or fewer) against F32 rows (2), state pass in
+// registers both times: the F16 rows hold every value
+// of at least 2^-14 of its row's largest exactly, so the two agree far inside the tensor path's
+// tolerance (1e-5). Cases: gdn.long's slice width at long T; one and two chunks (no state); log gates
+// to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past F16's range
+// (GATED_LINEAR without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key and an infinite one
+// (GATED_LINEAR), which must give NaN and +-inf at the same outputs and state entries on both.
+TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
     const int Tx = S(8193, 193);
     const hcase cases[] = {
         {{"gdn_bv16_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
@@ -76,56 +137,49 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
         {{"gdn_bv32_T100_two_chunks_no_state", 1, 100, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
     };
     for (const hcase &w : cases) {
-        SCOPED_TRACE(w.c.name);
-        ck_data d = make_ck(w.c, 77);
-        for (float &x : d.k) x *= w.kmul;
-        if (w.bad_token >= 0) d.k[(size_t)w.bad_token * w.c.Dk * w.c.Hk + 5] = w.bad_value;
-        std::vector<float> o[2];
-        store st[2];
         std::string var[2];
-        for (int i = 0; i < 2; i++) {
+        run_pair(w, [](int i, [[maybe_unused]] void *kn) {
 #ifdef TG_HAVE_CUDA
-            const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
-            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.c.bv;
-            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 2;
-            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
-            tg_cuda_knobs(CudaSig::gpu)->delta_chunk_h16 = i == 0 ? 1 : 2;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = i == 0 ? 1 : 2;
 #endif
-            EXPECT_EQ(run_gpu(d, o[i], st[i], &var[i]), TG_OK) << tg_last_error();
-#ifdef TG_HAVE_CUDA
-            *tg_cuda_knobs(CudaSig::gpu) = saved;
-#endif
-            EXPECT_NE(var[i].find("/full-s128"), std::string::npos) << var[i];
-        }
+        }, var, 1e-5);
         EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
         EXPECT_EQ(var[1].find("/h16"), std::string::npos) << var[1];
-        std::vector<float> s[2];
-        for (int i = 0; i < 2; i++)
-            for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
-        // NaN and +-inf exactly where the F32 rows give them; the finite rest within 1e-5 (relative L2)
-        auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
-            ASSERT_EQ(a.size(), b.size());
-            auto cls = [](float x) { return std::isnan(x) ? 3 : std::isinf(x) ? (x > 0 ? 1 : 2) : 0; };
-            std::vector<float> fa;
-            std::vector<double> fb;
-            size_t bad_a = 0, bad_b = 0, mismatch = 0;
-            for (size_t j = 0; j < a.size(); j++) {
-                bad_a += cls(a[j]) != 0, bad_b += cls(b[j]) != 0;
-                if (cls(a[j]) != cls(b[j])) mismatch++;
-                else if (cls(a[j]) == 0) fa.push_back(a[j]), fb.push_back(b[j]);
-            }
-            EXPECT_EQ(mismatch, 0u) << what << ": NaN or inf in " << bad_a << " (F16 rows) and " << bad_b << " (F32 rows)";
-            if (w.bad_token >= 0) EXPECT_GT(bad_b, 0u) << what << ": the bad key reached nothing";
-            else EXPECT_EQ(bad_b, 0u) << what;
-            EXPECT_LT(tgt::rel_error(fa, fb), 1e-5) << what;
-        };
-        agree(o[0], o[1], "o");
-        if (w.c.state >= 0) agree(s[0], s[1], "final state");
-        if (w.bad_token >= 0) continue;
-        std::vector<double> oref, sref;
-        oracle(d, oref, sref);
-        EXPECT_LT(tgt::rel_error(o[0], oref), 2e-3) << "o (F16 rows) vs float64 oracle";
-        if (w.c.state >= 0) EXPECT_LT(tgt::rel_error(s[0], sref), 2e-3) << "final state (F16 rows) vs float64 oracle";
+    }
+}
+
+// The state pass's copies of F16 rows as bulk copies counted by mbarriers (knob delta_chunk_bulk 0, a
+// compute capability 9.0 device) against cp.async by every thread (1): the same bytes land in the same
+// places, so outputs and final states are the same values (NaN and inf included). Cases: every slice
+// width of both modes (GATED_LINEAR copies no W), long T (the three buffers' phases wrap many times),
+// one and two chunks (fewer chunks than buffers), a NaN key.
+TEST_F(CudaDeltaChunkedState, BulkCopiesMatchCpAsync) {
+    const int Tx = S(8193, 193);
+    const hcase cases[] = {
+        {{"gdn_bv16_T8193_bf16", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv8_T200", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, -1},
+        {{"gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gdn_bv64_T130_no_state_bf16", 2, 130, 2, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64}, 1.0f, -1},
+        {{"gla_bv16_T2048_f16", 1, S(2048, 130), 1, 2, 128, 128, GL, LOG, true, F32, F16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gla_bv64_keys_past_f16", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 64}, 3e6f, -1},
+        {{"gdn_bv16_T64_one_chunk", 2, 64, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_T100_two_chunks_no_state", 1, 100, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gdn_bv8_nan_key", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, 150},
+    };
+    for (const hcase &w : cases) {
+        std::string var[2];
+        run_pair(w, [](int i, [[maybe_unused]] void *kn) {
+#ifdef TG_HAVE_CUDA
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = 1;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_bulk = i == 0 ? 0 : 1;
+#endif
+        }, var, 0.0);
+        EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
+        EXPECT_EQ(var[1].find("/bulk"), std::string::npos) << var[1];
+#ifdef TG_HAVE_CUDA
+        if (tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0)  // a compute capability 9.0 device (and nvcc >= 12)
+            EXPECT_NE(var[0].find("/h16/bulk"), std::string::npos) << var[0];
+#endif
     }
 }
 

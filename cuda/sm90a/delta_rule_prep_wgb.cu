@@ -144,12 +144,12 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         unsigned short hs[16];
 #pragma unroll
         for (int e = 0; e < 16; e++) hs[(e & 8) + h16_pos(e & 7)] = __half_as_ushort(__float2half_rn(ky[e] * mk));
-        uint4 *const d = (uint4 *)((__half *)Kd + ki * kC + 16 * kq);
+        uint4 *const d = (uint4 *)((__half *)Kd + ki * kH16KLD + 16 * kq);
         d[0] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16, hs[4] | (unsigned)hs[5] << 16,
                           hs[6] | (unsigned)hs[7] << 16);
         d[1] = make_uint4(hs[8] | (unsigned)hs[9] << 16, hs[10] | (unsigned)hs[11] << 16, hs[12] | (unsigned)hs[13] << 16,
                           hs[14] | (unsigned)hs[15] << 16);
-        if (kq == 0) Kd[kH16Data + ki] = inv;
+        if (kq == 0) Kd[kH16KScale + ki] = inv;
     };
     float *const U = a.U + u * kC * 128;
     if constexpr (!DELTA) {
@@ -250,7 +250,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         if ((lane & 3) == 0) atomicMax(&rmW[arow(2 * hh)], mb[hh]);
     }
     __syncthreads();
-    __half *const stg = (__half *)sTm;  // 64 rows of 128 halves, the global layout
+    __half *const stg = (__half *)sTm;  // 64 rows of 128 halves (the global rows without their padding)
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int t = arow(2 * hh);
@@ -264,11 +264,14 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     }
     __syncthreads();
 #pragma unroll
-    for (int m = 0; m < 2; m++) ((uint4 *)W)[tid + kNT * m] = ((const uint4 *)stg)[tid + kNT * m];
+    for (int m = 0; m < 2; m++) {
+        const int x = tid + kNT * m;
+        ((uint4 *)W)[(x >> 4) * (kH16WLD / 8) + (x & 15)] = ((const uint4 *)stg)[x];
+    }
     if (tid < kC) {
         float mw, inv;
         h16_row_scale(rmW[tid], &mw, &inv);
-        W[kH16Data + tid] = inv;
+        W[kH16WScale + tid] = inv;
     }
 #endif
 }
