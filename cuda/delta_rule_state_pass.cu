@@ -1,53 +1,10 @@
 // delta_rule_state_pass.cu - the chunk-parallel form's state pass (its only sequential part; the
 // prep and output kernels and the host side are in cuda/delta_rule_chunked_phases.cu).
 #include "delta_rule_phases.cuh"
+#include "bulk_copy.cuh"
 
 namespace tg_chunk {
 namespace {
-
-// Bulk asynchronous copies into shared memory counted by an mbarrier (compute capability 9.0; the host
-// takes them only where the kernel's code was built for it: state_bulk_ok). One phase per use of a
-// buffer: one arrival (the issuing lane's, with the bytes to expect), then complete_tx by the copies.
-__device__ inline void mbar_init(unsigned long long *b) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)) : "memory");
-#else
-    __trap();
-#endif
-}
-__device__ inline void mbar_init_fence() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-// orders this thread's generic-proxy accesses of shared memory before later bulk copies into it
-__device__ inline void fence_async_smem() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-__device__ inline void mbar_expect(unsigned long long *b, unsigned bytes) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-#endif
-}
-__device__ inline void bulk_copy(void *dst, const void *src, unsigned bytes, unsigned long long *b) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-#endif
-}
-__device__ inline void mbar_wait(unsigned long long *b, unsigned parity) {
-#if __CUDA_ARCH__ >= 900
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity)
-                     : "memory");
-#endif
-}
 
 // Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
 // head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
@@ -206,8 +163,10 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
         const int jj = x / DK, i = x % DK;  // i fastest: coalesced along the state's rows
         sS[i * VS + jj] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
-    if (BULK && tid < NB) mbar_init(&full[tid]);
-    if (BULK) mbar_init_fence();
+    if (BULK && tid == 0) {  // (one thread initializes the barriers and makes them visible to the copies)
+        for (int i = 0; i < NB; i++) mbar_init(&full[i]);
+        mbar_init_fence();
+    }
     __syncthreads();
     // the warp's S rows (16 warp + g, + 8) and columns (8 r + 2 c4, + 1) in accumulator order
     float S[NTN][4];
