@@ -610,8 +610,8 @@ int main(int argc, char **argv) {
     // BF16 q/k/v at 32, 48 and 64 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
     // (H16, B 2 / 3 / 4, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs
-    for (int B : {2, 3, 4}) {
-        static char xids[3][2][3][40];
+    for (int B : {2, 3, 4, 5}) {
+        static char xids[4][2][3][40];
         const char *form[3] = {"", "/single", "/3p"};
         const tg_cuda_sig_knobs fk[3] = {dflt, fused, phases};
         for (int m = 0; m < 2; m++)

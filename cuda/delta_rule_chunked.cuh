@@ -13,8 +13,8 @@ bool tg_cuda_delta_chunked_covers(long long Dk, long long Dv);
 bool tg_cuda_delta_heads_fill(tg_backend *be, long long B, long long Hv);
 // Whether dst's node takes the single-kernel chunked form: knob delta_chunk_fused 1 / 2 forces it /
 // the chunk-parallel one; else where the heads fill the GPU, or where the full case runs
-// delta_wgb_kernel (BF16 q/k/v) on B Hv Dv / 128 blocks of at least 5/12 (GATED_DELTA) or 2/7
-// (GATED_LINEAR) of the SMs: there its chunks cost less than the chunk-parallel form's three
+// delta_wgb_kernel (BF16 q/k/v) on B Hv Dv / 128 blocks of at least 5/12 (GATED_DELTA, T below 1024)
+// or 2/7 (GATED_LINEAR) of the SMs: there its chunks cost less than the chunk-parallel form's
 // kernels (bench rows gdn.x* / gla.x*; docs/ops.md).
 bool tg_cuda_delta_single_form(tg_backend *be, const tg_tensor *dst);
 // Whether dst's delta_rule node would run the single kernel's full case (Dk 128, whole 128-column

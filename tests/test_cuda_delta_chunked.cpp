@@ -83,11 +83,11 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     }
     // AUTO at fewer heads than fill the GPU (the "wgbx_" and "wgbn_" cases, Dv 128): the single-kernel form on
     // delta_wgb_kernel exactly where docs/ops.md's rule says so for this device's SM count (BF16 q/k/v,
-    // knob delta_chunk_wg 0, heads that fill or B Hv blocks of at least 5/12 (GATED_DELTA) / 2/7
-    // (GATED_LINEAR) of the SMs) and the device has wgmma; never elsewhere
+    // knob delta_chunk_wg 0, heads that fill or B Hv blocks of at least 5/12 (GATED_DELTA, T below 1024) /
+    // 2/7 (GATED_LINEAR) of the SMs) and the device has wgmma; never elsewhere
     if (std::string(c.name).rfind("wgbx_", 0) == 0 || std::string(c.name).rfind("wgbn_", 0) == 0) {
         const long long pairs = (long long)c.B * c.Hv;
-        const bool rule = 2 * pairs > sms || (c.mode == TG_DELTA_GATED_DELTA ? pairs * 12 >= 5LL * sms : pairs * 7 >= 2LL * sms);
+        const bool rule = 2 * pairs > sms || (c.mode == TG_DELTA_GATED_DELTA ? pairs * 12 >= 5LL * sms && c.T < 1024 : pairs * 7 >= 2LL * sms);
         const bool want = c.io == TG_TYPE_BF16 && c.wg == 0 && rule && wg_state == 0;
         EXPECT_EQ(variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0, want) << variant << " on " << sms << " SMs";
         // (the cases are chosen so that on an H100 / H200's 132 SMs the rule says yes for "wgbx_", no for "wgbn_")
@@ -249,9 +249,11 @@ std::vector<ck_case> ck_cases() {
         {"wgbx_gdn_x64_T40_auto", 4, 40, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbx_gla_x48_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO},
         // ... and not where the rule says no ("wgbn_": never the BF16 kernel; at T 130 with heads that do
-        // not fill, AUTO runs the scan): 32 and 48 GATED_DELTA pairs, F16 q/k/v, knob delta_chunk_wg 2
+        // not fill, AUTO runs the scan): 32 and 48 GATED_DELTA pairs, 64 at T 1030 (the chunk-parallel
+        // form from T 1024 there), F16 q/k/v, knob delta_chunk_wg 2
         {"wgbn_gdn_x32_auto", 2, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbn_gdn_x48_auto", 3, 130, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
+        {"wgbn_gdn_x64_T1030_auto", 4, 1030, 4, 16, 128, 128, GD, LOG, true, F32, BF16, AUTO},
         {"wgbn_gdn_f16_x48_auto", 3, 130, 4, 16, 128, 128, GD, LOG, true, F32, F16, AUTO},
         {"wgbn_gla_x48_knob2_auto", 3, 130, 4, 16, 128, 128, GL, LOG, false, -1, BF16, AUTO, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 2},
         // few heads, long T (gdn.long's shape, smaller): AUTO takes the chunk-parallel form
