@@ -118,10 +118,9 @@ template <typename Set> void run_pair(const hcase &w, Set set, std::string (&var
 }
 
 // The chunk-parallel form's W and Kd^T between its kernels as F16 rows with power-of-two row scales
-// (knob delta_chunk_h16 1; the default at 16 columns or fewer) against F32 rows (2), state pass in
-// registers both times: the F16 rows hold every value
-// of at least 2^-14 of its row's largest exactly, so the two agree far inside the tensor path's
-// tolerance (1e-5). Cases: gdn.long's slice width at long T; one and two chunks (no state); log gates
+// (knob delta_chunk_h16 1; the default at 16 columns or fewer, 32 for GATED_DELTA) against F32 rows
+// (2), state pass in registers both times: the F16 rows hold every value of at least 2^-14 of its
+// row's largest exactly, so the two agree far inside the tensor path's tolerance (1e-5). Cases: gdn.long's slice width at long T; one and two chunks (no state); log gates
 // to -30 (rows of Kd^T over 30 binades, W rows of tiny decays); keys far past F16's range
 // (GATED_LINEAR without l2norm: |k| ~ 2.6e5, inf in F16 unscaled); a NaN key and an infinite one
 // (GATED_LINEAR), which must give NaN and +-inf at the same outputs and state entries on both.
