@@ -607,8 +607,8 @@ int main(int argc, char **argv) {
     bench_delta("gdn.x32.bf16/3p-cpasync", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_cp, BF);
     bench_delta("gdn.x32.bf16/3p-f32rows", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_f32r, BF);
     bench_delta("gla.x32.bf16/3p-h16", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16, BF);
-    // BF16 q/k/v at 32, 48 and 64 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
-    // (H16, B 2 / 3 / 4, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
+    // BF16 q/k/v at 32, 48, 64 and 80 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
+    // (H16, B 2 / 3 / 4 / 5, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs
     for (int B : {2, 3, 4, 5}) {
         static char xids[4][2][3][40];

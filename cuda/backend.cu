@@ -266,6 +266,7 @@ tg_status record_to_status(const tg_cuda_err &r) {
 
 tg_cuda_sig_knobs *tg_cuda_knobs(tg_backend *be) { return &tg_cuda(be)->sig; }
 int tg_cuda_sm_count(tg_backend *be) { return tg_cuda_sms(tg_cuda(be)); }
+bool tg_cuda_delta_bulk_ready(tg_backend *be) { return tg_cuda(be)->bulk && tg_cuda(be)->sig.delta_chunk_bulk == 0; }
 const char *tg_cuda_sig_last(tg_backend *be, tg_cuda_sig_op op) { return tg_cuda(be)->sig_last[op]; }
 
 bool tg_cuda_kv_prechecked(tg_backend *be, const tg_tensor *dst) {
@@ -542,6 +543,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
         impl->pdl = false;
     (void)cudaGetLastError();
     if (const char *env = getenv("TG_CUDA_PDL")) impl->pdl = impl->pdl && strcmp(env, "0") != 0;
+    impl->bulk = cc_major >= 9 && tg_cuda_delta_state_bulk_built();
     TG_CUDA_TRY(nullptr, call, tg_cuda_attention_mma_init());
     int cluster_launch = 0;
     (void)cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);

@@ -5,7 +5,7 @@
 // phase's parity. One thread initializes the barriers and fences (mbar_init_fence) before the
 // block's barrier that publishes them. Code built for an older architecture has the copies as no-ops
 // and mbar_init as a trap: callers take them only where the device and the build's code are 9.0 or
-// later (state_bulk_ok).
+// later (tg_cuda_delta_bulk_ready).
 #pragma once
 #include "chunk_mma.cuh"
 

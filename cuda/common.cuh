@@ -105,6 +105,9 @@ struct tg_cuda_impl {
     // programmatic dependent launch of the decode-path kernels (GEMV, norms,
     // rope, attention): on from sm_90; env TG_CUDA_PDL=0 turns it off
     bool pdl = false;
+    // the chunk-parallel delta rule's state pass may take bulk copies (a compute capability 9.0 device
+    // and the build's code for it: tg_cuda_delta_state_bulk_built), set once at init
+    bool bulk = false;
     // thread-block clusters (sm_90): attention decode merges its splits in one
     // kernel (cuda/attention_cluster.cu). The largest cluster (2 to 16 blocks)
     // of that kernel, at its most shared memory, that the device can schedule;

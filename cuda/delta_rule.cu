@@ -412,9 +412,6 @@ bool elem_aligned(const tg_tensor *t) {
 
 typedef void (*delta_kernel_fn)(delta_args);
 
-// AUTO's smallest T for the chunked form where it takes the chunk-parallel form (see tg_cuda_delta_rule)
-constexpr long long kFewHeadsMinT = 1024;
-
 enum { KERN_AUTO = 0, KERN_CHUNK = 1, KERN_DECODE = 2, KERN_DECODE_REG = 3, KERN_PERSISTENT = 4 };
 
 typedef void (*persistent_fn)(delta_args, int);

@@ -331,14 +331,15 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
     // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
     // per 262,144 head-tokens (since its state pass's 16-byte stores), so the forms cross near 55 / 38
-    // blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 44"). Since session 46's
-    // bulk copies GATED_DELTA's chunk-parallel form takes ~914 us per 262,144 head-tokens up to 66
-    // pairs (gdn.x64.bf16: 914 against the single kernel's 954), so there the single kernel keeps
-    // only prompts shorter than 1024 tokens (where the other form's fixed costs weigh; T below
-    // 1024 at these heads is also where AUTO's tensor path needs this form, cuda/delta_rule.cu)
+    // blocks of 132 SMs (bench rows gdn.x*, gla.x*; bench/NOTES.md "Session 44"). Measured again in
+    // sessions 45-46, GATED_DELTA's chunk-parallel form is faster at 64 pairs too (gdn.x64.bf16, BV 64
+    // with F32 rows: 900-914 us against the single kernel's 937-980; 48: 943-964 against 1,270-1,312),
+    // so the single kernel keeps GATED_DELTA's fewer heads only for prompts shorter than kFewHeadsMinT
+    // (where the other form's fixed costs weigh, and where AUTO's tensor path needs this form at
+    // these heads, cuda/delta_rule.cu)
     const bool delta = tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA;
     const long long T = dst->src[0]->ne[2];
-    return delta ? B * Hv * (Dv / 128) * 12 >= 5LL * sms && T < 1024 : B * Hv * (Dv / 128) * 7 >= 2LL * sms;
+    return delta ? B * Hv * (Dv / 128) * 12 >= 5LL * sms && T < kFewHeadsMinT : B * Hv * (Dv / 128) * 7 >= 2LL * sms;
 }
 }  // namespace
 

@@ -192,7 +192,10 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
                 }
                 *(uint4 *)&K16[i * kH16KLD + 8 * tg] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
                                                              hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
-                if (tg == 0) Kd[kH16KScale + i] = inv;
+                if (tg == 0) {  // the row's inverse scale, and its padding zeroed (copied, never read)
+                    Kd[kH16KScale + i] = inv;
+                    ((uint4 *)Kd)[i * (kH16KLD / 8) + kC / 8] = make_uint4(0u, 0u, 0u, 0u);
+                }
             }
         });
         __syncthreads();  // sK is read before K' replaces it
@@ -277,6 +280,7 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_prep_kernel(co
             float mul, inv;
             h16_row_scale(rmW[tid], &mul, &inv);
             W[kH16WScale + tid] = inv;
+            ((uint4 *)W)[tid * (kH16WLD / 8) + 16] = make_uint4(0u, 0u, 0u, 0u);  // the row's padding (copied, never read)
         }
     }
     for (int p = 0, np = h16 ? 0 : WT::passes(kC, DKP); p < np; p++) {
@@ -469,7 +473,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     a.h16 = s128 && (hk == 1 || (hk == 0 && (BV <= 16 || (BV <= 32 && a.delta)))) && state128_smem(BV, true) <= (size_t)optin;
     // F16 rows by bulk copies (knob delta_chunk_bulk 0) where the device and the build's code are
     // compute capability 9.0 or later
-    const bool bulk = a.h16 && cu->sig.delta_chunk_bulk == 0 && state_bulk_ok(cu->device);
+    const bool bulk = a.h16 && tg_cuda_delta_bulk_ready(be);
     int si = 0;
     const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, bulk, s128, &si);
     if (s128) ss = state128_smem(BV, a.h16);

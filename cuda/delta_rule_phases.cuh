@@ -76,11 +76,9 @@ inline size_t state128_smem(int BV, bool h16) {  // (+ 32 bytes: the bulk copies
 
 // The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows
 // where h16, copied by bulk copies where bulk too) where s128, else delta_state_kernel; *slot: its
-// index among the phases' shared-memory slots (1, 3-10, 13-28). state_bulk_ok: the device and the
-// build's code for the bulk instances are compute capability 9.0 or later.
+// index among the phases' shared-memory slots (1, 3-10, 13-28).
 using phase_fn = void (*)(phase_args);
 phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, int *slot);
-bool state_bulk_ok(int device);
 
 // The output kernel with BF16 q and k on BF16 wgmma (cuda/sm90a/delta_rule_out_wgb.cu; Dk = Dv = 128,
 // 16-byte rows): its shared memory (0 where the build has no sm_90a code), its limit raised (before

@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // sizes and the slice of S in registers. Session 31's ncu of the generic kernel at gdn.long (B1 T16384
 // H16, BV 16) counted ~1,950 instructions per warp per chunk for 32 mma.sync, mostly address
 // arithmetic (ALU the busiest pipe) and shared-memory round trips of S. Here:
-//   - each thread's 16-byte copy units are fixed over the chunks: one offset each, set once;
+//   - each thread's 16-byte copy units are fixed over the chunks: one offset each, set once (F32 rows
+//     and the U slice; H16's regions go as units in order, or as bulk copies);
 //   - warp w owns S rows 16w .. 16w + 15 of every column tile (the accumulator layout of the update
 //     S = gamma S + Kd^T V'), so S stays in registers; it is written to shared memory once per chunk
 //     as the B operand of the next W S, and each warp stores its rows of S_c from there, V' from the
@@ -136,8 +137,8 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // and each product row is multiplied by its inverse scale (a power of two: the same value as the F32
 // operands give, wherever the F16 rows hold them exactly). BULK (knob delta_chunk_bulk, compute
 // capability 9.0): thread 0 copies each region whole with one bulk copy (cp.async.bulk) counted by the
-// buffer's mbarrier, where cp.async took ~2,200 16-byte copies from every thread per chunk (the U slice
-// stays on cp.async); the same bytes in the same places (gdn.long 975-990 -> 960 us on an H100,
+// buffer's mbarrier, where cp.async took 2,288 16-byte copies per chunk, ~9 from every thread (the U
+// slice stays on cp.async); the same bytes in the same places (gdn.long 975-990 -> 960 us on an H100,
 // session 46).
 template <int BV, bool DELTA, bool H16, bool BULK>
 __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
@@ -376,17 +377,11 @@ phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, i
     return tab[h16 ? 1 : 0][delta ? 1 : 0][ib];
 }
 
-bool state_bulk_ok(int device) {
-    // the bulk instances' code must be compute capability 9.0's (a build for an older virtual
-    // architecture JIT-compiled on a newer device has them as traps): a property of the build
-    static const bool built = [] {
-        cudaFuncAttributes fa = {};
-        if (cudaFuncGetAttributes(&fa, delta_state128_kernel<16, true, true, true>) != cudaSuccess) return (void)cudaGetLastError(), false;
-        return fa.ptxVersion >= 90;
-    }();
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return (void)cudaGetLastError(), false;
-    return built && major >= 9;
-}
-
 }  // namespace tg_chunk
+
+bool tg_cuda_delta_state_bulk_built() {
+    cudaFuncAttributes fa = {};
+    if (cudaFuncGetAttributes(&fa, tg_chunk::delta_state128_kernel<16, true, true, true>) != cudaSuccess)
+        return (void)cudaGetLastError(), false;  // (clears only the error this call made)
+    return fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
+}

@@ -95,11 +95,11 @@ struct tg_cuda_sig_knobs {
     // 1 delta_prep_kernel<true> (TF32 mma.sync; before / after: bench row gdn.long/tf32prep, session
     // 45). Env TG_CUDA_DELTA_PREP=0 sets 1.
     int delta_chunk_prep = 0;
-    // the chunk-parallel form's state pass with W and Kd^T as F16 rows: 0 auto, its copies as
-    // bulk asynchronous copies (cp.async.bulk, one per row, issued by one warp and counted by an
-    // mbarrier per buffer) where the device and the build's code are compute capability 9.0 or
-    // later; 1 cp.async by every thread, 16 bytes each (before / after: bench row gdn.long/cpasync,
-    // session 46). Env TG_CUDA_DELTA_BULK=0 sets 1.
+    // the chunk-parallel form's state pass with W and Kd^T as F16 rows: 0 auto, each chunk's W and
+    // Kd^T regions as one bulk asynchronous copy each (cp.async.bulk, issued by one thread and counted
+    // by an mbarrier per buffer) where the device and the build's code are compute capability 9.0 or
+    // later (tg_cuda_delta_bulk_ready); 1 the regions as 16-byte cp.async from every thread (before /
+    // after: bench row gdn.long/cpasync, session 46). Env TG_CUDA_DELTA_BULK=0 sets 1.
     int delta_chunk_bulk = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
@@ -222,6 +222,14 @@ bool tg_cuda_attention_clusters(tg_backend *be);
 // says never, 2 the device is not compute capability 9.0, 3 this build has no sm_90a code (nvcc
 // before 12.0).
 int tg_cuda_delta_wgmma_state(tg_backend *be);
+
+// Whether backend be's chunk-parallel state pass copies F16 rows by bulk copies where it takes F16
+// rows (cuda/delta_rule_state_pass.cu): a compute capability 9.0 device, the build's code for it,
+// knob delta_chunk_bulk 0.
+bool tg_cuda_delta_bulk_ready(tg_backend *be);
+// Whether this build's bulk state-pass code is compute capability 9.0's (binary and PTX; a build for an
+// older architecture has the bulk copies compiled out). Asked once per backend at init.
+bool tg_cuda_delta_state_bulk_built();
 
 // Device pre-check of a rope_kv_update node's positions (range, table,
 // repeats): the op table's cuda_check, launched by the backend before any

@@ -28,6 +28,7 @@ struct ck_case {
                                 // +100 on a zero state: exp overflows F32, the state must stay zero through
                                 // that token's decay)
     int q_io = -1;              // q's type where it differs from k's and v's (io); -1: io
+    int h16 = 0;                // != 0: knob delta_chunk_h16 (1 F16 rows, 2 F32 rows) for the chunk-parallel form
 };
 tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }

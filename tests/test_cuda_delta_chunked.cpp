@@ -24,12 +24,14 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
     int prep_knob = 0;  // knob delta_chunk_prep (env TG_CUDA_DELTA_PREP)
     int bulk_knob = 0;  // knob delta_chunk_bulk (env TG_CUDA_DELTA_BULK)
+    bool bulk_ready = false;  // tg_cuda_delta_bulk_ready with the case's knobs
     int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
     [[maybe_unused]] int sms = 132;  // the SM count the backend's rules use (tg_cuda_sm_count)
     {
 #ifdef TG_HAVE_CUDA
         const tg_cuda_sig_knobs saved = *tg_cuda_knobs(CudaSig::gpu);
-        h16_knob = saved.delta_chunk_h16;
+        h16_knob = c.h16 != 0 ? c.h16 : saved.delta_chunk_h16;
+        if (c.h16 != 0) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_h16 = c.h16;
         prep_knob = saved.delta_chunk_prep;
         bulk_knob = saved.delta_chunk_bulk;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
@@ -43,6 +45,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         run_gpu(d, o, st, &variant);
 #ifdef TG_HAVE_CUDA
         if (CudaSig::gpu) wg_state = tg_cuda_delta_wgmma_state(CudaSig::gpu), sms = tg_cuda_sm_count(CudaSig::gpu);
+        if (CudaSig::gpu) bulk_ready = tg_cuda_delta_bulk_ready(CudaSig::gpu);
         *tg_cuda_knobs(CudaSig::gpu) = saved;
 #endif
     }
@@ -112,9 +115,9 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         const bool want_h16 = variant.find("/full-s128") != std::string::npos && (h16_knob == 1 || (h16_knob == 0 && narrow));
         EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
         // F16 rows by bulk copies unless knob delta_chunk_bulk says no, on a compute capability 9.0 device
-        // (BulkCopiesMatchCpAsync compares the two); never without F16 rows
-        if (!want_h16 || bulk_knob != 0) EXPECT_EQ(variant.find("/bulk"), std::string::npos) << variant;
-        else if (wg_state == 0) EXPECT_NE(variant.find("/h16/bulk"), std::string::npos) << variant;
+        // with code built for it (BulkCopiesMatchCpAsync compares the two); never without F16 rows
+        EXPECT_EQ(variant.find("/h16/bulk") != std::string::npos, want_h16 && bulk_ready) << variant;
+        if (bulk_knob != 0) EXPECT_FALSE(bulk_ready);
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
     // the output kernel on BF16 wgmma (delta_out_wgb_kernel) where the full instances run with BF16 q/k
@@ -234,6 +237,10 @@ std::vector<ck_case> ck_cases() {
         // and zero gates, no l2norm, Hk < Hv, and on delta_out_kernel with knob delta_chunk_wg 1
         {"s128_gla_bv16_bf16", 2, 200, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16},
         {"s128_gdn_log_-inf_gates_no_l2norm_bf16", 2, 200, 1, 2, 128, 128, GD, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 32},
+        // F32 rows in the state pass where the default takes F16 ones (knob delta_chunk_h16 2): GATED_DELTA at
+        // BV 32 with -inf gates (the keep-zero products of a zero gamma), and BV 64's default F32 rows with them
+        {"s128_gdn_log_-inf_gates_bv32_f32rows", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, F32, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 32, F32, 0, 0, 0, 0.0f, -1, 2},
+        {"s128_gla_log_-inf_gates_bv64", 2, 200, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 64},
         {"s128_gla_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 16},
         {"s128_gdn_Hv4Hk1_log_gates_to_-30_bf16", 1, 300, 1, 4, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 16, F16},
         {"s128_gdn_bv16_bf16_knob1", 2, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 1},

@@ -149,7 +149,10 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
                           hs[6] | (unsigned)hs[7] << 16);
         d[1] = make_uint4(hs[8] | (unsigned)hs[9] << 16, hs[10] | (unsigned)hs[11] << 16, hs[12] | (unsigned)hs[13] << 16,
                           hs[14] | (unsigned)hs[15] << 16);
-        if (kq == 0) Kd[kH16KScale + ki] = inv;
+        if (kq == 0) {  // the row's inverse scale, and its padding zeroed (copied, never read)
+            Kd[kH16KScale + ki] = inv;
+            ((uint4 *)Kd)[ki * (kH16KLD / 8) + kC / 8] = make_uint4(0u, 0u, 0u, 0u);
+        }
     };
     float *const U = a.U + u * kC * 128;
     if constexpr (!DELTA) {
@@ -272,6 +275,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         float mw, inv;
         h16_row_scale(rmW[tid], &mw, &inv);
         W[kH16WScale + tid] = inv;
+        ((uint4 *)W)[tid * (kH16WLD / 8) + 16] = make_uint4(0u, 0u, 0u, 0u);  // the row's padding (copied, never read)
     }
 #endif
 }
