@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 template <int BV, bool DELTA, bool H16, bool BULK>
 __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
-    constexpr int WLD = DK + 8, KLD = kC + 8;  // H16 row strides (halves)
+    constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
     constexpr int BUF = state128_buf(BV, H16), NB = state128_nbuf(H16);
@@ -181,7 +181,6 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
     // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W's and Kd^T's regions as the scratch
     // has them (the F16 rows, then their inverse scales), U
     auto buf_of = [&](int c) { return (float *)ssm4 + (c % NB) * BUF; };
-    static_assert(WLD == kH16WLD && KLD == kH16KLD, "the F16 rows' strides are the scratch's");
     constexpr int OFF_K = H16 ? kH16WFloats : kC * QS, OFF_U = OFF_K + (H16 ? kH16KFloats : DK * kPS);
     constexpr int OFF_WS = kH16WScale, OFF_KS = OFF_K + kH16KScale;
     // copy units: F32 W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i);
