@@ -598,15 +598,23 @@ int main(int argc, char **argv) {
     bench_delta("gdn.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_tf32prep, BF);
     bench_delta("gla.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_tf32prep, BF);
     // the state pass's F16 rows by cp.async from every thread (knob delta_chunk_bulk 1: before session
-    // 46's bulk copies) at gdn.long (BV 16) and gdn.x32.bf16 (BV 32); F32 rows at gdn.x32.bf16 (knob
-    // delta_chunk_h16 2: before session 46's rule, which takes F16 rows there) and F16 rows at
-    // gla.x32.bf16 (knob 1: where the rule keeps F32 rows)
+    // 46's bulk copies; then the output kernel runs too) at gdn.long (BV 16) and gdn.x32.bf16 (BV 32); F32
+    // rows (knob delta_chunk_h16 2: before session 46's rule for GATED_DELTA and session 47's for
+    // GATED_LINEAR, which take F16 rows there) at gdn.x32.bf16 and gla.x32.bf16
     tg_cuda_sig_knobs cpasync = dflt, phases_cp = phases, phases_f32r = phases, phases_h16 = phases;
     cpasync.delta_chunk_bulk = 1, phases_cp.delta_chunk_bulk = 1, phases_f32r.delta_chunk_h16 = 2, phases_h16.delta_chunk_h16 = 1;
     bench_delta("gdn.long/cpasync", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, cpasync, BF);
     bench_delta("gdn.x32.bf16/3p-cpasync", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_cp, BF);
     bench_delta("gdn.x32.bf16/3p-f32rows", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_f32r, BF);
-    bench_delta("gla.x32.bf16/3p-h16", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16, BF);
+    bench_delta("gla.x32.bf16/3p-f32rows", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_f32r, BF);
+    // the output kernel after the state pass (knob delta_chunk_fo 1: before session 47, which makes the
+    // output in the state pass where the F16 rows come by bulk copies at 32 columns or fewer) at gdn.long
+    // (BV 16), gdn.x32.bf16 and gla.x32.bf16 (BV 32; F16 rows forced: knob delta_chunk_h16 1)
+    tg_cuda_sig_knobs nofo = dflt, phases_nofo = phases, phases_h16_nofo = phases_h16;
+    nofo.delta_chunk_fo = 1, phases_nofo.delta_chunk_fo = 1, phases_h16_nofo.delta_chunk_fo = 1;
+    bench_delta("gdn.long/nofo", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, nofo, BF);
+    bench_delta("gdn.x32.bf16/3p-nofo", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_nofo, BF);
+    bench_delta("gla.x32.bf16/3p-h16-nofo", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16_nofo, BF);
     // BF16 q/k/v at 32, 48, 64 and 80 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
     // (H16, B 2 / 3 / 4 / 5, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs

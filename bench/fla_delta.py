@@ -4,8 +4,9 @@
 Times chunk_gated_delta_rule (GATED_DELTA: log gates, l2norm in the kernel,
 F32 initial and final state) and chunk_simple_gla (GATED_LINEAR: log gates,
 no state) from the PyPI wheels fla-core / flash-linear-attention at the
-shapes of bench.cu's rows gdn.prefill, gdn.prefill.bf16, gla.prefill and
-gdn.long, bf16 and f32 inputs, so that one GPU run prints both columns.
+shapes of bench.cu's rows gdn.prefill, gdn.prefill.bf16, gla.prefill,
+gdn.long, gdn.x32.bf16 and gla.x32.bf16, bf16 and f32 inputs, so that one GPU
+run prints both columns.
 TFLOP/s uses bench.cu's count of the chunked algorithm (delta_chunked_flops).
 
 Usage: python3 bench/fla_delta.py [out.json] [--ours tinygml-bench.json]
@@ -90,6 +91,8 @@ def main():
         ("gla.prefill", 8, 2048, 16, 128, False),
         ("gla.prefill.bf16", 8, 2048, 16, 128, False),
         ("gdn.long", 1, 16384, 16, 128, True),
+        ("gdn.x32.bf16", 2, 8192, 16, 128, True),
+        ("gla.x32.bf16", 2, 8192, 16, 128, False),
     ]
     seen = {}  # (shape, delta, dtype) -> row: gdn.prefill and gdn.prefill.bf16 share fla's runs
     for rid, B, T, H, D, delta in cases:

@@ -13,7 +13,9 @@
 //                       operands in flight by cp.async): cuda/delta_rule_state_pass.cu
 //   delta_out_kernel    per unit: O = scale (d(t,-1) Q S_c + (Q K^T (.) decay) V'); with BF16 q and
 //                       k at Dk = Dv = 128 on Hopper, delta_out_wgb_kernel instead (BF16 wgmma,
-//                       near-F32 products: cuda/sm90a/delta_rule_out_wgb.cu)
+//                       near-F32 products: cuda/sm90a/delta_rule_out_wgb.cu); none where the state
+//                       pass makes the output (fo: BF16 q, k and v, F16 rows by bulk copies, BV <=
+//                       32; delta_prep_wgb_kernel then also writes Q's and P's F16 rows)
 // Products: chunk_mma.cuh (TF32 mma.sync, ldmatrix A fragments).
 #include <algorithm>
 #include <climits>
@@ -391,11 +393,12 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
 // Bytes of the chunk-parallel form's scratch, and the regions' offsets (floats, 256-byte aligned):
 // W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit), S_c (DKP x DVP per unit), gamma, the
 // gate arrays (read only where the BF16 wgmma kernels run; 2 KB a unit, allocated either way).
-size_t phase_scratch(long long units, int DKP, int DVP, bool delta, size_t off[6]) {
-    const size_t per[6] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, (size_t)DKP * DVP, 1,
-                           (size_t)kGateWords};
+size_t phase_scratch(long long units, int DKP, int DVP, bool delta, bool fo, size_t off[8]) {
+    // W, Kd^T, U, S_c (not with fo), gamma, the gate arrays, fo's Q and P rows
+    const size_t per[8] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, fo ? 0 : (size_t)DKP * DVP, 1,
+                           (size_t)kGateWords, fo ? (size_t)kH16QFloats : 0, fo ? (size_t)kH16PFloats : 0};
     size_t total = 0;
-    for (int i = 0; i < 6; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
+    for (int i = 0; i < 8; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
     return total * sizeof(float);
 }
 
@@ -448,13 +451,6 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const size_t sp = prep_smem(a.DKP, a.DVP), so = out_smem(a.DKP);
     size_t ss = state_smem(a.DKP, BV, a.nbuf);
     if (std::max(sp, std::max(ss, so)) > (size_t)optin) return TG_OK;
-    size_t off[6];
-    const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, off);
-    if (bytes > kPhaseScratchBudget) return TG_OK;
-    float *scr = nullptr;
-    tg_status s = tg_cuda_scratch(be, bytes, (void **)&scr, call);
-    if (s != TG_OK) return s;
-    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = scr + off[3], a.gam = scr + off[4], a.G = scr + off[5];
     a.qk_vec = c.qk_vec, a.o_pair = c.o_pair;
     a.v_vec = rows16(dst->src[2], c.Dv, 0);
     // compile-time sizes where Dk = Dv = 128 with 16-byte rows: the prep and output kernels' FULL
@@ -463,38 +459,56 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     const bool full = cu->sig.delta_chunk_phase_full != 2 && cu->sig.delta_chunk_generic == 0 && c.Dk == 128 &&
                       c.Dv == 128 && a.qk_vec && a.v_vec;
     const bool s128 = full && a.nbuf == 2 && BV >= 8 && BV <= 64 && (BV & (BV - 1)) == 0;  // (a knob may give any BV)
-    // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by
-    // default at 16 columns or fewer (gdn.long, BV 16: 1,621 -> 1,509 us on an H100), where each
-    // block's copies are most of its time, and for GATED_DELTA at 32 too since the rows arrive by bulk
-    // copies (gdn.x32.bf16 948-955 -> 906-912 us, session 46; GATED_LINEAR's gla.x32.bf16 673 -> 711:
-    // F32 rows); not at 64 (gdn.prefill.bf16/3p 1,416 -> 1,483: 231 registers instead of 136, and
-    // that pass waits less on its copies); knob delta_chunk_h16
-    const int hk = cu->sig.delta_chunk_h16;
-    a.h16 = s128 && (hk == 1 || (hk == 0 && (BV <= 16 || (BV <= 32 && a.delta)))) && state128_smem(BV, true) <= (size_t)optin;
-    // F16 rows by bulk copies (knob delta_chunk_bulk 0) where the device and the build's code are
-    // compute capability 9.0 or later
-    const bool bulk = a.h16 && tg_cuda_delta_bulk_ready(be);
-    int si = 0;
-    const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, bulk, s128, &si);
-    if (s128) ss = state128_smem(BV, a.h16);
     const phase_fn prep = full ? delta_prep_kernel<true> : delta_prep_kernel<false>;
     // the prep kernel on BF16 wgmma where the full instances run with BF16 k and v (knobs delta_chunk_wg
     // and delta_chunk_prep 0, a device with the build's wgmma code): the same outputs from near-F32 products, two blocks
     // an SM (delta_prep_kernel<true>: TF32 products)
     const bool pwgb = full && c.k.type == TG_TYPE_BF16 && c.v.type == TG_TYPE_BF16 && cu->sig.delta_chunk_wg == 0 &&
                       cu->sig.delta_chunk_prep == 0 && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_prep_wgb_smem() <= (size_t)optin;
-    const phase_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
-    size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 29 <= tg_cuda_impl::TG_CUDA_DSMEM_WG, "slots 0-28 of the phases");
-    if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
-        return s;
-    if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     // the output kernel on BF16 wgmma where the full instances run with BF16 q and k (knob
     // delta_chunk_wg 0, a device with the build's wgmma code): near-F32 products where
     // delta_out_kernel rounds to TF32
     const bool owgb = full && c.q.type == TG_TYPE_BF16 && c.k.type == TG_TYPE_BF16 && cu->sig.delta_chunk_wg == 0 &&
                       tg_cuda_delta_wg_ready(be) && tg_cuda_delta_out_wgb_smem() <= (size_t)optin;
-    if ((s = owgb ? tg_cuda_delta_out_wgb_limit(be) : smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK) return s;
+    // the output made by the state pass (knob delta_chunk_fo 0) where both BF16 kernels would run, the F16
+    // rows can come by bulk copies, at 32 value columns or fewer and where its buffers fit: the prep kernel
+    // writes Q's and P's F16 rows, no output kernel runs (TF32 products for the output; gdn.long 944-947
+    // -> 847-848 us, gdn.x32.bf16 900-902 -> 730-754 on an H100, session 47)
+    const bool fo_ok = s128 && pwgb && owgb && BV <= 32 && cu->sig.delta_chunk_fo == 0 && tg_cuda_delta_bulk_ready(be) &&
+                       state128_smem(BV, true, true) <= (size_t)optin;
+    // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by
+    // default at 16 columns or fewer (gdn.long, BV 16: 1,621 -> 1,509 us on an H100), where each
+    // block's copies are most of its time, and at 32 for GATED_DELTA since the rows arrive by bulk
+    // copies (gdn.x32.bf16 948-955 -> 906-912 us, session 46; GATED_LINEAR's gla.x32.bf16 673 -> 711:
+    // F32 rows) and for either mode where the state pass makes the output (gla.x32.bf16 661 -> 545,
+    // session 47); not at 64 (gdn.prefill.bf16/3p 1,416 -> 1,483: 231 registers instead of 136, and
+    // that pass waits less on its copies); knob delta_chunk_h16
+    const int hk = cu->sig.delta_chunk_h16;
+    a.h16 = s128 && (hk == 1 || (hk == 0 && (BV <= 16 || (BV <= 32 && (a.delta || fo_ok))))) &&
+            state128_smem(BV, true) <= (size_t)optin;
+    // F16 rows by bulk copies (knob delta_chunk_bulk 0) where the device and the build's code are
+    // compute capability 9.0 or later
+    const bool bulk = a.h16 && tg_cuda_delta_bulk_ready(be);
+    a.fo = fo_ok && a.h16 && bulk;
+    int si = 0;
+    const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, bulk, a.fo, s128, &si);
+    if (s128) ss = state128_smem(BV, a.h16, a.fo);
+    const phase_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
+    size_t off[8];
+    const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, a.fo, off);
+    if (bytes > kPhaseScratchBudget) return TG_OK;
+    float *scr = nullptr;
+    tg_status s = tg_cuda_scratch(be, bytes, (void **)&scr, call);
+    if (s != TG_OK) return s;
+    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = a.fo ? nullptr : scr + off[3], a.gam = scr + off[4];
+    a.G = scr + off[5], a.Qh = a.fo ? scr + off[6] : nullptr, a.Ph = a.fo ? scr + off[7] : nullptr;
+    size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 35 <= tg_cuda_impl::TG_CUDA_DSMEM_WG, "slots 0-34 of the phases");
+    if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
+        return s;
+    if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
+    if (!a.fo && (s = owgb ? tg_cuda_delta_out_wgb_limit(be) : smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK)
+        return s;
     *taken = true;
     if (pwgb || owgb) {  // the gate arrays (and gamma) for them
         delta_gates_kernel<<<(unsigned)((units + 7) / 8), 256, 0, cu->stream>>>(a, units);
@@ -505,12 +519,14 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     TG_CUDA_LAUNCHED(be, call);
     state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), 256, ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);
-    else out<<<(unsigned)units, 256, so, cu->stream>>>(a);
-    TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s%s", a.DKP, BV, s128 ? state128_nbuf(a.h16) : a.nbuf,
-             s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "", bulk ? "/bulk" : "", a.qk_vec ? "" : "/scalar",
-             pwgb ? "/pwgb" : "", owgb ? "/owgb" : "");
+    if (!a.fo) {
+        if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);
+        else out<<<(unsigned)units, 256, so, cu->stream>>>(a);
+        TG_CUDA_LAUNCHED(be, call);
+    }
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s%s", a.DKP, BV,
+             s128 ? state128_nbuf(a.h16, a.fo, BV) : a.nbuf, s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "",
+             bulk ? "/bulk" : "", a.qk_vec ? "" : "/scalar", pwgb ? "/pwgb" : "", a.fo ? "/fo" : owgb ? "/owgb" : "");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

@@ -18,9 +18,11 @@ struct phase_args {
     int o_pair;             // output column pairs (j even) store as one
     int BV, nslices, nbuf;  // state pass: value columns per block, slices per head, load buffers
     int h16;                // FULL prep and delta_state128_kernel<.., true>: W and Kd^T as F16 (below)
+    int fo;                 // the output made by the state pass (delta_prep_wgb_kernel writes Qh, Ph; below)
     // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
-    // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP), gamma
-    float *W, *Kd, *U, *S, *gam;
+    // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP; not with fo), gamma; fo: Qh (kH16QFloats), Ph
+    // (kH16PFloats)
+    float *W, *Kd, *U, *S, *gam, *Qh, *Ph;
     // (the BF16 wgmma prep and output kernels) unit u's gate arrays as chunk_gates leaves them, kGateWords
     // words at G + u kGateWords: sL, sSg, sB, sD0, sDl, sEp, sEm (kC floats each), sZ (kC ints), the
     // flags and 3 zero words; written by delta_gates_kernel, copied by cp.async beside the tiles
@@ -42,6 +44,18 @@ constexpr int kH16KScale = 128 * kH16KLD / 2;               // ... before Kd^T's
 constexpr int kH16WFloats = kH16WScale + kC, kH16KFloats = kH16KScale + 128;  // each region (floats)
 static_assert(kH16WFloats <= kC * 128 && kH16KFloats <= kC * 128 && kH16WFloats % 4 == 0 && kH16KFloats % 4 == 0,
               "the F16 regions fit the F32 ones, in 16-byte units");
+// fo (the output made by the state pass, delta_prep_wgb_kernel's BF16 q): unit u's raw q rows as F16
+// in W's layout (kC rows at a stride of kH16WLD, each 8-column group permuted, a power-of-two scale a
+// row putting its largest magnitude in [1, 2): every BF16 value of at least 2^-14 of it exact), then
+// kC floats qs_t (the row's inverse scale times 1 / |q_t| with l2norm) and kC floats d(t, -1), the
+// row's decay from the chunk's start; and P = Q K^T (.) d(t, s) / |q_t| |k_s| (s <= t, else 0) as F16
+// rows of kC at a stride of kH16PLD (permuted likewise), each row's four 16-column blocks with a
+// power-of-two scale of their own (so that the prep makes them within a warp), then the 4 kC inverse
+// scales (row t's block b at 4 t + b).
+constexpr int kH16PLD = kC + 8;
+constexpr int kH16QFloats = kH16WScale + 2 * kC;
+constexpr int kH16PScale = kC * kH16PLD / 2, kH16PFloats = kH16PScale + 4 * kC;
+static_assert(kH16QFloats % 4 == 0 && kH16PFloats % 4 == 0, "the fo regions in 16-byte units");
 constexpr int kGateWords = 8 * kC + 4;  // a unit's gate arrays (G): 2064 bytes, 129 16-byte units
 // Unit x = (b Hv + h) NC + c of the chunk-parallel form: chunk c of value head h (key head hk) of
 // sequence b, its first token t0 and its n tokens (kC but in a short last chunk)
@@ -65,20 +79,23 @@ inline size_t state_smem(int DKP, int BV, int nbuf) {
 }
 // delta_state128_kernel's load buffer in floats (Dk = Dv = 128): F32 as state_buf(128, BV); F16: W's and
 // Kd^T's regions as the scratch has them (row strides of 16 mod 128 bytes: ldmatrix without bank
-// conflicts; each row's inverse scales after the rows), then the U slice. F16 takes three buffers, F32 two.
-constexpr int state128_buf(int BV, bool h16) {
-    return h16 ? kH16WFloats + kH16KFloats + kC * (BV + 8) : kC * 132 + 128 * kPS + kC * (BV + 8);
+// conflicts; each row's inverse scales after the rows), then (fo) Qh's and Ph's, then the U slice.
+// F16 takes three buffers (fo at 32 columns: two), F32 two.
+constexpr int state128_buf(int BV, bool h16, bool fo = false) {
+    return h16 ? kH16WFloats + kH16KFloats + (fo ? kH16QFloats + kH16PFloats : 0) + kC * (BV + 8)
+               : kC * 132 + 128 * kPS + kC * (BV + 8);
 }
-constexpr int state128_nbuf(bool h16) { return h16 ? 3 : 2; }
-inline size_t state128_smem(int BV, bool h16) {  // (+ 32 bytes: the bulk copies' mbarriers)
-    return ((size_t)state128_nbuf(h16) * state128_buf(BV, h16) + (size_t)128 * (BV + 8)) * 4 + 32;
+constexpr int state128_nbuf(bool h16, bool fo = false, int BV = 0) { return h16 ? (fo && BV > 16 ? 2 : 3) : 2; }
+inline size_t state128_smem(int BV, bool h16, bool fo = false) {  // (+ 32 bytes: the bulk copies' mbarriers)
+    return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo) + (size_t)128 * (BV + 8)) * 4 + 32;
 }
 
 // The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows
-// where h16, copied by bulk copies where bulk too) where s128, else delta_state_kernel; *slot: its
-// index among the phases' shared-memory slots (1, 3-10, 13-28).
+// where h16, copied by bulk copies where bulk too; the output made there too where fo: bulk, BV <= 32)
+// where s128, else delta_state_kernel; *slot: its index among the phases' shared-memory slots (1,
+// 3-10, 13-34).
 using phase_fn = void (*)(phase_args);
-phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, int *slot);
+phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool fo, bool s128, int *slot);
 
 // The output kernel with BF16 q and k on BF16 wgmma (cuda/sm90a/delta_rule_out_wgb.cu; Dk = Dv = 128,
 // 16-byte rows): its shared memory (0 where the build has no sm_90a code), its limit raised (before

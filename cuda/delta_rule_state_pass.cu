@@ -140,15 +140,24 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // buffer's mbarrier, where cp.async took 2,288 16-byte copies per chunk, ~9 from every thread (the U
 // slice stays on cp.async); the same bytes in the same places (gdn.long 975-990 -> 960 us on an H100,
 // session 46).
-template <int BV, bool DELTA, bool H16, bool BULK>
+// FO (bulk copies, BV <= 32): the output too, so that neither S_c nor V' goes through memory and no
+// output kernel runs: each chunk's buffer also holds Q's and P's F16 rows (delta_prep_wgb_kernel's,
+// delta_rule_phases.cuh); the warp that makes a tile of W S makes the same tile of Q S_c from the same
+// B fragments, and after the second barrier the tile of P V' (one product per 16-token block, times
+// that block's row scales), beside Kd^T V'; O = scale (d(t, -1) qs_t Q S_c + P V') for the chunk's
+// tokens is stored from registers. GATED_LINEAR then needs the second barrier too (Q S_c reads the
+// rows of S that other warps update). The products are TF32 (S_c, V' and the F16 rows' values), where
+// the output kernel's are near-F32.
+template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
 __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
-    constexpr int BUF = state128_buf(BV, H16), NB = state128_nbuf(H16);
+    constexpr int BUF = state128_buf(BV, H16, FO), NB = state128_nbuf(H16, FO, BV);
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
     static_assert(!BULK || H16, "bulk copies: F16 rows");
+    static_assert(!FO || (BULK && BV <= 32), "the output in the state pass: bulk copies, 32 columns or fewer");
     static_assert(BUF % 4 == 0 && (kC * WLD / 2) % 4 == 0 && (DK * KLD / 2) % 4 == 0, "16-byte aligned regions");
     extern __shared__ float4 ssm4[];
     float *const sS = (float *)ssm4 + NB * BUF;
@@ -181,7 +190,8 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
     // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W's and Kd^T's regions as the scratch
     // has them (the F16 rows, then their inverse scales), U
     auto buf_of = [&](int c) { return (float *)ssm4 + (c % NB) * BUF; };
-    constexpr int OFF_K = H16 ? kH16WFloats : kC * QS, OFF_U = OFF_K + (H16 ? kH16KFloats : DK * kPS);
+    constexpr int OFF_K = H16 ? kH16WFloats : kC * QS, OFF_Q = OFF_K + kH16KFloats, OFF_P = OFF_Q + kH16QFloats;
+    constexpr int OFF_U = FO ? OFF_P + kH16PFloats : OFF_K + (H16 ? kH16KFloats : DK * kPS);
     constexpr int OFF_WS = kH16WScale, OFF_KS = OFF_K + kH16KScale;
     // copy units: F32 W 64 rows x 32 (row (tid >> 5) + 8 i), Kd^T 128 rows x 16 (row (tid >> 4) + 16 i);
     // H16 each region's 16-byte units in order (or one bulk copy each); the U slice 64 rows x BV / 4
@@ -197,9 +207,13 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
         if constexpr (BULK) {  // thread 0: one bulk copy per region, counted by the buffer's mbarrier
             if (tid == 0) {
                 unsigned long long *bar = &full[c % NB];
-                mbar_expect(bar, (DELTA ? kH16WFloats * 4 : 0) + kH16KFloats * 4);
+                mbar_expect(bar, (DELTA ? kH16WFloats * 4 : 0) + kH16KFloats * 4 + (FO ? (kH16QFloats + kH16PFloats) * 4 : 0));
                 if (DELTA) bulk_copy(bf, W, kH16WFloats * 4, bar);
                 bulk_copy(bf + OFF_K, Kd, kH16KFloats * 4, bar);
+                if (FO) {
+                    bulk_copy(bf + OFF_Q, a.Qh + u * kH16QFloats, kH16QFloats * 4, bar);
+                    bulk_copy(bf + OFF_P, a.Ph + u * kH16PFloats, kH16PFloats * 4, bar);
+                }
             }
         } else if constexpr (H16) {  // each region's 16-byte units in order
             if (DELTA)
@@ -227,7 +241,7 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
         // S_c, the state at the chunk's start: the warp's 16 rows from sS (which the warp itself wrote at the
         // end of chunk c - 1; c 0: the load above, behind its barrier), in 16-byte stores (the per-register
         // float2 stores compiled to 4-byte ones, and their queue held up the loop: session 44's profile)
-        {
+        if constexpr (!FO) {
             float *Sc = a.S + u * (DK * DV) + j0 + 16 * warp * DV;
             const float *src = sS + 16 * warp * VS;
             __syncwarp();
@@ -242,20 +256,59 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
             fence_async_smem();  // this thread's accesses of chunk c - 1's buffer before its next bulk copies
             mbar_wait(&full[c % NB], (unsigned)(c / NB) & 1u);
         }
-        if (H16 && c + 1 < a.NC) cp_async_wait_prior1();
+        if (NB == 3 && c + 1 < a.NC) cp_async_wait_prior1();
         else cp_async_wait_all();
         __syncthreads();  // chunk c's buffer and sS (written at the end of chunk c - 1) are in place
         // the buffer of chunk c + NB - 1 was chunk c - 1's: every warp is past it
         if (c + NB - 1 < a.NC) issue(c + NB - 1);
         const float *bf = buf_of(c);
         float *sU = (float *)bf + OFF_U;
-        if (DELTA && (WT >= 8 || warp < WT)) {  // V' = U - W S_c, into sU and the scratch's U
+        // the warp's tiles of W S (and FO: of Q S_c and P V'): rows m0 .., columns nb + 8 r (r < WN)
+        const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
+        const bool tiles = WT >= 8 || warp < WT;
+        float o[WN][4];  // FO: the warp's tiles of O
+        if (FO && tiles) {  // Q S_c (and DELTA: V' = U - W S_c into sU) from the same B fragments
+            float acc[2][WN][4], accq[2][WN][4];
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+#pragma unroll
+                for (int r = 0; r < WN; r++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[p][r][e] = accq[p][r][e] = 0.0f;
+#pragma unroll
+            for (int k0 = 0; k0 < DK; k0 += 16) {
+                frag_a f0 = {}, f1 = {}, q0, q1;
+                if (DELTA) lda16_rows2((const __half *)bf, WLD, m0, k0, f0, f1);
+                lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, q0, q1);
+#pragma unroll
+                for (int r = 0; r < WN; r++) {
+                    const frag_b b0 = ldb_cols(sS, VS, k0, nb + 8 * r), b1 = ldb_cols(sS, VS, k0 + 8, nb + 8 * r);
+                    if (DELTA) mma_tf32(acc[0][r], f0, b0), mma_tf32(acc[1][r], f1, b1);
+                    mma_tf32(accq[0][r], q0, b0), mma_tf32(accq[1][r], q1, b1);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
+                const float ws = DELTA ? bf[OFF_WS + t] : 1.0f, qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
+#pragma unroll
+                for (int r = 0; r < WN; r++) {
+                    const int n = nb + 8 * r + 2 * c4;
+                    o[r][e] = keep_zero_mul(d0, (accq[0][r][e] + accq[1][r][e]) * qs);
+                    o[r][e + 1] = keep_zero_mul(d0, (accq[0][r][e + 1] + accq[1][r][e + 1]) * qs);
+                    if (DELTA) {
+                        const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]) * ws);
+                        const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]) * ws);
+                        *(float2 *)&sU[t * VS + n] = make_float2(x, y);
+                    }
+                }
+            }
+        } else if (DELTA && tiles) {  // V' = U - W S_c, into sU and the scratch's U
             float acc[2][WN][4];
 #pragma unroll
             for (int p = 0; p < 2; p++)
 #pragma unroll
                 for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
-            const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
             if constexpr (H16) {
 #pragma unroll
                 for (int k0 = 0; k0 < DK; k0 += 16) {
@@ -288,8 +341,8 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
                 }
             }
         }
-        if (DELTA) {
-            __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+        if (DELTA || FO) __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+        if (DELTA && !FO) {
             // V' into the scratch's U from sU, 16-byte units (read again by the product below; the buffer is
             // next written after chunk c + 1's first barrier)
             float *U = a.U + u * (kC * DV) + j0;
@@ -314,6 +367,32 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
                 for (int r = 0; r < NTN; r++) {
                     mma_tf32(acc[r], f0, ldb_cols(sU, VS, k0, 8 * r));
                     mma_tf32(acc[r], f1, ldb_cols(sU, VS, k0 + 8, 8 * r));
+                }
+                if (FO && tiles) {  // O += P V' over this 16-token block, times the block's row scales
+                    frag_a p0, p1;
+                    lda16_rows2((const __half *)(bf + OFF_P), kH16PLD, m0, k0, p0, p1);
+                    const float ps0 = bf[OFF_P + kH16PScale + 4 * (m0 + g) + k0 / 16];
+                    const float ps1 = bf[OFF_P + kH16PScale + 4 * (m0 + g + 8) + k0 / 16];
+#pragma unroll
+                    for (int r = 0; r < WN; r++) {
+                        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_tf32(x, p0, ldb_cols(sU, VS, k0, nb + 8 * r));
+                        mma_tf32(x, p1, ldb_cols(sU, VS, k0 + 8, nb + 8 * r));
+                        o[r][0] += x[0] * ps0, o[r][1] += x[1] * ps0, o[r][2] += x[2] * ps1, o[r][3] += x[3] * ps1;
+                    }
+                }
+            }
+            if (FO && tiles) {  // the chunk's rows of O (those of its n tokens)
+                const long long t0 = (long long)c * kC;
+                const int nrows = a.T - t0 < kC ? (int)(a.T - t0) : kC;
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = m0 + g + 4 * e;
+                    if (t >= nrows) continue;
+#pragma unroll
+                    for (int r = 0; r < WN; r++)
+                        store_pair(tg_cuda_ptr(a.o, j0 + nb + 8 * r + 2 * c4, h, t0 + t, b), a.o.nb[0], a.o.type,
+                                   a.scale * o[r][e], a.scale * o[r][e + 1], true, a.o_pair);
                 }
             }
         } else {
@@ -348,30 +427,39 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
 
 }  // namespace
 
-phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, int *slot) {
+phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool fo, bool s128, int *slot) {
     if (!s128) {
         *slot = 1;
         return delta_state_kernel;
     }
     const int ib = BV == 8 ? 0 : BV == 16 ? 1 : BV == 32 ? 2 : 3;
+    if (fo && h16 && bulk && ib < 3) {
+        static const phase_fn tf[2][3] = {
+            {delta_state128_kernel<8, false, true, true, true>, delta_state128_kernel<16, false, true, true, true>,
+             delta_state128_kernel<32, false, true, true, true>},
+            {delta_state128_kernel<8, true, true, true, true>, delta_state128_kernel<16, true, true, true, true>,
+             delta_state128_kernel<32, true, true, true, true>}};
+        *slot = 29 + 3 * (delta ? 1 : 0) + ib;
+        return tf[delta ? 1 : 0][ib];
+    }
     if (h16 && bulk) {
         static const phase_fn tb[2][4] = {
-            {delta_state128_kernel<8, false, true, true>, delta_state128_kernel<16, false, true, true>,
-             delta_state128_kernel<32, false, true, true>, delta_state128_kernel<64, false, true, true>},
-            {delta_state128_kernel<8, true, true, true>, delta_state128_kernel<16, true, true, true>,
-             delta_state128_kernel<32, true, true, true>, delta_state128_kernel<64, true, true, true>}};
+            {delta_state128_kernel<8, false, true, true, false>, delta_state128_kernel<16, false, true, true, false>,
+             delta_state128_kernel<32, false, true, true, false>, delta_state128_kernel<64, false, true, true, false>},
+            {delta_state128_kernel<8, true, true, true, false>, delta_state128_kernel<16, true, true, true, false>,
+             delta_state128_kernel<32, true, true, true, false>, delta_state128_kernel<64, true, true, true, false>}};
         *slot = 21 + 4 * (delta ? 1 : 0) + ib;
         return tb[delta ? 1 : 0][ib];
     }
     static const phase_fn tab[2][2][4] = {
-        {{delta_state128_kernel<8, false, false, false>, delta_state128_kernel<16, false, false, false>,
-          delta_state128_kernel<32, false, false, false>, delta_state128_kernel<64, false, false, false>},
-         {delta_state128_kernel<8, true, false, false>, delta_state128_kernel<16, true, false, false>,
-          delta_state128_kernel<32, true, false, false>, delta_state128_kernel<64, true, false, false>}},
-        {{delta_state128_kernel<8, false, true, false>, delta_state128_kernel<16, false, true, false>,
-          delta_state128_kernel<32, false, true, false>, delta_state128_kernel<64, false, true, false>},
-         {delta_state128_kernel<8, true, true, false>, delta_state128_kernel<16, true, true, false>,
-          delta_state128_kernel<32, true, true, false>, delta_state128_kernel<64, true, true, false>}}};
+        {{delta_state128_kernel<8, false, false, false, false>, delta_state128_kernel<16, false, false, false, false>,
+          delta_state128_kernel<32, false, false, false, false>, delta_state128_kernel<64, false, false, false, false>},
+         {delta_state128_kernel<8, true, false, false, false>, delta_state128_kernel<16, true, false, false, false>,
+          delta_state128_kernel<32, true, false, false, false>, delta_state128_kernel<64, true, false, false, false>}},
+        {{delta_state128_kernel<8, false, true, false, false>, delta_state128_kernel<16, false, true, false, false>,
+          delta_state128_kernel<32, false, true, false, false>, delta_state128_kernel<64, false, true, false, false>},
+         {delta_state128_kernel<8, true, true, false, false>, delta_state128_kernel<16, true, true, false, false>,
+          delta_state128_kernel<32, true, true, false, false>, delta_state128_kernel<64, true, true, false, false>}}};
     *slot = 3 + 4 * (delta ? 1 : 0) + ib + (h16 ? 10 : 0);
     return tab[h16 ? 1 : 0][delta ? 1 : 0][ib];
 }
@@ -380,7 +468,7 @@ phase_fn state_pass_kernel(int BV, bool delta, bool h16, bool bulk, bool s128, i
 
 bool tg_cuda_delta_state_bulk_built() {
     cudaFuncAttributes fa = {};
-    if (cudaFuncGetAttributes(&fa, tg_chunk::delta_state128_kernel<16, true, true, true>) != cudaSuccess)
+    if (cudaFuncGetAttributes(&fa, tg_chunk::delta_state128_kernel<16, true, true, true, false>) != cudaSuccess)
         return (void)cudaGetLastError(), false;  // (clears only the error this call made)
     return fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
 }

@@ -101,6 +101,13 @@ struct tg_cuda_sig_knobs {
     // later (tg_cuda_delta_bulk_ready); 1 the regions as 16-byte cp.async from every thread (before /
     // after: bench row gdn.long/cpasync, session 46). Env TG_CUDA_DELTA_BULK=0 sets 1.
     int delta_chunk_bulk = 0;
+    // the chunk-parallel form's output (BF16 q, k and v at Dk = Dv = 128, F16 rows by bulk copies, 32
+    // value columns or fewer): 0 auto, made by the state pass from the chunk's state in registers,
+    // with q's F16 rows and P = Q K^T (.) decay as F16 rows written by the prep kernel (no S_c or V'
+    // through memory, no output kernel: cuda/delta_rule_state_pass.cu); 1 by the output kernel
+    // (delta_out_wgb_kernel, before / after: bench row gdn.long/nofo, session 47). Env
+    // TG_CUDA_DELTA_FO=0 sets 1.
+    int delta_chunk_fo = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

@@ -24,6 +24,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     int h16_knob = 0;  // knob delta_chunk_h16 as the backend has it (env TG_CUDA_DELTA_H16)
     int prep_knob = 0;  // knob delta_chunk_prep (env TG_CUDA_DELTA_PREP)
     int bulk_knob = 0;  // knob delta_chunk_bulk (env TG_CUDA_DELTA_BULK)
+    int fo_knob = 0;  // knob delta_chunk_fo (env TG_CUDA_DELTA_FO)
     bool bulk_ready = false;  // tg_cuda_delta_bulk_ready with the case's knobs
     int wg_state = -1;  // tg_cuda_delta_wgmma_state with the case's knobs
     [[maybe_unused]] int sms = 132;  // the SM count the backend's rules use (tg_cuda_sm_count)
@@ -34,6 +35,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         if (c.h16 != 0) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_h16 = c.h16;
         prep_knob = saved.delta_chunk_prep;
         bulk_knob = saved.delta_chunk_bulk;
+        fo_knob = saved.delta_chunk_fo;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = c.bv;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
@@ -98,6 +100,14 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     }
 #endif
     const bool phases = variant.rfind("chunked-3p", 0) == 0;
+    // the chunk-parallel form's BF16 output kernel (delta_out_wgb_kernel) where the full instances run with
+    // BF16 q/k on a device with wgmma, unless knob delta_chunk_wg says no; its BF16 prep kernel where k and v
+    // are BF16 (delta_prep_wgb_kernel, whatever q's type; unless knob delta_chunk_prep says no)
+    const bool full3 = phases && variant.find("/full") != std::string::npos;
+    const bool owgb = full3 && c.io == TG_TYPE_BF16 && q_type(c) == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0;
+    const bool pwgb = full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0 && prep_knob == 0;
+    // where the state pass may make the output (fo: both, bulk copies, knob delta_chunk_fo 0; 32 columns or fewer)
+    const bool fo_ok = owgb && pwgb && bulk_ready && fo_knob == 0 && variant.find("/full-s128") != std::string::npos;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
     if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
     // the chunk-parallel form at Dk = Dv = 128 (contiguous 16-byte rows here) with the knob: compile-time
@@ -108,10 +118,10 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         if (bv_le64 && (variant.find("/nb2") != std::string::npos || variant.find("/nb3") != std::string::npos))
             EXPECT_NE(variant.find("/full-s128"), std::string::npos) << variant;
         // W and Kd^T as F16 rows (three buffers of at most 55 KB fit wherever two of F32 do) where
-        // knob delta_chunk_h16 is 1, or 0 (auto) at 16 columns or fewer, or 32 with GATED_DELTA; else
-        // F32 rows (H16RowsMatchF32Rows compares the two)
+        // knob delta_chunk_h16 is 1, or 0 (auto) at 16 columns or fewer, or 32 with GATED_DELTA or where
+        // the state pass may make the output; else F32 rows (H16RowsMatchF32Rows compares the two)
         const bool narrow = variant.find("/bv8/") != std::string::npos || variant.find("/bv16/") != std::string::npos ||
-                            (variant.find("/bv32/") != std::string::npos && c.mode == TG_DELTA_GATED_DELTA);
+                            (variant.find("/bv32/") != std::string::npos && (c.mode == TG_DELTA_GATED_DELTA || fo_ok));
         const bool want_h16 = variant.find("/full-s128") != std::string::npos && (h16_knob == 1 || (h16_knob == 0 && narrow));
         EXPECT_EQ(variant.find("/h16") != std::string::npos, want_h16) << variant;
         // F16 rows by bulk copies unless knob delta_chunk_bulk says no, on a compute capability 9.0 device
@@ -120,18 +130,17 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         if (bulk_knob != 0) EXPECT_FALSE(bulk_ready);
     }
     if (phases && !phase_full) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;  // knob 2
-    // the output kernel on BF16 wgmma (delta_out_wgb_kernel) where the full instances run with BF16 q/k
-    // on a device with wgmma, unless knob delta_chunk_wg says no
+    // the BF16 prep and output kernels where they run (above)
     if (phases) {
-        const bool full3 = variant.find("/full") != std::string::npos;
-        EXPECT_EQ(variant.find("/owgb") != std::string::npos,
-                  full3 && c.io == TG_TYPE_BF16 && q_type(c) == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0)
-            << variant;
-        // ... and the prep kernel where k and v are BF16 (delta_prep_wgb_kernel, whatever q's type; unless knob
-        // delta_chunk_prep says no)
-        EXPECT_EQ(variant.find("/pwgb") != std::string::npos,
-                  full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0 && prep_knob == 0)
-            << variant;
+        EXPECT_EQ(variant.find("/pwgb") != std::string::npos, pwgb) << variant;
+        // the output made by the state pass instead (no output kernel) where both would run, the F16 rows come
+        // by bulk copies and the slice has 32 columns or fewer, unless knob delta_chunk_fo says no
+        // (FusedOutputMatchesOutputKernel compares the two)
+        const bool narrow32 = variant.find("/bv8/") != std::string::npos || variant.find("/bv16/") != std::string::npos ||
+                              variant.find("/bv32/") != std::string::npos;
+        const bool fo = fo_ok && variant.find("/h16/bulk") != std::string::npos && narrow32;
+        EXPECT_EQ(variant.find("/fo") != std::string::npos, fo) << variant;
+        EXPECT_EQ(variant.find("/owgb") != std::string::npos, owgb && !fo) << variant;
     }
     // (delta_wgb_kernel's hi/lo BF16 products are near-F32: ~3e-6 in the host emulator; its own tier
     // keeps a lost lo product, 1.5e-3..1.9e-3 there, from passing)

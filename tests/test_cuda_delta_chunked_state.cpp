@@ -1,6 +1,6 @@
 // test_cuda_delta_chunked_state.cpp - the chunked delta rule's state on CUDA: T split anywhere
 // equals one call (output and final state), W and Kd^T as F16 rows match F32 rows, the state pass's
-// bulk copies match its cp.async ones, a NaN reaches only its own head and later tokens, and a graph
+// bulk copies match its cp.async ones, its output matches the output kernel's, a NaN reaches only its own head and later tokens, and a graph
 // that found a bad id leaves every delta-rule state as it was (each kernel: the device error record). Cases and oracle: cuda_delta_chunked_util.h.
 #include "cuda_delta_chunked_util.h"
 
@@ -52,16 +52,16 @@ TEST_F(CudaDeltaChunkedState, SplitEqualsOneCall) {
 
 // One case run twice through the chunk-parallel form's compile-time kernels (knobs delta_chunk_fused 2,
 // phase_full 1, the case's bv), run i with the knobs set(i, knobs) leaves: NaN and +-inf exactly where
-// run 1 gives them (and somewhere where the case has a bad key, nowhere else), the finite rest within
-// tol (relative L2; 0: the same values), outputs and final state; run 0 within 2e-3 of the float64 oracle where no key is
-// bad. k is scaled by kmul first.
+// run 1 gives them (classes: only non-finite vs finite), and somewhere where the case has a bad key,
+// nowhere else; the finite rest within tol (relative L2; 0: the same values), outputs and final state;
+// run 0 within 2e-3 of the float64 oracle where no key is bad. k is scaled by kmul first.
 struct hcase {
     ck_case c;
     float kmul;
     int bad_token;  // >= 0: one element of that token's key is bad_value
     float bad_value = NAN;
 };
-template <typename Set> void run_pair(const hcase &w, Set set, std::string (&var)[2], double tol) {
+template <typename Set> void run_pair(const hcase &w, Set set, std::string (&var)[2], double tol, bool classes = true) {
     SCOPED_TRACE(w.c.name);
     ck_data d = make_ck(w.c, 77);
     for (float &x : d.k) x *= w.kmul;
@@ -86,7 +86,7 @@ template <typename Set> void run_pair(const hcase &w, Set set, std::string (&var
         for (size_t j = 0; j < d.s0.size(); j++) s[i].push_back(st[i].get(j));
     auto agree = [&](const std::vector<float> &a, const std::vector<float> &b, const char *what) {
         ASSERT_EQ(a.size(), b.size());
-        auto cls = [](float x) { return std::isnan(x) ? 3 : std::isinf(x) ? (x > 0 ? 1 : 2) : 0; };
+        auto cls = [&](float x) { return std::isfinite(x) ? 0 : !classes ? 1 : std::isnan(x) ? 3 : x > 0 ? 1 : 2; };
         std::vector<float> fa;
         std::vector<double> fb;
         size_t bad_a = 0, bad_b = 0, mismatch = 0;
@@ -134,11 +134,27 @@ TEST_F(CudaDeltaChunkedState, H16RowsMatchF32Rows) {
         run_pair(w, [](int i, [[maybe_unused]] void *kn) {
 #ifdef TG_HAVE_CUDA
             ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = i == 0 ? 1 : 2;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_fo = 1;  // (the output kernel both times: fo needs F16 rows)
 #endif
         }, var, 1e-5);
         EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
         EXPECT_EQ(var[1].find("/h16"), std::string::npos) << var[1];
     }
+}
+
+// Whether the backend takes bulk copies where knob delta_chunk_bulk is 0 (a compute capability 9.0 device
+// and code built for it), whatever the knob says now.
+bool bulk_capable() {
+#ifdef TG_HAVE_CUDA
+    tg_cuda_sig_knobs *kn = tg_cuda_knobs(CudaSig::gpu);
+    const int saved = kn->delta_chunk_bulk;
+    kn->delta_chunk_bulk = 0;
+    const bool ready = tg_cuda_delta_bulk_ready(CudaSig::gpu);
+    kn->delta_chunk_bulk = saved;
+    return ready;
+#else
+    return false;
+#endif
 }
 
 // The state pass's copies of F16 rows as bulk copies counted by mbarriers (knob delta_chunk_bulk 0, a
@@ -165,18 +181,56 @@ TEST_F(CudaDeltaChunkedState, BulkCopiesMatchCpAsync) {
 #ifdef TG_HAVE_CUDA
             ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = 1;
             ((tg_cuda_sig_knobs *)kn)->delta_chunk_bulk = i == 0 ? 0 : 1;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_fo = 1;  // (the output kernel both times: fo needs bulk copies)
 #endif
         }, var, 0.0);
         EXPECT_NE(var[0].find("/h16"), std::string::npos) << var[0];
         EXPECT_EQ(var[1].find("/bulk"), std::string::npos) << var[1];
-#ifdef TG_HAVE_CUDA
         // (the knob is 0 in run 0: ready means a compute capability 9.0 device and code built for it)
-        tg_cuda_sig_knobs *kn = tg_cuda_knobs(CudaSig::gpu);
-        const int saved = kn->delta_chunk_bulk;
-        kn->delta_chunk_bulk = 0;
-        const bool ready = tg_cuda_delta_bulk_ready(CudaSig::gpu);
-        kn->delta_chunk_bulk = saved;
-        EXPECT_EQ(var[0].find("/h16/bulk") != std::string::npos, ready) << var[0];
+        EXPECT_EQ(var[0].find("/h16/bulk") != std::string::npos, bulk_capable()) << var[0];
+    }
+}
+
+// The chunk-parallel form's output made by the state pass (knob delta_chunk_fo 0: Q's and P's F16 rows
+// from the prep kernel, TF32 products from the state in registers) against the output kernel's
+// (delta_out_wgb_kernel, near-F32 products from S_c and V' through memory; knob 1), F16 rows by bulk
+// copies both times: the two agree within the TF32 products' rounding (1e-3, 3e-3 for a BF16 output:
+// its own rounding; run 0 also within 2e-3 of the float64 oracle), non-finite values at the same places
+// (not always the same class: where the output kernel's hi / lo split of an infinite P meets a zero lo
+// of V' it makes inf * 0 = NaN, where the TF32 product gives the infinity). Cases: both modes at every slice width it takes
+// (8, 16, 32), long T, one chunk, a short last chunk without a state (rows past T unwritten), log gates
+// to -30 and -inf gates (decays that overflow: an exact zero stays zero), keys far past F16's range
+// without l2norm (2^21 times) (P's block scales), a BF16 output, a NaN key and an infinite one.
+TEST_F(CudaDeltaChunkedState, FusedOutputMatchesOutputKernel) {
+    const int Tx = S(8193, 193);
+    const hcase cases[] = {
+        {{"gdn_bv16_T8193", 1, Tx, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv8_T200", 2, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, -1},
+        {{"gdn_bv32_log_gates_to_-30", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gdn_bv16_-inf_gates_no_l2norm_bf16_out", 2, 200, 1, 2, 128, 128, GD, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 16, BF16}, 1.0f, -1},
+        {{"gla_bv16_T2048", 1, S(2048, 130), 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gla_bv32_keys_past_f16", 2, 200, 1, 2, 128, 128, GL, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 2097152.0f, -1},
+        {{"gla_bv8_linear_zero_gates", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 8}, 1.0f, -1},
+        {{"gdn_bv16_T64_one_chunk", 2, 64, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gdn_bv32_T100_two_chunks_no_state", 1, 100, 1, 2, 128, 128, GD, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gdn_bv8_nan_key", 1, 200, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 8}, 1.0f, 150},
+        {{"gla_bv16_inf_key", 1, 200, 1, 2, 128, 128, GL, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, 100, INFINITY},
+    };
+    for (const hcase &w : cases) {
+        std::string var[2];
+        run_pair(w, [](int i, [[maybe_unused]] void *kn) {
+#ifdef TG_HAVE_CUDA
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = 1;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_bulk = 0;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_fo = i == 0 ? 0 : 1;
+#endif
+        }, var, w.c.out == TG_TYPE_F32 ? 1e-3 : 3e-3, false);
+        EXPECT_EQ(var[1].find("/fo"), std::string::npos) << var[1];
+        EXPECT_NE(var[1].find("/owgb"), std::string::npos) << var[1];
+#ifdef TG_HAVE_CUDA
+        // (run 0 takes it wherever both BF16 kernels and the bulk copies run: wgmma and compute capability 9.0)
+        const bool ready = tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0 && bulk_capable();
+        EXPECT_EQ(var[0].find("/h16/bulk") != std::string::npos && var[0].find("/fo") != std::string::npos, ready) << var[0];
 #endif
     }
 }

@@ -22,6 +22,10 @@
 //   5       W = T_hi K'_hi + T_hi K'_lo + T_lo K'_hi, U the same with R (the lo x lo terms dropped),
 //           both on wgmma (value / key columns 32 wg ..); U stored; h16: W's row maxima, barrier,
 //           W's F16 rows staged over T's F32 rows, barrier, copied out 16 bytes at a time
+// fo (the state pass makes the output, delta_rule_phases.cuh): Q's raw rows too (over K' lo's tile,
+// free until step 4), Q K^T beside K K^T in step 1 (the first 8 warps meanwhile: 1 / |q_t| and each
+// Q row's largest magnitude), and at the start of step 2 P's F16 rows (a power-of-two scale per row
+// and 16-column block: the warp's quads hold them whole) and Q's F16 rows with their factors.
 // The stored values are rounded to TF32 as delta_prep_kernel's are (the state pass's products are
 // TF32), but the products before that are near-F32 where delta_prep_kernel's run on TF32 operands.
 #include "wgmma.cuh"
@@ -32,12 +36,80 @@ namespace {
 // shared memory (bytes past the 1024-aligned base): K (raw, then K' hi), V (raw, then R hi), K' lo,
 // R lo (64 rows x 128, two blocks of 64 columns each), A's F32 rows (T's hi and lo tiles over them
 // once the doubling is done), T's F32 rows (W's F16 staging over them once T's tiles are made),
-// then the gate arrays, 1 / |k_t| and the h16 row maxima (64 of W, 128 of Kd^T)
+// then the gate arrays, 1 / |k_t|, the h16 row maxima (64 of W, 128 of Kd^T, 64 of Q) and 1 / |q_t|
 constexpr int pK = 0, pV = 16384, pKl = 32768, pRl = 49152, pA = 65536, pTh = pA, pTl = pA + 8192;
 constexpr int pT = pA + kC * kPS * 4, pF = pT + kC * kPS * 4;
 static_assert(pT % 1024 == 0 && pTl + 8192 <= pT && kC * 128 * 2 <= kC * kPS * 4, "the prep kernel's tiles");
-constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 2 * kC * 4 + 128 * 4 + 1024;  // + the alignment slack
+constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 4 * kC * 4 + 128 * 4 + 1024;  // + the alignment slack
 static_assert(2 * (kSmemP + 1024) <= 233472, "two blocks an SM");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// fo: unit u's P and Q F16 rows (delta_rule_phases.cuh) from this thread's Q K^T accumulators (a 64 x 16
+// tile: columns s0 ..; rows r0 = 16 wq + g and r0 + 8, columns 8 (r >> 2) + c2 + (r & 1)) and the raw Q
+// tile (sq, sw2's layout), by kNT threads. P's values are the output kernel's (the mask, d(t, s), the
+// norms); a quad holds a row's 16 columns of the block, so its scale needs no barrier, and each lane
+// stores one 4-byte word of an 8-column group in h16_pos's order after one exchange with lane ^ 2.
+__device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const unsigned char *sq, const float (&acc)[8],
+                                        int r0, int s0, const float *sNq, const float *sNk, const int *rmQ,
+                                        const float *sL, const float *sSg, const int *sZ, const float *sEp,
+                                        const float *sEm, const float *sD0, bool tab) {
+    const int tid = threadIdx.x, q = tid & 3;
+    float *const Ph = a.Ph + u * kH16PFloats, *const Qh = a.Qh + u * kH16QFloats;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int t = r0 + 8 * hh;
+        const float nq = sNq[t];
+        float p[2][2];
+        int mb = 0;
+#pragma unroll
+        for (int grp = 0; grp < 2; grp++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int s = s0 + 8 * grp + 2 * q + e;
+                p[grp][e] = s <= t ? acc[4 * grp + 2 * hh + e] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) * sNk[s] * nq : 0.0f;
+                mb = max(mb, h16_mag(p[grp][e]));
+            }
+        mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+        mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+        float mul, inv;
+        h16_row_scale(mb, &mul, &inv);
+#pragma unroll
+        for (int grp = 0; grp < 2; grp++) {
+            const float e0 = p[grp][0] * mul, e1 = p[grp][1] * mul;
+            const float recv = __shfl_xor_sync(0xffffffffu, q < 2 ? e1 : e0, 2);
+            const __half2 w = q < 2 ? __floats2half2_rn(e0, recv) : __floats2half2_rn(recv, e1);
+            *(__half2 *)((__half *)Ph + t * kH16PLD + s0 + 8 * grp + 2 * ((q & 1) * 2 + (q >> 1))) = w;
+        }
+        if (q == 0) Ph[kH16PScale + 4 * t + s0 / 16] = inv;
+    }
+    // Q's rows: 16-byte units (8 columns each) from the raw tile, times the row's scale
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        const int x = tid + kNT * m, t = x >> 4, cu = x & 15;
+        float mul, inv;
+        h16_row_scale(rmQ[t], &mul, &inv);
+        const uint4 v = *(const uint4 *)(sq + sw2(kC, t, 8 * cu));
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        unsigned short hs[8];
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const float2 y = bf_pair(w[f]);
+            hs[h16_pos(2 * f)] = __half_as_ushort(__float2half_rn(y.x * mul));
+            hs[h16_pos(2 * f + 1)] = __half_as_ushort(__float2half_rn(y.y * mul));
+        }
+        ((uint4 *)Qh)[t * (kH16WLD / 8) + cu] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
+                                                           hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
+    }
+    if (tid < kC) {  // the rows' factors, and the padding of both (copied, never read)
+        float mul, inv;
+        h16_row_scale(rmQ[tid], &mul, &inv);
+        Qh[kH16WScale + tid] = inv * sNq[tid];
+        Qh[kH16WScale + kC + tid] = sD0[tid];
+        ((uint4 *)Qh)[tid * (kH16WLD / 8) + 16] = make_uint4(0u, 0u, 0u, 0u);
+        ((uint4 *)Ph)[tid * (kH16PLD / 8) + kC / 8] = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+#endif
 
 template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_kernel(const phase_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -48,13 +120,14 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     float *sEp = sDl + kC, *sEm = sEp + kC;
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sNk = (float *)(sTab + 4);
-    int *rmW = (int *)(sNk + kC), *rmK = rmW + kC;
+    int *rmW = (int *)(sNk + kC), *rmK = rmW + kC, *rmQ = rmK + 128;
+    float *sNq = (float *)(rmQ + kC);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
     const phase_unit pu = unit_of(a, blockIdx.x);
     const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
     const long long t0 = pu.t0, u = pu.u;
-    const bool h16 = a.h16;
+    const bool h16 = a.h16, fo = a.fo;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
     auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
@@ -62,21 +135,24 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread
     {
         cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+        if (fo) cp_tile(sb + pKl, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], n);
         cp_gates(sb + pF, a.G, u);  // the chunk's gate arrays and flags (delta_gates_kernel's)
         cp_commit();
     }
-    if (tid < kC + 128) rmW[tid] = 0;  // (and rmK)
-    if (!a.l2norm && tid < kC) sNk[tid] = 1.0f;
+    if (tid < 2 * kC + 128) rmW[tid] = 0;  // (and rmK, rmQ)
+    if (!a.l2norm && tid < kC) sNk[tid] = 1.0f, sNq[tid] = 1.0f;
     cp_wait0();
     proxy_fence();
     __syncthreads();
 
-    // 1: K K^T (DELTA); 1 / |k_t| (the last 8 warps, four threads a row)
-    float accA[8];
-    if constexpr (DELTA) {
-        pin(accA);
+    // 1: K K^T (DELTA) and Q K^T (fo); 1 / |k_t| (the last 8 warps, four threads a row); fo: 1 / |q_t| and
+    // the Q rows' largest magnitudes (the first 8)
+    float accA[8], accP[8];
+    if (DELTA || fo) {
+        pin(accA), pin(accP);
         wg_fence();
-        wgb_qk(accA, sdesc(sb + pK), sdesc(sb + pK + 16 * wg * 128));
+        if (DELTA) wgb_qk(accA, sdesc(sb + pK), sdesc(sb + pK + 16 * wg * 128));
+        if (fo) wgb_qk(accP, sdesc(sb + pKl), sdesc(sb + pK + 16 * wg * 128));
         wg_commit();
     }
     if (a.l2norm && tid >= kNT - 4 * kC) {
@@ -84,9 +160,23 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
         const float r = bf_row_rnorm(sm + pK, y >> 2, y & 3);
         if ((y & 3) == 0) sNk[y >> 2] = r;
     }
+    if (fo && tid < 4 * kC) {
+        int mq;
+        const float r = bf_row_rnorm(sm + pKl, tid >> 2, tid & 3, &mq);
+        if ((tid & 3) == 0) {
+            if (a.l2norm) sNq[tid >> 2] = r;
+            rmQ[tid >> 2] = mq;
+        }
+    }
     __syncthreads();
     const int flags = *sTab;
     const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
+    if (fo) {
+        wg_wait0();
+        pin(accP);
+        if constexpr (DELTA) pin(accA);
+        fo_rows(a, u, sm + pKl, accP, arow(0), 16 * wg, sNq, sNk, rmQ, sL, sSg, sZ, sEp, sEm, sD0, tab);
+    }
 
     // 2: Kd^T from the raw K (d(C-1, t) K[t][i] / |k_t|, rounded to TF32). The swizzle depends on t
     // mod 8 only, so lanes that read one column of K at tokens 8 apart meet in one bank. h16: thread

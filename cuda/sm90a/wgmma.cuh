@@ -54,9 +54,11 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
     });
 }
 // 1 / |x_t| (l2norm's, with its 1e-6) of row t of a raw BF16 tile (kC rows of 128 values in sw2's
-// layout) by the four lanes q = 0..3 of a quad, 32 values each; every lane of the quad gets it
-[[maybe_unused]] __device__ __forceinline__ float bf_row_rnorm(const unsigned char *tile, int t, int q) {
+// layout) by the four lanes q = 0..3 of a quad, 32 values each; every lane of the quad gets it. mag:
+// also the largest h16_mag of the row's values into *mag (every lane of the quad).
+[[maybe_unused]] __device__ __forceinline__ float bf_row_rnorm(const unsigned char *tile, int t, int q, int *mag = nullptr) {
     float ss = 0.0f;
+    int mb = 0;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         const uint4 u = *(const uint4 *)(tile + sw2(kC, t, 8 * (4 * q + e)));
@@ -65,10 +67,15 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
         for (int f = 0; f < 4; f++) {
             const float2 x = bf_pair(w[f]);
             ss = fmaf(x.x, x.x, ss), ss = fmaf(x.y, x.y, ss);
+            if (mag) mb = max(mb, max(h16_mag(x.x), h16_mag(x.y)));
         }
     }
     ss += __shfl_xor_sync(0xffffffffu, ss, 1);
     ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+    if (mag) {
+        mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+        *mag = max(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+    }
     return rsqrtf(ss + 1e-6f);
 }
 // l2norm's 1 / |q_t| and 1 / |k_t| of a raw BF16 Q tile at qk and the K tile 16384 bytes on (kC rows of
@@ -152,18 +159,20 @@ __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_grou
 __device__ __forceinline__ void cp_gates(uint32_t dst, const float *G, long long u) {
     if (threadIdx.x < kGateWords / 4) cp16(dst + 16 * threadIdx.x, (const char *)(G + u * kGateWords) + 16 * threadIdx.x, 16u);
 }
-// cp.async of two raw 64 x 128 16-bit tiles (n rows of each from x0 / x1, row strides st0 / st1 bytes;
-// the rest zero-filled) into swizzled tiles at shared addresses d0 / d1: two 16-byte units of each per
-// thread of kNT
-__device__ __forceinline__ void cp_tiles2(uint32_t d0, const char *x0, long long st0, uint32_t d1, const char *x1,
-                                          long long st1, int n) {
+// cp.async of a raw 64 x 128 16-bit tile (n rows from x, row stride st bytes; the rest zero-filled)
+// into a swizzled tile at shared address d: two 16-byte units per thread of kNT
+__device__ __forceinline__ void cp_tile(uint32_t d, const char *x, long long st, int n) {
 #pragma unroll
     for (int m = 0; m < 2; m++) {
-        const int x = threadIdx.x + kNT * m, t = x >> 4, cu = x & 15, tt = t < n ? t : 0;
-        const uint32_t bytes = t < n ? 16u : 0u, off = sw2(kC, t, 8 * cu);
-        cp16(d0 + off, x0 + tt * st0 + 16 * cu, bytes);
-        cp16(d1 + off, x1 + tt * st1 + 16 * cu, bytes);
+        const int y = threadIdx.x + kNT * m, t = y >> 4, cu = y & 15, tt = t < n ? t : 0;
+        cp16(d + sw2(kC, t, 8 * cu), x + tt * st + 16 * cu, t < n ? 16u : 0u);
     }
+}
+// ... two of them (x0 into d0, x1 into d1)
+__device__ __forceinline__ void cp_tiles2(uint32_t d0, const char *x0, long long st0, uint32_t d1, const char *x1,
+                                          long long st1, int n) {
+    cp_tile(d0, x0, st0, n);
+    cp_tile(d1, x1, st1, n);
 }
 __device__ __forceinline__ void cp_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // BF16 chains: as the TF32 ones, k16 steps (32 bytes along a K-major row; 2048 bytes, two 8-row
