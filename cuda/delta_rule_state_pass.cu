@@ -142,15 +142,18 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // session 46).
 // FO (bulk copies, BV <= 32): the output too, so that neither S_c nor V' goes through memory and no
 // output kernel runs: each chunk's buffer also holds Q's and P's F16 rows (delta_prep_wgb_kernel's,
-// delta_rule_phases.cuh); the warp that makes a tile of W S makes the same tile of Q S_c from the same
-// B fragments, and after the second barrier the tile of P V' (one product per 16-token block, times
-// that block's row scales), beside Kd^T V'; O = scale (d(t, -1) qs_t Q S_c + P V') for the chunk's
-// tokens is stored from registers. GATED_LINEAR then needs the second barrier too (Q S_c reads the
-// rows of S that other warps update). The products are TF32 (S_c, V' and the F16 rows' values), where
-// the output kernel's are near-F32.
+// delta_rule_phases.cuh), and the block has 16 warps: warps 0-7 carry the state exactly as without FO,
+// warps 8-15 make the output between the same two barriers, so that its products fill the issue slots
+// the state's dependent chain leaves (session 47: the same products in the state warps, between the
+// same barriers, lengthened every chunk). Output warp w makes state warp w's tiles of W S as tiles
+// of Q S_c before the second barrier, then the same tiles of P V' (one product per 16-token block,
+// times that block's row scales) while the state warps run Kd^T V'; O = scale (d(t, -1) qs_t Q S_c +
+// P V') for the chunk's tokens is stored from registers. GATED_LINEAR then needs the second barrier
+// too (Q S_c reads the rows of S that the state warps update after it). The products are TF32 (S_c,
+// V' and the F16 rows' values), where the output kernel's are near-F32.
 template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
-__global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args a) {
-    constexpr int NT = 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
+__global__ void __launch_bounds__(FO ? 512 : 256, 1) delta_state128_kernel(const phase_args a) {
+    constexpr int NT = FO ? 512 : 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
@@ -162,7 +165,10 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
     extern __shared__ float4 ssm4[];
     float *const sS = (float *)ssm4 + NB * BUF;
     unsigned long long *const full = (unsigned long long *)(sS + DK * VS);  // BULK: a buffer's mbarrier
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    // FO: warps 8-15 make the output (ow), warps 0-7 the state as without it; warp: the index within its set
+    const bool ow = FO && tid >= 256;
+    const int warp = (tid >> 5) & 7;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int j0 = slice * BV;
     const bool clear = tg_cuda_record_clear(a.err);
@@ -266,44 +272,36 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
         // the warp's tiles of W S (and FO: of Q S_c and P V'): rows m0 .., columns nb + 8 r (r < WN)
         const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
         const bool tiles = WT >= 8 || warp < WT;
-        float o[WN][4];  // FO: the warp's tiles of O
-        if (FO && tiles) {  // Q S_c (and DELTA: V' = U - W S_c into sU) from the same B fragments
-            float acc[2][WN][4], accq[2][WN][4];
+        float o[WN][4];  // FO: the output warp's tiles of O
+        if (ow) {
+            if (tiles) {  // Q S_c: o = d(t, -1) qs_t Q S_c (qs_t: the row's inverse scale times 1 / |q_t|)
+                float acc[2][WN][4];
 #pragma unroll
-            for (int p = 0; p < 2; p++)
+                for (int p = 0; p < 2; p++)
 #pragma unroll
-                for (int r = 0; r < WN; r++)
+                    for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[p][r][e] = accq[p][r][e] = 0.0f;
+                for (int k0 = 0; k0 < DK; k0 += 16) {
+                    frag_a f0, f1;
+                    lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, f0, f1);
 #pragma unroll
-            for (int k0 = 0; k0 < DK; k0 += 16) {
-                frag_a f0 = {}, f1 = {}, q0, q1;
-                if (DELTA) lda16_rows2((const __half *)bf, WLD, m0, k0, f0, f1);
-                lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, q0, q1);
-#pragma unroll
-                for (int r = 0; r < WN; r++) {
-                    const frag_b b0 = ldb_cols(sS, VS, k0, nb + 8 * r), b1 = ldb_cols(sS, VS, k0 + 8, nb + 8 * r);
-                    if (DELTA) mma_tf32(acc[0][r], f0, b0), mma_tf32(acc[1][r], f1, b1);
-                    mma_tf32(accq[0][r], q0, b0), mma_tf32(accq[1][r], q1, b1);
+                    for (int r = 0; r < WN; r++) {
+                        mma_tf32(acc[0][r], f0, ldb_cols(sS, VS, k0, nb + 8 * r));
+                        mma_tf32(acc[1][r], f1, ldb_cols(sS, VS, k0 + 8, nb + 8 * r));
+                    }
                 }
-            }
 #pragma unroll
-            for (int e = 0; e < 4; e += 2) {
-                const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
-                const float ws = DELTA ? bf[OFF_WS + t] : 1.0f, qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
+                    const float qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
 #pragma unroll
-                for (int r = 0; r < WN; r++) {
-                    const int n = nb + 8 * r + 2 * c4;
-                    o[r][e] = keep_zero_mul(d0, (accq[0][r][e] + accq[1][r][e]) * qs);
-                    o[r][e + 1] = keep_zero_mul(d0, (accq[0][r][e + 1] + accq[1][r][e + 1]) * qs);
-                    if (DELTA) {
-                        const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]) * ws);
-                        const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]) * ws);
-                        *(float2 *)&sU[t * VS + n] = make_float2(x, y);
+                    for (int r = 0; r < WN; r++) {
+                        o[r][e] = keep_zero_mul(d0, (acc[0][r][e] + acc[1][r][e]) * qs);
+                        o[r][e + 1] = keep_zero_mul(d0, (acc[0][r][e + 1] + acc[1][r][e + 1]) * qs);
                     }
                 }
             }
-        } else if (DELTA && tiles) {  // V' = U - W S_c, into sU and the scratch's U
+        } else if (DELTA && tiles) {  // V' = U - W S_c, into sU (and without FO the scratch's U)
             float acc[2][WN][4];
 #pragma unroll
             for (int p = 0; p < 2; p++)
@@ -353,6 +351,36 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
                     __stcs((float4 *)&U[t * DV + 4 * c4u], *(const float4 *)&sU[t * VS + 4 * c4u]);
             }
         }
+        if (ow) {
+            if (tiles) {  // O = scale (o + P V'), one product per 16-token block times the block's row scales
+#pragma unroll
+                for (int k0 = 0; k0 < kC; k0 += 16) {
+                    frag_a p0, p1;
+                    lda16_rows2((const __half *)(bf + OFF_P), kH16PLD, m0, k0, p0, p1);
+                    const float ps0 = bf[OFF_P + kH16PScale + 4 * (m0 + g) + k0 / 16];
+                    const float ps1 = bf[OFF_P + kH16PScale + 4 * (m0 + g + 8) + k0 / 16];
+#pragma unroll
+                    for (int r = 0; r < WN; r++) {
+                        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                        mma_tf32(x, p0, ldb_cols(sU, VS, k0, nb + 8 * r));
+                        mma_tf32(x, p1, ldb_cols(sU, VS, k0 + 8, nb + 8 * r));
+                        o[r][0] += x[0] * ps0, o[r][1] += x[1] * ps0, o[r][2] += x[2] * ps1, o[r][3] += x[3] * ps1;
+                    }
+                }
+                const long long t0 = (long long)c * kC;  // the chunk's rows of O (those of its n tokens)
+                const int nrows = a.T - t0 < kC ? (int)(a.T - t0) : kC;
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = m0 + g + 4 * e;
+                    if (t >= nrows) continue;
+#pragma unroll
+                    for (int r = 0; r < WN; r++)
+                        store_pair(tg_cuda_ptr(a.o, j0 + nb + 8 * r + 2 * c4, h, t0 + t, b), a.o.nb[0], a.o.type,
+                                   a.scale * o[r][e], a.scale * o[r][e + 1], true, a.o_pair);
+                }
+            }
+            continue;
+        }
         // S = gamma S + Kd^T V' (rows 16 warp .., all BV columns)
         const float gam = __ldg(&a.gam[u]);
         float acc[NTN][4];
@@ -367,32 +395,6 @@ __global__ void __launch_bounds__(256, 1) delta_state128_kernel(const phase_args
                 for (int r = 0; r < NTN; r++) {
                     mma_tf32(acc[r], f0, ldb_cols(sU, VS, k0, 8 * r));
                     mma_tf32(acc[r], f1, ldb_cols(sU, VS, k0 + 8, 8 * r));
-                }
-                if (FO && tiles) {  // O += P V' over this 16-token block, times the block's row scales
-                    frag_a p0, p1;
-                    lda16_rows2((const __half *)(bf + OFF_P), kH16PLD, m0, k0, p0, p1);
-                    const float ps0 = bf[OFF_P + kH16PScale + 4 * (m0 + g) + k0 / 16];
-                    const float ps1 = bf[OFF_P + kH16PScale + 4 * (m0 + g + 8) + k0 / 16];
-#pragma unroll
-                    for (int r = 0; r < WN; r++) {
-                        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_tf32(x, p0, ldb_cols(sU, VS, k0, nb + 8 * r));
-                        mma_tf32(x, p1, ldb_cols(sU, VS, k0 + 8, nb + 8 * r));
-                        o[r][0] += x[0] * ps0, o[r][1] += x[1] * ps0, o[r][2] += x[2] * ps1, o[r][3] += x[3] * ps1;
-                    }
-                }
-            }
-            if (FO && tiles) {  // the chunk's rows of O (those of its n tokens)
-                const long long t0 = (long long)c * kC;
-                const int nrows = a.T - t0 < kC ? (int)(a.T - t0) : kC;
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int t = m0 + g + 4 * e;
-                    if (t >= nrows) continue;
-#pragma unroll
-                    for (int r = 0; r < WN; r++)
-                        store_pair(tg_cuda_ptr(a.o, j0 + nb + 8 * r + 2 * c4, h, t0 + t, b), a.o.nb[0], a.o.type,
-                                   a.scale * o[r][e], a.scale * o[r][e + 1], true, a.o_pair);
                 }
             }
         } else {
