@@ -472,8 +472,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
                       tg_cuda_delta_wg_ready(be) && tg_cuda_delta_out_wgb_smem() <= (size_t)optin;
     // the output made by the state pass (knob delta_chunk_fo 0) where both BF16 kernels would run, the F16
     // rows can come by bulk copies, at 32 value columns or fewer and where its buffers fit: the prep kernel
-    // writes Q's and P's F16 rows, no output kernel runs (TF32 products for the output; gdn.long 944-947
-    // -> 847-848 us, gdn.x32.bf16 900-902 -> 730-754 on an H100, session 47)
+    // writes Q's and P's F16 rows, no output kernel runs (TF32 products for the output; gdn.long 944-952
+    // -> 847-851 us, gdn.x32.bf16 900-907 -> 730-755 on an H100, session 47)
     const bool fo_ok = s128 && pwgb && owgb && BV <= 32 && cu->sig.delta_chunk_fo == 0 && tg_cuda_delta_bulk_ready(be) &&
                        state128_smem(BV, true, true) <= (size_t)optin;
     // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by

@@ -143,9 +143,9 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // FO (bulk copies, BV <= 32): the output too, so that neither S_c nor V' goes through memory and no
 // output kernel runs: each chunk's buffer also holds Q's and P's F16 rows (delta_prep_wgb_kernel's,
 // delta_rule_phases.cuh), and the block has 16 warps: warps 0-7 carry the state exactly as without FO,
-// warps 8-15 make the output between the same two barriers, so that its products fill the issue slots
-// the state's dependent chain leaves (session 47: the same products in the state warps, between the
-// same barriers, lengthened every chunk). Output warp w makes state warp w's tiles of W S as tiles
+// warps 8-15 make the output between the same two barriers (session 47 measured this the same as the
+// output's products in the state warps themselves: gdn.long 847-851 us either way on an H100; the
+// state's code stays as without FO). Output warp w makes state warp w's tiles of W S as tiles
 // of Q S_c before the second barrier, then the same tiles of P V' (one product per 16-token block,
 // times that block's row scales) while the state warps run Kd^T V'; O = scale (d(t, -1) qs_t Q S_c +
 // P V') for the chunk's tokens is stored from registers. GATED_LINEAR then needs the second barrier
