@@ -517,8 +517,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     if (pwgb) tg_cuda_delta_prep_wgb_launch(be, a, (unsigned)units);
     else prep<<<(unsigned)units, 256, sp, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
-    // (fo: 16 warps, 8 for the state and 8 for the output; delta_state128_kernel's NT)
-    state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), a.fo ? 512 : 256, ss, cu->stream>>>(a);
+    state<<<(unsigned)((long long)a.nslices * c.Hv * c.B), state128_threads(a.fo), ss, cu->stream>>>(a);
     TG_CUDA_LAUNCHED(be, call);
     if (!a.fo) {
         if (owgb) tg_cuda_delta_out_wgb_launch(be, a, (unsigned)units);

@@ -86,6 +86,8 @@ constexpr int state128_buf(int BV, bool h16, bool fo = false) {
                : kC * 132 + 128 * kPS + kC * (BV + 8);
 }
 constexpr int state128_nbuf(bool h16, bool fo = false, int BV = 0) { return h16 ? (fo && BV > 16 ? 2 : 3) : 2; }
+// its block: 8 warps, 16 where fo (8 for the state, 8 for the output)
+constexpr int state128_threads(bool fo) { return fo ? 512 : 256; }
 inline size_t state128_smem(int BV, bool h16, bool fo = false) {  // (+ 32 bytes: the bulk copies' mbarriers)
     return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo) + (size_t)128 * (BV + 8)) * 4 + 32;
 }

@@ -152,8 +152,8 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // too (Q S_c reads the rows of S that the state warps update after it). The products are TF32 (S_c,
 // V' and the F16 rows' values), where the output kernel's are near-F32.
 template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
-__global__ void __launch_bounds__(FO ? 512 : 256, 1) delta_state128_kernel(const phase_args a) {
-    constexpr int NT = FO ? 512 : 256, DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
+__global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel(const phase_args a) {
+    constexpr int NT = state128_threads(FO), DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(FO ? 512 : 256, 1) delta_state128_kernel(const
     unsigned long long *const full = (unsigned long long *)(sS + DK * VS);  // BULK: a buffer's mbarrier
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     // FO: warps 8-15 make the output (ow), warps 0-7 the state as without it; warp: the index within its set
-    const bool ow = FO && tid >= 256;
+    const bool ow = FO && tid >= state128_threads(false);
     const int warp = (tid >> 5) & 7;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int j0 = slice * BV;

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
         float p[2];
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            p[e] = s + e <= t ? accP[r + e] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s + e) * sNk[s + e] * nq : 0.0f;
+            p[e] = p_entry(accP[r + e], t, s + e, nq, sNk, sL, sSg, sZ, sEp, sEm, tab);
         uint32_t hi, lo;
         bf_split(p[0], p[1], hi, lo);
         *(uint32_t *)(sm + oPh + sw2(kC, t, s)) = hi, *(uint32_t *)(sm + oPl + sw2(kC, t, s)) = lo;

@@ -43,11 +43,15 @@ static_assert(pT % 1024 == 0 && pTl + 8192 <= pT && kC * 128 * 2 <= kC * kPS * 4
 constexpr size_t kSmemP = pF + (8 * kC + 4) * 4 + 4 * kC * 4 + 128 * 4 + 1024;  // + the alignment slack
 static_assert(2 * (kSmemP + 1024) <= 233472, "two blocks an SM");
 
+// 8 F16 values (bits, in memory order) as one 16-byte unit
+__device__ __forceinline__ uint4 h16_unit(const unsigned short *hs) {
+    return make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16, hs[4] | (unsigned)hs[5] << 16,
+                      hs[6] | (unsigned)hs[7] << 16);
+}
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // fo: unit u's P and Q F16 rows (delta_rule_phases.cuh) from this thread's Q K^T accumulators (a 64 x 16
 // tile: columns s0 ..; rows r0 = 16 wq + g and r0 + 8, columns 8 (r >> 2) + c2 + (r & 1)) and the raw Q
-// tile (sq, sw2's layout), by kNT threads. P's values are the output kernel's (the mask, d(t, s), the
-// norms); a quad holds a row's 16 columns of the block, so its scale needs no barrier, and each lane
+// tile (sq, sw2's layout), by kNT threads. P's values are the output kernel's (p_entry); a quad holds a row's 16 columns of the block, so its scale needs no barrier, and each lane
 // stores one 4-byte word of an 8-column group in h16_pos's order after one exchange with lane ^ 2.
 __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const unsigned char *sq, const float (&acc)[8],
                                         int r0, int s0, const float *sNq, const float *sNk, const int *rmQ,
@@ -66,7 +70,7 @@ __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const 
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int s = s0 + 8 * grp + 2 * q + e;
-                p[grp][e] = s <= t ? acc[4 * grp + 2 * hh + e] * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) * sNk[s] * nq : 0.0f;
+                p[grp][e] = p_entry(acc[4 * grp + 2 * hh + e], t, s, nq, sNk, sL, sSg, sZ, sEp, sEm, tab);
                 mb = max(mb, h16_mag(p[grp][e]));
             }
         mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
@@ -97,8 +101,7 @@ __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const 
             hs[h16_pos(2 * f)] = __half_as_ushort(__float2half_rn(y.x * mul));
             hs[h16_pos(2 * f + 1)] = __half_as_ushort(__float2half_rn(y.y * mul));
         }
-        ((uint4 *)Qh)[t * (kH16WLD / 8) + cu] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16,
-                                                           hs[4] | (unsigned)hs[5] << 16, hs[6] | (unsigned)hs[7] << 16);
+        ((uint4 *)Qh)[t * (kH16WLD / 8) + cu] = h16_unit(hs);
     }
     if (tid < kC) {  // the rows' factors, and the padding of both (copied, never read)
         float mul, inv;
@@ -235,10 +238,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
 #pragma unroll
         for (int e = 0; e < 16; e++) hs[(e & 8) + h16_pos(e & 7)] = __half_as_ushort(__float2half_rn(ky[e] * mk));
         uint4 *const d = (uint4 *)((__half *)Kd + ki * kH16KLD + 16 * kq);
-        d[0] = make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16, hs[4] | (unsigned)hs[5] << 16,
-                          hs[6] | (unsigned)hs[7] << 16);
-        d[1] = make_uint4(hs[8] | (unsigned)hs[9] << 16, hs[10] | (unsigned)hs[11] << 16, hs[12] | (unsigned)hs[13] << 16,
-                          hs[14] | (unsigned)hs[15] << 16);
+        d[0] = h16_unit(hs), d[1] = h16_unit(hs + 8);
         if (kq == 0) {  // the row's inverse scale, and its padding zeroed (copied, never read)
             Kd[kH16KScale + ki] = inv;
             ((uint4 *)Kd)[ki * (kH16KLD / 8) + kC / 8] = make_uint4(0u, 0u, 0u, 0u);

@@ -114,6 +114,13 @@ template <typename F> __device__ __forceinline__ void bf_unit_split(unsigned cha
         *(float2 *)&sAm[t * kPS + s] = make_float2(a0, a1);
     }
 }
+// P = Q K^T (.) d(t, s) / |q_t| |k_s| at (t, s) from its Q K^T accumulator x (nq: 1 / |q_t|), 0 past the
+// diagonal (s > t): the BF16 output kernel's and, where the state pass makes the output, the prep's
+[[maybe_unused]] __device__ __forceinline__ float p_entry(float x, int t, int s, float nq, const float *sNk, const float *sL,
+                                                          const float *sSg, const int *sZ, const float *sEp,
+                                                          const float *sEm, bool tab) {
+    return s <= t ? x * decay_ts(sL, sSg, sZ, sEp, sEm, tab, t, s) * sNk[s] * nq : 0.0f;
+}
 // T = (I + A)^-1's F32 rows (lower triangle and diagonal: the doubling leaves partial sums above) as
 // hi and lo K-major BF16 tiles (64 x 64), by kNT threads
 [[maybe_unused]] __device__ __forceinline__ void t_tiles(const float *sTm, unsigned char *th, unsigned char *tl) {
