@@ -56,14 +56,16 @@ namespace {
 
 bool g_quick = false;
 // --only P1,P2,...: rows whose id starts with one of the prefixes (profiler
-// runs, a few rows in one device call)
+// runs, a few rows in one device call); P$ names one row exactly
 const char *g_only = nullptr;
 bool skip_row(const char *id) {
     if (!g_only) return false;
     for (const char *p = g_only;;) {
         const char *end = strchr(p, ',');
         const size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n > 0 && strncmp(id, p, n) == 0) return false;
+        const bool exact = n > 0 && p[n - 1] == '$';
+        const size_t m = exact ? n - 1 : n;
+        if (m > 0 && strncmp(id, p, m) == 0 && (!exact || id[m] == '\0')) return false;
         if (!end) return true;
         p = end + 1;
     }
@@ -615,6 +617,14 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/nofo", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, nofo, BF);
     bench_delta("gdn.x32.bf16/3p-nofo", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_nofo, BF);
     bench_delta("gla.x32.bf16/3p-h16-nofo", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16_nofo, BF);
+    // the state pass's slices halved (knob delta_chunk_bv: twice the blocks, each re-reading the K-side
+    // rows) at gdn.long (BV 8), gdn.x32.bf16 and gla.x32.bf16 (BV 16, and 8 for GATED_LINEAR)
+    tg_cuda_sig_knobs bv8 = dflt, phases_bv16 = phases, phases_bv8 = phases;
+    bv8.delta_chunk_bv = 8, phases_bv16.delta_chunk_bv = 16, phases_bv8.delta_chunk_bv = 8;
+    bench_delta("gdn.long/bv8", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv8, BF);
+    bench_delta("gdn.x32.bf16/3p-bv16", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_bv16, BF);
+    bench_delta("gla.x32.bf16/3p-bv16", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_bv16, BF);
+    bench_delta("gla.x32.bf16/3p-bv8", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_bv8, BF);
     // BF16 q/k/v at 32, 48, 64 and 80 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
     // (H16, B 2 / 3 / 4 / 5, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs

@@ -504,7 +504,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     a.G = scr + off[5], a.Qh = a.fo ? scr + off[6] : nullptr, a.Ph = a.fo ? scr + off[7] : nullptr;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 35 <= tg_cuda_impl::TG_CUDA_DSMEM_WG, "slots 0-34 of the phases");
-    if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
+    if ((s = pwgb ? tg_cuda_delta_prep_wgb_limit(be, a.delta, a.fo) : smem_limit(be, prep, sp, set[full ? 11 : 0], call)) != TG_OK)
         return s;
     if ((s = smem_limit(be, state, ss, set[si], call)) != TG_OK) return s;
     if (!a.fo && (s = owgb ? tg_cuda_delta_out_wgb_limit(be) : smem_limit(be, out, so, set[full ? 12 : 2], call)) != TG_OK)

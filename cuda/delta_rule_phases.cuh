@@ -108,7 +108,7 @@ void tg_cuda_delta_out_wgb_launch(tg_backend *be, const phase_args &a, unsigned 
 // The prep kernel with BF16 k and v on BF16 wgmma (cuda/sm90a/delta_rule_prep_wgb.cu; Dk = Dv = 128,
 // 16-byte rows; writes what delta_prep_kernel<true> writes, F32 or h16 rows): the same three.
 size_t tg_cuda_delta_prep_wgb_smem();
-tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta);
+tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta, bool fo);
 void tg_cuda_delta_prep_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid);
 
 }  // namespace tg_chunk

@@ -25,7 +25,9 @@
 // fo (the state pass makes the output, delta_rule_phases.cuh): Q's raw rows too (over K' lo's tile,
 // free until step 4), Q K^T beside K K^T in step 1 (the first 8 warps meanwhile: 1 / |q_t| and each
 // Q row's largest magnitude), and at the start of step 2 P's F16 rows (a power-of-two scale per row
-// and 16-column block: the warp's quads hold them whole) and Q's F16 rows with their factors.
+// and 16-column block: the warp's quads hold them whole) and Q's F16 rows with their factors. FO is a
+// template parameter: as a runtime flag inside step 1's wgmma span it made ptxas inject wgmma waits
+// into both instances (C7517 / C7519).
 // The stored values are rounded to TF32 as delta_prep_kernel's are (the state pass's products are
 // TF32), but the products before that are near-F32 where delta_prep_kernel's run on TF32 operands.
 #include "wgmma.cuh"
@@ -114,7 +116,7 @@ __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const 
 }
 #endif
 
-template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_kernel(const phase_args a) {
+template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_kernel(const phase_args a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 psm4[];
     unsigned char *sm = (unsigned char *)psm4 + ((1024u - (smem_u32(psm4) & 1023u)) & 1023u);
@@ -130,7 +132,7 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     const phase_unit pu = unit_of(a, blockIdx.x);
     const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
     const long long t0 = pu.t0, u = pu.u;
-    const bool h16 = a.h16, fo = a.fo;
+    const bool h16 = a.h16; constexpr bool fo = FO;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
     auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
@@ -151,11 +153,11 @@ template <bool DELTA> __global__ void __launch_bounds__(kNT, 2) delta_prep_wgb_k
     // 1: K K^T (DELTA) and Q K^T (fo); 1 / |k_t| (the last 8 warps, four threads a row); fo: 1 / |q_t| and
     // the Q rows' largest magnitudes (the first 8)
     float accA[8], accP[8];
-    if (DELTA || fo) {
+    if constexpr (DELTA || FO) {
         pin(accA), pin(accP);
         wg_fence();
-        if (DELTA) wgb_qk(accA, sdesc(sb + pK), sdesc(sb + pK + 16 * wg * 128));
-        if (fo) wgb_qk(accP, sdesc(sb + pKl), sdesc(sb + pK + 16 * wg * 128));
+        if constexpr (DELTA) wgb_qk(accA, sdesc(sb + pK), sdesc(sb + pK + 16 * wg * 128));
+        if constexpr (FO) wgb_qk(accP, sdesc(sb + pKl), sdesc(sb + pK + 16 * wg * 128));
         wg_commit();
     }
     if (a.l2norm && tid >= kNT - 4 * kC) {
@@ -376,16 +378,21 @@ namespace tg_chunk {
 
 size_t tg_cuda_delta_prep_wgb_smem() { return TG_WGMMA ? kSmemP : 0; }
 
-tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta) {
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 6 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the prep kernel's slots");
-    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (delta ? 5 : 6)];
-    return delta ? smem_limit(be, delta_prep_wgb_kernel<true>, kSmemP, set, "delta_rule")
-                 : smem_limit(be, delta_prep_wgb_kernel<false>, kSmemP, set, "delta_rule");
+tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta, bool fo) {
+    // slots WG+5..WG+8: one per instance (the limit is a property of the kernel, set once each)
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 8 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the prep kernel's slots");
+    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + 5 + (delta ? 0 : 1) + (fo ? 2 : 0)];
+    if (fo) return delta ? smem_limit(be, delta_prep_wgb_kernel<true, true>, kSmemP, set, "delta_rule")
+                         : smem_limit(be, delta_prep_wgb_kernel<false, true>, kSmemP, set, "delta_rule");
+    return delta ? smem_limit(be, delta_prep_wgb_kernel<true, false>, kSmemP, set, "delta_rule")
+                 : smem_limit(be, delta_prep_wgb_kernel<false, false>, kSmemP, set, "delta_rule");
 }
 
 void tg_cuda_delta_prep_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid) {
-    if (a.delta) delta_prep_wgb_kernel<true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
-    else delta_prep_wgb_kernel<false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
+    if (a.delta) a.fo ? delta_prep_wgb_kernel<true, true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a)
+                      : delta_prep_wgb_kernel<true, false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
+    else a.fo ? delta_prep_wgb_kernel<false, true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a)
+              : delta_prep_wgb_kernel<false, false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
 }
 
 }  // namespace tg_chunk
