@@ -184,18 +184,24 @@ def cut_anon(text, path):
     return text[:cut.start()]
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit('usage: gen.py SRC OUT')
-    src, out = sys.argv[1], sys.argv[2]
+def read_headers(src, out):
+    """The tree's cuda/*.cuh and cuda/sm90a/*.cuh: output path (relative to OUT) -> text; OUT/sm90a made."""
     os.makedirs(os.path.join(out, 'sm90a'), exist_ok=True)
-    texts = {}  # output path (relative to OUT) -> text
+    texts = {}
     for sub in ('', 'sm90a'):
         d = os.path.join(src, 'cuda', sub)
         for f in sorted(os.listdir(d)):
             if f.endswith('.cuh'):
                 with open(os.path.join(d, f)) as fi:
                     texts[os.path.join(sub, f)] = fi.read()
+    return texts
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit('usage: gen.py SRC OUT')
+    src, out = sys.argv[1], sys.argv[2]
+    texts = read_headers(src, out)
     with open(os.path.join(src, KERNEL)) as f:
         kernel = f.read()
     kernel_b = ''

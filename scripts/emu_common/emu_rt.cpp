@@ -1,4 +1,5 @@
-// emu_rt.cpp - the runtime of the host emulation of one thread block (not instrumented):
+// emu_rt.cpp (scripts/emu_common: scripts/wgmma_emu's and scripts/delta3p_emu's; mma.sync m16n8k8 TF32,
+// ldmatrix, mbarriers and cp.async.bulk, and a block size per kernel, added for the latter) - the runtime of the host emulation of one thread block (not instrumented):
 //   * 512 fibers (ucontext) run the kernel TU's code; __syncthreads, __syncwarp, the warp
 //     shuffles/votes and each wgmma.mma_async are collectives (block / warp / warpgroup)
 //   * every load and store of the kernel TU reaches the __tsan_* hooks below: the shared-memory
@@ -19,12 +20,13 @@
 #include <string>
 #include <vector>
 
-#include "emu_api.h"
+#include "emu_rt_api.h"
 #include "emu_rt.h"
 
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 512;  // the most; g_nthr: this kernel's block
+int g_nthr = kThreads;
 constexpr size_t kStack = 512 * 1024;
 
 // ---------------------------------------------------------------- findings
@@ -70,6 +72,15 @@ struct Thread {
     };
     std::vector<CpAsync> cpa;
     int cpa_groups = 0;
+    // mma.sync / ldmatrix operands while the warp's collective gathers
+    uint32_t mma_a[4], mma_b[2];
+    float mma_c[4];
+    float *mma_d[4];
+    uint32_t ldm_addr;
+    unsigned *ldm_out[4];
+    void *ldm_pc;
+    bool yielded = false;           // left the fiber at a failed mbarrier try_wait
+    std::vector<int> mobs;          // per mbarrier: its completed phases this thread has seen (try_wait)
 };
 Thread g_thr[kThreads];
 ucontext_t g_main;
@@ -100,9 +111,31 @@ struct Rec {
     uint8_t amask = 0;
     int32_t agroup[4];
     bool init = false;
+    bool watomic = false;  // the last write was an atomic (atomics of one phase do not conflict)
 };
 std::vector<Rec> g_rec;
 std::vector<uint16_t> g_cpa_pend;  // per byte: cp.async copies in flight (any thread) that write it
+// mbarriers (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier"): the
+// expected arrival count, the arrivals and the transaction count pending in the current phase, the
+// phase number; bulk copies (cp.async.bulk) done at issue wait in `copies` and land when the phase
+// completes; obs_epoch[k]: the first barrier epoch in which a thread saw phase k complete
+struct BulkCopy {
+    size_t off;
+    std::vector<unsigned char> data;
+    int tid;
+    void *pc;
+};
+struct Mbar {
+    uint32_t addr;
+    int count, pending;
+    long long tx;
+    int phase;
+    std::vector<uint32_t> obs_epoch;
+    std::vector<BulkCopy> copies;
+};
+std::vector<Mbar> g_mbar;
+long g_mbar_changes = 0;
+std::vector<int32_t> g_bulk_bar, g_bulk_phase;  // per byte: the mbarrier (index + 1) and phase of the bulk copy that wrote it; 0 none
 
 struct Global {
     std::string name;
@@ -151,7 +184,7 @@ long g_nr = 0, g_nw = 0, g_ng = 0;
 // mode 0: a generic access of the kernel's code; 1: a cp.async's write landing (at its thread's
 // wait); 2: a cp.async's issue, checked as a write (WAW/WAR with this phase's other accesses, a
 // copy still in flight to the same bytes) but not recorded
-enum { SM_GENERIC = 0, SM_CPA_LAND = 1, SM_CPA_ISSUE = 2 };
+enum { SM_GENERIC = 0, SM_CPA_LAND = 1, SM_CPA_ISSUE = 2, SM_ATOMIC = 3 };
 void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENERIC) {
     if (mode != SM_CPA_ISSUE) (write ? g_nw : g_nr) += (long)n;
     const int me = g_cur->tid;
@@ -174,7 +207,16 @@ void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENER
         }
         if (!write) {
             if (!r.init) finding("generic read of never-written shared memory", region(so) + " by " + tname(me), pc, nullptr);
-            if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
+            bool bulk_seen = false;  // a byte of a bulk copy: ordered by the mbarrier's phase, not by a barrier
+            if (mode == SM_GENERIC && g_bulk_bar[off + i]) {
+                const int mi = g_bulk_bar[off + i] - 1, k = g_bulk_phase[off + i];
+                const Mbar &m = g_mbar[mi];
+                bulk_seen = ((int)g_thr[me].mobs.size() > mi && g_thr[me].mobs[mi] > k) || ((int)m.obs_epoch.size() > k && m.obs_epoch[k] < g_epoch);
+                if (!bulk_seen)
+                    finding("RAW hazard with cp.async.bulk: read of a bulk-copied byte by a thread that has not seen its mbarrier phase complete (try_wait) and is not behind a barrier after a thread that has",
+                            region(so) + " read by " + tname(me), pc, nullptr);
+            }
+            if (!bulk_seen && r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
                 finding("RAW hazard: read of a byte written by another thread in the same phase",
                         region(so) + " written by " + tname(r.wtid) + ", read by " + tname(me), r.wpc, pc);
             if (r.repoch != g_epoch) r.repoch = g_epoch, r.nr = 0, r.rover = false;
@@ -186,7 +228,8 @@ void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENER
                 else r.rover = true;
             }
         } else {
-            if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me))
+            if (mode == SM_ATOMIC && !r.init) finding("atomic on never-written shared memory", region(so) + " by " + tname(me), pc, nullptr);
+            if (r.wtid >= 0 && r.wepoch == g_epoch && r.wtid != me && !same_warp_synced(r.wtid, r.wsync, me) && !(mode == SM_ATOMIC && r.watomic))
                 finding("WAW hazard: two threads write a byte in the same phase",
                         region(so) + " " + tname(r.wtid) + " then " + tname(me), r.wpc, pc);
             if (r.repoch == g_epoch) {
@@ -214,6 +257,7 @@ void smem_access(size_t off, size_t n, bool write, void *pc, int mode = SM_GENER
                                 region(so) + " written by " + tname(me), pc, nullptr);
                 }
             }
+            if (mode != SM_CPA_ISSUE) g_bulk_bar[off + i] = 0, r.watomic = mode == SM_ATOMIC;
             if (mode != SM_CPA_ISSUE)
                 r.wtid = me, r.wepoch = g_epoch, r.wsync = g_wsync[me >> 5], r.wseq = ++g_seq, r.wpc = pc, r.init = true;
         }
@@ -259,7 +303,7 @@ void block_me() {
     g_cur = t;
 }
 
-enum { K_SYNCTHREADS = 100, K_SYNCWARP = 101, K_WGMMA = 102 };
+enum { K_SYNCTHREADS = 100, K_SYNCWARP = 101, K_WGMMA = 102, K_MMA = 103, K_LDM = 104 };
 struct Coll {
     int kind = 0, arg = 0, count = 0;
     std::vector<int> who;
@@ -267,6 +311,8 @@ struct Coll {
 Coll g_warp[16], g_wg[4], g_blk;
 
 void do_wgmma(int wg, std::vector<int> &who);
+void do_mma(int w);
+void do_ldmatrix(int w, int cnt);
 
 void arrive(Coll &c, int size, int kind, int arg, const char *what) {
     Thread *t = g_cur;
@@ -286,7 +332,7 @@ void arrive(Coll &c, int size, int kind, int arg, const char *what) {
     std::vector<int> who = c.who;
     c.count = 0;
     if (kind == K_SYNCTHREADS) {
-        for (int i = 0; i < kThreads; i++) {
+        for (int i = 0; i < g_nthr; i++) {
             Thread &x = g_thr[i];
             if (x.uncommitted) finding("barrier with uncommitted wgmma", tname(i), nullptr, nullptr);
             // (a group not waited for may stay in flight across the barrier: its reads are checked
@@ -298,6 +344,10 @@ void arrive(Coll &c, int size, int kind, int arg, const char *what) {
         g_wsync[who[0] >> 5]++;
     } else if (kind == K_WGMMA) {
         do_wgmma(who[0] >> 7, who);
+    } else if (kind == K_MMA) {
+        do_mma(who[0] >> 5);
+    } else if (kind == K_LDM) {
+        do_ldmatrix(who[0] >> 5, arg);
     } else {  // warp shuffle / vote
         const int w = who[0] >> 5;
         uint64_t v[32];
@@ -330,6 +380,8 @@ void fiber_main(int tid) {
 // ---------------------------------------------------------------- wgmma from the PTX ISA's definition
 // (PTX ISA 9.7.15.5.1.2, "Asynchronous Warpgroup Level Matrix Shared Memory Layout"; README.md
 // lists the statements relied on)
+}  // namespace
+namespace {
 float tf32_trunc(float x) {  // the tensor core reads the TF32 part of an F32 operand
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -519,6 +571,100 @@ void cpa_wait(Thread *t, int keep) {
     t->cpa.swap(rest);
 }
 
+// ---------------------------------------------------------------- mma.sync, ldmatrix (warp collectives)
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, PTX ISA "Matrix Fragments for mma.m16n8k8"
+// (.tf32): groupID g = lane >> 2, threadID_in_group c = lane % 4;
+//   A (16 x 8, row): a0 (g, c), a1 (g + 8, c), a2 (g, c + 4), a3 (g + 8, c + 4)
+//   B (8 x 8, col):  b0 (k c, n g), b1 (k c + 4, n g)
+//   C, D (16 x 8):   c0 (g, 2c), c1 (g, 2c + 1), c2 (g + 8, 2c), c3 (g + 8, 2c + 1)
+// operands read as TF32 (low 13 mantissa bits dropped); the 8 products and C summed in float64,
+// rounded once to F32
+float tf32_trunc(float x);
+void do_mma(int w) {
+    float A[16][8], B[8][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const Thread &x = g_thr[32 * w + l];
+        const int g = l >> 2, c = l & 3;
+        float f[4];
+        for (int i = 0; i < 4; i++) memcpy(&f[i], &x.mma_a[i], 4);
+        A[g][c] = f[0], A[g + 8][c] = f[1], A[g][c + 4] = f[2], A[g + 8][c + 4] = f[3];
+        float b0, b1;
+        memcpy(&b0, &x.mma_b[0], 4), memcpy(&b1, &x.mma_b[1], 4);
+        B[c][g] = b0, B[c + 4][g] = b1;
+        C[g][2 * c] = x.mma_c[0], C[g][2 * c + 1] = x.mma_c[1], C[g + 8][2 * c] = x.mma_c[2], C[g + 8][2 * c + 1] = x.mma_c[3];
+    }
+    float D[16][8];
+    for (int m = 0; m < 16; m++)
+        for (int n = 0; n < 8; n++) {
+            double s = C[m][n];
+            for (int k = 0; k < 8; k++) s += (double)tf32_trunc(A[m][k]) * (double)tf32_trunc(B[k][n]);
+            D[m][n] = (float)s;
+        }
+    g_stats["mma.sync m16n8k8 tf32"]++;
+    for (int l = 0; l < 32; l++) {
+        const Thread &x = g_thr[32 * w + l];
+        const int g = l >> 2, c = l & 3;
+        *x.mma_d[0] = D[g][2 * c], *x.mma_d[1] = D[g][2 * c + 1], *x.mma_d[2] = D[g + 8][2 * c], *x.mma_d[3] = D[g + 8][2 * c + 1];
+    }
+}
+// ldmatrix.sync.aligned.m8n8.{x2,x4}.shared.b16, PTX ISA "ldmatrix": matrix i's 8 rows (16 bytes
+// each) at the addresses of threads 8i .. 8i + 7; each thread receives in register i the 32-bit word
+// lane % 4 of row lane / 4 of matrix i (.x2: the addresses of threads 0-15). Each row's read counts as
+// a shared-memory read by the thread that gave its address.
+void do_ldmatrix(int w, int cnt) {
+    Thread *cur = g_cur;
+    uint32_t rows[4][8][4];
+    for (int i = 0; i < cnt; i++)
+        for (int r = 0; r < 8; r++) {
+            Thread &p = g_thr[32 * w + 8 * i + r];
+            const uint32_t a = p.ldm_addr;
+            const size_t off = (size_t)a - g_sbase;
+            if (a % 16) finding("ldmatrix row address not 16-byte aligned", tname(p.tid), p.ldm_pc, nullptr);
+            if (a < g_sbase || off + 16 > g_sm_bytes) {
+                finding("ldmatrix row outside shared memory", tname(p.tid), p.ldm_pc, nullptr);
+                memset(rows[i][r], 0, 16);
+                continue;
+            }
+            g_cur = &p;
+            smem_access(off, 16, false, p.ldm_pc);
+            memcpy(rows[i][r], g_sm + off, 16);
+        }
+    g_cur = cur;
+    for (int l = 0; l < 32; l++) {
+        Thread &x = g_thr[32 * w + l];
+        for (int i = 0; i < cnt; i++) *x.ldm_out[i] = rows[i][l >> 2][l & 3];
+    }
+}
+
+// ---------------------------------------------------------------- mbarriers and bulk copies
+int mbar_find(uint32_t addr, void *pc) {
+    for (size_t i = 0; i < g_mbar.size(); i++)
+        if (g_mbar[i].addr == addr) return (int)i;
+    finding("mbarrier operation on an address no mbarrier.init initialized", tname(g_cur->tid), pc, nullptr);
+    return -1;
+}
+// the phase completes when its arrivals and its transaction count are done: the bulk copies counted by
+// it land (as writes of their issuing threads), the next phase starts
+void mbar_check(int mi) {
+    Mbar &m = g_mbar[mi];
+    if (m.pending != 0 || m.tx != 0) return;
+    const int k = m.phase;
+    Thread *cur = g_cur;
+    for (const BulkCopy &c : m.copies) {
+        for (size_t i = 0; i < c.data.size(); i++) g_cpa_pend[c.off + i]--;
+        g_cur = &g_thr[c.tid];
+        smem_access(c.off, c.data.size(), true, c.pc, SM_CPA_LAND);
+        memcpy(g_sm + c.off, c.data.data(), c.data.size());
+        for (size_t i = 0; i < c.data.size(); i++) g_bulk_bar[c.off + i] = mi + 1, g_bulk_phase[c.off + i] = k;
+    }
+    g_cur = cur;
+    m.copies.clear();
+    m.phase++;
+    m.pending = m.count;
+    m.obs_epoch.push_back(UINT32_MAX);
+    g_mbar_changes++;
+}
+
 // ---------------------------------------------------------------- the PTX interpreter
 std::string trim(const std::string &s) {
     size_t a = s.find_first_not_of(" \t\n{}"), b = s.find_last_not_of(" \t\n{}");
@@ -537,7 +683,7 @@ uint32_t cvt_rna_tf32(float x) {
 // ================================================================ the shims' entry points
 uint3 tg_emu_tid() { return make_uint3((unsigned)g_cur->tid, 0, 0); }
 uint3 tg_emu_bid() { return make_uint3((unsigned)g_block, 0, 0); }
-void __syncthreads() { arrive(g_blk, kThreads, K_SYNCTHREADS, 0, "__syncthreads"); }
+void __syncthreads() { arrive(g_blk, g_nthr, K_SYNCTHREADS, 0, "__syncthreads"); }
 void __syncwarp(unsigned mask) {
     if (mask != 0xffffffffu) finding("__syncwarp with a partial mask", "", nullptr, nullptr);
     arrive(g_warp[g_cur->tid >> 5], 32, K_SYNCWARP, 0, "__syncwarp");
@@ -769,11 +915,182 @@ static void emu_asm(const char *tmpl, std::vector<tg_emu_op> &ops, const int nou
             t->wga = &w;
             arrive(g_wg[t->tid >> 7], 128, K_WGMMA, 0, "wgmma");
             t->wga = nullptr;
+        } else if (opc == "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") {
+            // {d0..d3}, {a0..a3}, {b0, b1}, {c0..c3}
+            auto lst = [&](const std::string &x) {
+                std::vector<std::string> v;
+                std::string cur;
+                for (char ch : x) {
+                    if (ch == '{' || ch == ' ' || ch == '\n' || ch == '\t') continue;
+                    if (ch == '}' || ch == ',') {
+                        if (!cur.empty()) v.push_back(cur);
+                        cur.clear();
+                    } else cur += ch;
+                }
+                if (!cur.empty()) v.push_back(cur);
+                return v;
+            };
+            auto bits = [&](const std::string &x) -> uint32_t {  // an operand's 32 bits (an output: its current value)
+                tg_emu_op &o = opnd(x);
+                if (o.p) return *(uint32_t *)o.p;
+                if (o.cons[0] == 'f') {
+                    uint32_t u;
+                    memcpy(&u, &o.f, 4);
+                    return u;
+                }
+                return (uint32_t)o.u;
+            };
+            if (args.size() != 4) {
+                fprintf(stderr, "mma.sync with %zu operands\n", args.size());
+                abort();
+            }
+            const auto D = lst(args[0]), A = lst(args[1]), Bv = lst(args[2]), Cv = lst(args[3]);
+            if (D.size() != 4 || A.size() != 4 || Bv.size() != 2 || Cv.size() != 4) {
+                fprintf(stderr, "mma.sync operand lists (template '%s')\n", tmpl);
+                abort();
+            }
+            for (int i = 0; i < 4; i++) {
+                t->mma_a[i] = bits(A[i]);
+                const uint32_t cb = bits(Cv[i]);
+                memcpy(&t->mma_c[i], &cb, 4);
+                tg_emu_op &o = opnd(D[i]);
+                if (!o.p) {
+                    fprintf(stderr, "mma.sync D operand %s is not an output\n", D[i].c_str());
+                    abort();
+                }
+                t->mma_d[i] = (float *)o.p;
+            }
+            t->mma_b[0] = bits(Bv[0]), t->mma_b[1] = bits(Bv[1]);
+            arrive(g_warp[t->tid >> 5], 32, K_MMA, 0, "mma.sync");
+        } else if (opc == "ldmatrix.sync.aligned.m8n8.x4.shared.b16" || opc == "ldmatrix.sync.aligned.m8n8.x2.shared.b16" ||
+                   opc == "ldmatrix.sync.aligned.m8n8.x1.shared.b16") {
+            const int cnt = opc.find(".x4.") != std::string::npos ? 4 : opc.find(".x2.") != std::string::npos ? 2 : 1;
+            std::string l = args.at(0), ad = args.at(1);
+            std::vector<std::string> outs;
+            {
+                std::string cur;
+                for (char ch : l) {
+                    if (ch == '{' || ch == ' ') continue;
+                    if (ch == '}' || ch == ',') {
+                        if (!cur.empty()) outs.push_back(cur);
+                        cur.clear();
+                    } else cur += ch;
+                }
+                if (!cur.empty()) outs.push_back(cur);
+            }
+            if ((int)outs.size() != cnt || ad.size() < 3 || ad.front() != '[') {
+                fprintf(stderr, "ldmatrix operands (template '%s')\n", tmpl);
+                abort();
+            }
+            for (int i = 0; i < cnt; i++) t->ldm_out[i] = (unsigned *)opnd(outs[i]).p;
+            t->ldm_addr = (uint32_t)val(trim(ad.substr(1, ad.size() - 2)));
+            t->ldm_pc = pc;
+            arrive(g_warp[t->tid >> 5], 32, K_LDM, cnt, "ldmatrix");
+        } else if (opc == "mbarrier.init.shared::cta.b64") {
+            const uint32_t ad = (uint32_t)val(trim(args.at(0).substr(1, args[0].size() - 2)));
+            const int cnt = (int)val(args.at(1));
+            if (ad % 8) finding("mbarrier not 8-byte aligned", tname(t->tid), pc, nullptr);
+            smem_access((size_t)ad - g_sbase, 8, true, pc);
+            int mi = -1;
+            for (size_t i = 0; i < g_mbar.size(); i++)
+                if (g_mbar[i].addr == ad) mi = (int)i;
+            if (mi >= 0 && !g_mbar[mi].copies.empty()) finding("mbarrier.init on an mbarrier with bulk copies pending", tname(t->tid), pc, nullptr);
+            if (mi < 0) g_mbar.push_back(Mbar()), mi = (int)g_mbar.size() - 1;
+            Mbar &m = g_mbar[mi];
+            m.addr = ad, m.count = m.pending = cnt, m.tx = 0, m.phase = 0, m.obs_epoch.clear(), m.copies.clear();
+            g_mbar_changes++;
+        } else if (opc == "fence.mbarrier_init.release.cluster") {
+            // (the init's visibility to the async proxy; the barrier after it is checked by the reads below)
+        } else if (opc == "mbarrier.arrive.expect_tx.shared::cta.b64") {
+            // _, [bar], tx: tx-count += tx, then one arrival
+            const uint32_t ad = (uint32_t)val(trim(args.at(1).substr(1, args[1].size() - 2)));
+            const long long tx = (long long)(uint32_t)val(args.at(2));
+            smem_access((size_t)ad - g_sbase, 8, false, pc);
+            const int mi = mbar_find(ad, pc);
+            if (mi >= 0) {
+                Mbar &m = g_mbar[mi];
+                m.tx += tx;
+                if (--m.pending < 0) finding("mbarrier: more arrivals than its count in a phase", tname(t->tid), pc, nullptr);
+                g_mbar_changes++;
+                mbar_check(mi);
+            }
+        } else if (opc == "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes") {
+            // [dst], [src], size, [bar]: done at issue (global bytes read now); lands when the phase completes
+            auto inner = [&](const std::string &x) { return val(trim(x.substr(1, x.size() - 2))); };
+            const uint32_t dst = (uint32_t)inner(args.at(0));
+            unsigned char *src = (unsigned char *)(uintptr_t)inner(args.at(1));
+            const uint32_t n = (uint32_t)val(args.at(2));
+            const uint32_t ad = (uint32_t)inner(args.at(3));
+            if (dst % 16 || (uintptr_t)src % 16 || n % 16 || n == 0)
+                finding("cp.async.bulk: destination, source or size not a multiple of 16", tname(t->tid), pc, nullptr);
+            const size_t off = (size_t)dst - g_sbase;
+            if (dst < g_sbase || off + n > g_alloc) {
+                finding("cp.async.bulk destination outside the dynamic allocation", tname(t->tid), pc, nullptr);
+                continue;
+            }
+            const int mi = mbar_find(ad, pc);
+            if (mi < 0) continue;
+            BulkCopy c;
+            c.off = off, c.tid = t->tid, c.pc = pc;
+            if (!g_glob.empty()) global_access(src, n, false, pc);
+            c.data.assign(src, src + n);
+            smem_access(off, n, true, pc, SM_CPA_ISSUE);
+            for (uint32_t i = 0; i < n; i++) g_cpa_pend[off + i]++;
+            Mbar &m = g_mbar[mi];
+            m.copies.push_back(std::move(c));
+            m.tx -= n;
+            g_stats["cp.async.bulk bytes"] += n;
+            g_mbar_changes++;
+            mbar_check(mi);
+        } else if (opc == "mbarrier.try_wait.parity.shared::cta.b64") {
+            // p, [bar], parity: true once the phase of that parity has completed (the current phase's
+            // parity differs); false: this fiber yields (the kernel's loop tries again)
+            const uint32_t ad = (uint32_t)val(trim(args.at(1).substr(1, args[1].size() - 2)));
+            const uint32_t par = (uint32_t)val(args.at(2)) & 1u;
+            smem_access((size_t)ad - g_sbase, 8, false, pc);
+            const int mi = mbar_find(ad, pc);
+            bool ok = true;
+            if (mi >= 0) {
+                Mbar &m = g_mbar[mi];
+                ok = ((uint32_t)m.phase & 1u) != par;
+                if (ok) {
+                    if ((int)t->mobs.size() <= mi) t->mobs.resize(mi + 1, 0);
+                    t->mobs[mi] = std::max(t->mobs[mi], m.phase);
+                    if (m.phase > 0 && m.obs_epoch[m.phase - 1] > g_epoch) m.obs_epoch[m.phase - 1] = g_epoch;
+                } else {
+                    t->yielded = true;
+                    swapcontext(&t->ctx, &g_main);
+                    g_cur = t;
+                }
+            }
+            pred[args.at(0)] = ok;
+        } else if (opc == "selp.u32") {
+            if (!pred.count(args.at(3))) finding("selp predicate undefined", args[3], pc, nullptr);
+            *(uint32_t *)opnd(args.at(0)).p = pred[args[3]] ? (uint32_t)val(args[1]) : (uint32_t)val(args[2]);
+        } else if (opc == "griddepcontrol.wait" || opc == "griddepcontrol.launch_dependents") {
+            // one kernel at a time here: no effect
         } else {
             fprintf(stderr, "unsupported PTX statement '%s' (template '%s')\n", s.c_str(), tmpl);
             abort();
         }
     }
+}
+
+int atomicMax(int *a, int v) {
+    if (g_cur && (unsigned char *)a >= g_sm && (unsigned char *)a < g_sm + g_sm_bytes)
+        smem_access((unsigned char *)a - g_sm, 4, true, __builtin_return_address(0), SM_ATOMIC);
+    else if (g_cur && !g_glob.empty()) global_access((unsigned char *)a, 4, true, __builtin_return_address(0));
+    const int o = *a;
+    if (v > o) *a = v;
+    return o;
+}
+unsigned atomicMax(unsigned *a, unsigned v) {
+    if (g_cur && (unsigned char *)a >= g_sm && (unsigned char *)a < g_sm + g_sm_bytes)
+        smem_access((unsigned char *)a - g_sm, 4, true, __builtin_return_address(0), SM_ATOMIC);
+    else if (g_cur && !g_glob.empty()) global_access((unsigned char *)a, 4, true, __builtin_return_address(0));
+    const unsigned o = *a;
+    if (v > o) *a = v;
+    return o;
 }
 
 // ================================================================ instrumentation hooks
@@ -822,11 +1139,16 @@ const std::vector<uint8_t> &emu_global_writes(const char *name) {
 }
 void emu_finding(const std::string &kind, const std::string &detail) { finding(kind, detail, nullptr, nullptr); }
 
+void emu_set_threads(int n) { g_nthr = std::max(32, std::min(n, kThreads)); }
 void emu_run_block(int block, int order, const std::function<void()> &body) {
+    const int NT = g_nthr;
     g_block = block;
     g_body = &body;
     g_rec.assign(g_sm_bytes, Rec());
     g_cpa_pend.assign(g_sm_bytes, 0);
+    g_bulk_bar.assign(g_sm_bytes, 0);
+    g_bulk_phase.assign(g_sm_bytes, 0);
+    g_mbar.clear();
     g_epoch = 0;
     g_seq = 0;
     g_barrier_seq.clear();
@@ -839,10 +1161,10 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
     for (auto &c : g_warp) c = Coll();
     for (auto &c : g_wg) c = Coll();
     g_blk = Coll();
-    std::vector<int> ord(kThreads);
-    for (int i = 0; i < kThreads; i++) ord[i] = order == 1 ? kThreads - 1 - i : i;
+    std::vector<int> ord(NT);
+    for (int i = 0; i < NT; i++) ord[i] = order == 1 ? NT - 1 - i : i;
     if (order == 2) std::shuffle(ord.begin(), ord.end(), std::mt19937(1234 + block));
-    for (int i = 0; i < kThreads; i++) {
+    for (int i = 0; i < NT; i++) {
         Thread &t = g_thr[i];
         if (!t.stack) t.stack = (char *)malloc(kStack);
         t.tid = i, t.done = false, t.blocked = false, t.fence_ok = false, t.committed = t.waited = t.uncommitted = 0, t.wait_epoch.clear();
@@ -850,17 +1172,20 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
         t.inflight.clear();
         t.cpa.clear();
         t.cpa_groups = 0;
+        t.yielded = false;
+        t.mobs.clear();
         getcontext(&t.ctx);
         t.ctx.uc_stack.ss_sp = t.stack;
         t.ctx.uc_stack.ss_size = kStack;
         t.ctx.uc_link = &g_main;
         makecontext(&t.ctx, (void (*)())fiber_main, 1, i);
     }
-    int ndone = 0;
-    while (ndone < kThreads) {
-        bool any = false;
+    int ndone = 0, idle_rounds = 0;
+    while (ndone < NT) {
+        bool any = false, progress = false;
+        const long mch = g_mbar_changes;
         ndone = 0;
-        for (int k = 0; k < kThreads; k++) {
+        for (int k = 0; k < NT; k++) {
             Thread &t = g_thr[ord[k]];
             if (t.done) {
                 ndone++;
@@ -868,17 +1193,23 @@ void emu_run_block(int block, int order, const std::function<void()> &body) {
             }
             if (t.blocked) continue;
             g_cur = &t;
+            t.yielded = false;
             swapcontext(&g_main, &t.ctx);
             g_cur = nullptr;
             any = true;
+            if (!t.yielded) progress = true;  // (a failed mbarrier try_wait alone is no progress)
         }
-        if (!any && ndone < kThreads) {
+        if (mch != g_mbar_changes) progress = true;
+        idle_rounds = progress ? 0 : idle_rounds + 1;
+        if ((!any && ndone < NT) || idle_rounds >= 2) {
             int nb = 0;
-            for (auto &t : g_thr) nb += !t.done;
-            finding("deadlock: threads blocked at collectives that never complete", std::to_string(nb) + " threads", nullptr, nullptr);
+            for (int i = 0; i < NT; i++) nb += !g_thr[i].done;
+            finding("deadlock: threads blocked at collectives or mbarrier waits that never complete", std::to_string(nb) + " threads", nullptr, nullptr);
             break;
         }
     }
+    for (const Mbar &m : g_mbar)
+        if (!m.copies.empty()) finding("block ends with bulk copies whose mbarrier phase never completed", std::to_string(m.copies.size()) + " copies", m.copies[0].pc, nullptr);
     g_cur = nullptr;
 }
 

@@ -1,4 +1,4 @@
-// emu_rt.h - host shims of the CUDA device environment, so that the real kernel source (as gen.py
+// emu_rt.h (scripts/emu_common, both emulators') - host shims of the CUDA device environment, so that the real kernel source (as gen.py
 // copies it) compiles as host C++ and runs one block on 512 fibers (emu_rt.cpp). Every memory
 // access of the kernel TU reaches emu_rt.cpp's hazard tracker through GCC's -fsanitize=thread
 // instrumentation hooks (__tsan_read*/__tsan_write*); gen.py rewrites each inline asm into
@@ -18,6 +18,12 @@
 #include <cuda_runtime.h>
 
 #define __launch_bounds__(...)
+#define TG_EMU_CUDA_ARCH 900  // gen.py: __CUDA_ARCH__ (bulk_copy.cuh's code is for 9.0 and later)
+// the window of a kernel's static __shared__ array (gen.py rewrites the declaration into a reference to it)
+extern float4 tg_emu_static_sm[];
+// st.global.cs: a plain store here (the cache hint has no effect on results)
+template <class T> static inline void tg_emu_stcs(T *p, const T &v) { *p = v; }
+#define __stcs tg_emu_stcs
 #ifndef __CUDA_ARCH_FEAT_SM90_ALL
 #define __CUDA_ARCH_FEAT_SM90_ALL 1
 #endif
@@ -80,3 +86,7 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
 static inline int atomicCAS(int *a, int c, int v) { int o = *a; if (o == c) *a = v; return o; }
+// atomics on shared memory (emu_rt.cpp, not instrumented): checked as atomic writes (no hazard among
+// atomics of one phase; with plain accesses as writes)
+int atomicMax(int *a, int v);
+unsigned atomicMax(unsigned *a, unsigned v);
