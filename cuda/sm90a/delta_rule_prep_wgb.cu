@@ -378,21 +378,22 @@ namespace tg_chunk {
 
 size_t tg_cuda_delta_prep_wgb_smem() { return TG_WGMMA ? kSmemP : 0; }
 
+// the kernel's instance for a mode and fo (the limit and the launch take the same one)
+static phase_fn prep_instance(bool delta, bool fo) {
+    static const phase_fn k[2][2] = {{delta_prep_wgb_kernel<false, false>, delta_prep_wgb_kernel<false, true>},
+                                     {delta_prep_wgb_kernel<true, false>, delta_prep_wgb_kernel<true, true>}};
+    return k[delta ? 1 : 0][fo ? 1 : 0];
+}
+
 tg_status tg_cuda_delta_prep_wgb_limit(tg_backend *be, bool delta, bool fo) {
     // slots WG+5..WG+8: one per instance (the limit is a property of the kernel, set once each)
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 8 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the prep kernel's slots");
     size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + 5 + (delta ? 0 : 1) + (fo ? 2 : 0)];
-    if (fo) return delta ? smem_limit(be, delta_prep_wgb_kernel<true, true>, kSmemP, set, "delta_rule")
-                         : smem_limit(be, delta_prep_wgb_kernel<false, true>, kSmemP, set, "delta_rule");
-    return delta ? smem_limit(be, delta_prep_wgb_kernel<true, false>, kSmemP, set, "delta_rule")
-                 : smem_limit(be, delta_prep_wgb_kernel<false, false>, kSmemP, set, "delta_rule");
+    return smem_limit(be, prep_instance(delta, fo), kSmemP, set, "delta_rule");
 }
 
 void tg_cuda_delta_prep_wgb_launch(tg_backend *be, const phase_args &a, unsigned grid) {
-    if (a.delta) a.fo ? delta_prep_wgb_kernel<true, true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a)
-                      : delta_prep_wgb_kernel<true, false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
-    else a.fo ? delta_prep_wgb_kernel<false, true><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a)
-              : delta_prep_wgb_kernel<false, false><<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
+    prep_instance(a.delta, a.fo)<<<grid, kNT, kSmemP, tg_cuda(be)->stream>>>(a);
 }
 
 }  // namespace tg_chunk
