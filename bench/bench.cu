@@ -592,39 +592,43 @@ int main(int argc, char **argv) {
     bench_delta("gdn.long/f32rows", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, f32rows, BF);
     bench_delta("gdn.prefill.bf16/3p-h16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_h16rows, BF);
     bench_delta("gla.prefill/3p-h16", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16rows);
+    // gdn.long (B1 T16384) and 32 (sequence, value head) pairs of each mode (B2 T8192, the chunk-parallel form
+    // forced) with a knob set, BF16 q/k/v; a null id skips its row
+    auto long_rows = [&](const tg_cuda_sig_knobs &k, const char *gdn_long, const char *gdn_x32, const char *gla_x32) {
+        tg_cuda_sig_knobs kp = k;
+        kp.delta_chunk_fused = phases.delta_chunk_fused;
+        if (gdn_long) bench_delta(gdn_long, 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, k, BF);
+        if (gdn_x32) bench_delta(gdn_x32, 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, kp, BF);
+        if (gla_x32) bench_delta(gla_x32, 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, kp, BF);
+    };
+    auto knob = [&](auto set) {
+        tg_cuda_sig_knobs k = dflt;
+        set(k);
+        return k;
+    };
     // the chunk-parallel form's prep kernel on TF32 mma.sync (knob delta_chunk_prep 1: before session 45's
-    // BF16 wgmma prep) at gdn.long and at 32 (sequence, value head) pairs of each mode
-    tg_cuda_sig_knobs tf32prep = dflt, phases_tf32prep = phases;
-    tf32prep.delta_chunk_prep = 1, phases_tf32prep.delta_chunk_prep = 1;
-    bench_delta("gdn.long/tf32prep", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, tf32prep, BF);
-    bench_delta("gdn.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_tf32prep, BF);
-    bench_delta("gla.x32.bf16/3p-tf32prep", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_tf32prep, BF);
+    // BF16 wgmma prep)
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_prep = 1; }), "gdn.long/tf32prep", "gdn.x32.bf16/3p-tf32prep",
+              "gla.x32.bf16/3p-tf32prep");
     // the state pass's F16 rows by cp.async from every thread (knob delta_chunk_bulk 1: before session
     // 46's bulk copies; then the output kernel runs too) at gdn.long (BV 16) and gdn.x32.bf16 (BV 32); F32
     // rows (knob delta_chunk_h16 2: before session 46's rule for GATED_DELTA and session 47's for
-    // GATED_LINEAR, which take F16 rows there) at gdn.x32.bf16 and gla.x32.bf16
-    tg_cuda_sig_knobs cpasync = dflt, phases_cp = phases, phases_f32r = phases, phases_h16 = phases;
-    cpasync.delta_chunk_bulk = 1, phases_cp.delta_chunk_bulk = 1, phases_f32r.delta_chunk_h16 = 2, phases_h16.delta_chunk_h16 = 1;
-    bench_delta("gdn.long/cpasync", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, cpasync, BF);
-    bench_delta("gdn.x32.bf16/3p-cpasync", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_cp, BF);
-    bench_delta("gdn.x32.bf16/3p-f32rows", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_f32r, BF);
-    bench_delta("gla.x32.bf16/3p-f32rows", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_f32r, BF);
+    // GATED_LINEAR, which take F16 rows there) at 32 pairs
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_bulk = 1; }), "gdn.long/cpasync", "gdn.x32.bf16/3p-cpasync", nullptr);
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_h16 = 2; }), nullptr, "gdn.x32.bf16/3p-f32rows", "gla.x32.bf16/3p-f32rows");
     // the output kernel after the state pass (knob delta_chunk_fo 1: before session 47, which makes the
     // output in the state pass where the F16 rows come by bulk copies at 32 columns or fewer) at gdn.long
-    // (BV 16), gdn.x32.bf16 and gla.x32.bf16 (BV 32; F16 rows forced: knob delta_chunk_h16 1)
-    tg_cuda_sig_knobs nofo = dflt, phases_nofo = phases, phases_h16_nofo = phases_h16;
-    nofo.delta_chunk_fo = 1, phases_nofo.delta_chunk_fo = 1, phases_h16_nofo.delta_chunk_fo = 1;
-    bench_delta("gdn.long/nofo", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, nofo, BF);
-    bench_delta("gdn.x32.bf16/3p-nofo", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_nofo, BF);
-    bench_delta("gla.x32.bf16/3p-h16-nofo", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_h16_nofo, BF);
+    // (BV 16) and 32 pairs (BV 32; GATED_LINEAR's F16 rows forced: knob delta_chunk_h16 1)
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_fo = 1; }), "gdn.long/nofo", "gdn.x32.bf16/3p-nofo", nullptr);
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_fo = 1, k.delta_chunk_h16 = 1; }), nullptr, nullptr,
+              "gla.x32.bf16/3p-h16-nofo");
+    // GATED_LINEAR's fo pass with its state in one shared copy and a second barrier a chunk (knob
+    // delta_chunk_fo 2: session 47's form, before session 49's two copies)
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_fo = 2; }), nullptr, nullptr, "gla.x32.bf16/3p-fo1s");
     // the state pass's slices halved (knob delta_chunk_bv: twice the blocks, each re-reading the K-side
-    // rows) at gdn.long (BV 8), gdn.x32.bf16 and gla.x32.bf16 (BV 16, and 8 for GATED_LINEAR)
-    tg_cuda_sig_knobs bv8 = dflt, phases_bv16 = phases, phases_bv8 = phases;
-    bv8.delta_chunk_bv = 8, phases_bv16.delta_chunk_bv = 16, phases_bv8.delta_chunk_bv = 8;
-    bench_delta("gdn.long/bv8", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, bv8, BF);
-    bench_delta("gdn.x32.bf16/3p-bv16", 2, 8192, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, phases_bv16, BF);
-    bench_delta("gla.x32.bf16/3p-bv16", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_bv16, BF);
-    bench_delta("gla.x32.bf16/3p-bv8", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases_bv8, BF);
+    // rows): BV 8 at gdn.long, 16 at 32 pairs, and 8 for GATED_LINEAR there
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_bv = 8; }), "gdn.long/bv8", nullptr, "gla.x32.bf16/3p-bv8");
+    long_rows(knob([](tg_cuda_sig_knobs &k) { k.delta_chunk_bv = 16; }), nullptr, "gdn.x32.bf16/3p-bv16", "gla.x32.bf16/3p-bv16");
     // BF16 q/k/v at 32, 48, 64 and 80 (sequence, value head) pairs, gdn.long's 262,144 head-tokens each
     // (H16, B 2 / 3 / 4 / 5, T 16384 / B): AUTO's choice, the single-kernel form (knob 1) and the
     // chunk-parallel form (knob 2); where AUTO's switch between the forms belongs

@@ -116,6 +116,14 @@ __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {
     f.x[1] = __float_as_uint(base[(k0 + c + 4) * ld + n0 + g]);
     return f;
 }
+// ... from BF16 values (bits; ld in elements): each the TF32 operand of the same value (exact)
+__device__ inline frag_b ldb_cols_bf16(const unsigned short *base, int ld, int k0, int n0) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    frag_b f;
+    f.x[0] = (unsigned)base[(k0 + c) * ld + n0 + g] << 16;
+    f.x[1] = (unsigned)base[(k0 + c + 4) * ld + n0 + g] << 16;
+    return f;
+}
 
 // The warp's tiles of one pass over an M x N product (M a multiple of 16, N of 8): tile
 // base + warp + NW r (r < R), row-major over N / 8 columns of tiles; m0 -1: no tile.

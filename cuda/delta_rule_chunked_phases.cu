@@ -391,11 +391,12 @@ template <bool FULL> __global__ void __launch_bounds__(256) delta_out_kernel(con
 }
 
 // Bytes of the chunk-parallel form's scratch, and the regions' offsets (floats, 256-byte aligned):
-// W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit), S_c (DKP x DVP per unit), gamma, the
-// gate arrays (read only where the BF16 wgmma kernels run; 2 KB a unit, allocated either way).
+// W (GATED_DELTA), Kd^T, U (64 rows / columns each per unit; not for GATED_LINEAR with fo, whose state
+// pass reads v itself), S_c (DKP x DVP per unit), gamma, the gate arrays (read only where the BF16 wgmma
+// kernels run; 2 KB a unit, allocated either way).
 size_t phase_scratch(long long units, int DKP, int DVP, bool delta, bool fo, size_t off[8]) {
     // W, Kd^T, U, S_c (not with fo), gamma, the gate arrays, fo's Q and P rows
-    const size_t per[8] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, (size_t)kC * DVP, fo ? 0 : (size_t)DKP * DVP, 1,
+    const size_t per[8] = {delta ? (size_t)kC * DKP : 0, (size_t)kC * DKP, delta || !fo ? (size_t)kC * DVP : 0, fo ? 0 : (size_t)DKP * DVP, 1,
                            (size_t)kGateWords, fo ? (size_t)kH16QFloats : 0, fo ? (size_t)kH16PFloats : 0};
     size_t total = 0;
     for (int i = 0; i < 8; i++) off[i] = total, total += ((size_t)units * per[i] + 63) / 64 * 64;
@@ -474,8 +475,9 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     // rows can come by bulk copies, at 32 value columns or fewer and where its buffers fit: the prep kernel
     // writes Q's and P's F16 rows, no output kernel runs (TF32 products for the output; gdn.long 944-952
     // -> 847-851 us, gdn.x32.bf16 900-907 -> 730-755 on an H100, session 47)
-    const bool fo_ok = s128 && pwgb && owgb && BV <= 32 && cu->sig.delta_chunk_fo == 0 && tg_cuda_delta_bulk_ready(be) &&
-                       state128_smem(BV, true, true) <= (size_t)optin;
+    const int fk = cu->sig.delta_chunk_fo;
+    const bool fo_ok = s128 && pwgb && owgb && BV <= 32 && fk != 1 && tg_cuda_delta_bulk_ready(be) &&
+                       state128_smem(BV, true, true, false, !a.delta) <= (size_t)optin;
     // W and Kd^T as F16 rows where the state pass in registers runs and its three buffers fit: by
     // default at 16 columns or fewer (gdn.long, BV 16: 1,621 -> 1,509 us on an H100), where each
     // block's copies are most of its time, and at 32 for GATED_DELTA since the rows arrive by bulk
@@ -490,9 +492,12 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     // compute capability 9.0 or later
     const bool bulk = a.h16 && tg_cuda_delta_bulk_ready(be);
     a.fo = fo_ok && a.h16 && bulk;
+    // GATED_LINEAR's fo pass: the state in two shared copies where they fit, unless knob delta_chunk_fo is 2
+    // (one copy and a second barrier a chunk: session 47's form; gla.x32.bf16 469 -> 467 us, session 49)
+    a.s2 = a.fo && !a.delta && fk != 2 && state128_smem(BV, true, true, true, true) <= (size_t)optin;
     int si = 0;
     const phase_fn state = state_pass_kernel(BV, a.delta, a.h16, bulk, a.fo, s128, &si);
-    if (s128) ss = state128_smem(BV, a.h16, a.fo);
+    if (s128) ss = state128_smem(BV, a.h16, a.fo, a.s2, a.fo && !a.delta);
     const phase_fn out = full ? delta_out_kernel<true> : delta_out_kernel<false>;
     size_t off[8];
     const size_t bytes = phase_scratch(units, a.DKP, a.DVP, a.delta, a.fo, off);
@@ -500,7 +505,8 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     float *scr = nullptr;
     tg_status s = tg_cuda_scratch(be, bytes, (void **)&scr, call);
     if (s != TG_OK) return s;
-    a.W = scr + off[0], a.Kd = scr + off[1], a.U = scr + off[2], a.S = a.fo ? nullptr : scr + off[3], a.gam = scr + off[4];
+    a.W = scr + off[0], a.Kd = scr + off[1], a.U = a.delta || !a.fo ? scr + off[2] : nullptr;
+    a.S = a.fo ? nullptr : scr + off[3], a.gam = scr + off[4];
     a.G = scr + off[5], a.Qh = a.fo ? scr + off[6] : nullptr, a.Ph = a.fo ? scr + off[7] : nullptr;
     size_t *set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_PHASES;  // each kernel's dynamic shared-memory limit (grow-only)
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_PHASES + 35 <= tg_cuda_impl::TG_CUDA_DSMEM_WG, "slots 0-34 of the phases");
@@ -526,7 +532,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     }
     snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-3p/dk%d/bv%d/nb%d%s%s%s%s%s%s", a.DKP, BV,
              s128 ? state128_nbuf(a.h16, a.fo, BV) : a.nbuf, s128 ? "/full-s128" : full ? "/full" : "", a.h16 ? "/h16" : "",
-             bulk ? "/bulk" : "", a.qk_vec ? "" : "/scalar", pwgb ? "/pwgb" : "", a.fo ? "/fo" : owgb ? "/owgb" : "");
+             bulk ? "/bulk" : "", a.qk_vec ? "" : "/scalar", pwgb ? "/pwgb" : "", a.fo ? (a.s2 ? "/fo2" : "/fo") : owgb ? "/owgb" : "");
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

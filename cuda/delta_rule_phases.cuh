@@ -19,8 +19,9 @@ struct phase_args {
     int BV, nslices, nbuf;  // state pass: value columns per block, slices per head, load buffers
     int h16;                // FULL prep and delta_state128_kernel<.., true>: W and Kd^T as F16 (below)
     int fo;                 // the output made by the state pass (delta_prep_wgb_kernel writes Qh, Ph; below)
+    int s2;                 // fo, GATED_LINEAR: the state in two shared copies (state128_sbufs)
     // scratch per (sequence, value head, chunk) unit u = (b Hv + h) NC + c: W (kC x DKP),
-    // Kd^T (DKP x kC), U (kC x DVP), S_c (DKP x DVP; not with fo), gamma; fo: Qh (kH16QFloats), Ph
+    // Kd^T (DKP x kC), U (kC x DVP; not GATED_LINEAR with fo), S_c (DKP x DVP; not with fo), gamma; fo: Qh (kH16QFloats), Ph
     // (kH16PFloats)
     float *W, *Kd, *U, *S, *gam, *Qh, *Ph;
     // (the BF16 wgmma prep and output kernels) unit u's gate arrays as chunk_gates leaves them, kGateWords
@@ -81,15 +82,19 @@ inline size_t state_smem(int DKP, int BV, int nbuf) {
 // Kd^T's regions as the scratch has them (row strides of 16 mod 128 bytes: ldmatrix without bank
 // conflicts; each row's inverse scales after the rows), then (fo) Qh's and Ph's, then the U slice.
 // F16 takes three buffers (fo at 32 columns: two), F32 two.
-constexpr int state128_buf(int BV, bool h16, bool fo = false) {
-    return h16 ? kH16WFloats + kH16KFloats + (fo ? kH16QFloats + kH16PFloats : 0) + kC * (BV + 8)
+// vd (fo, GATED_LINEAR): the U region holds V's BF16 rows (kC rows of BV + 8 halves) instead of F32 ones.
+constexpr int state128_buf(int BV, bool h16, bool fo = false, bool vd = false) {
+    return h16 ? kH16WFloats + kH16KFloats + (fo ? kH16QFloats + kH16PFloats : 0) + (vd ? kC * (BV + 8) / 2 : kC * (BV + 8))
                : kC * 132 + 128 * kPS + kC * (BV + 8);
 }
 constexpr int state128_nbuf(bool h16, bool fo = false, int BV = 0) { return h16 ? (fo && BV > 16 ? 2 : 3) : 2; }
 // its block: 8 warps, 16 where fo (8 for the state, 8 for the output)
 constexpr int state128_threads(bool fo) { return fo ? 512 : 256; }
-inline size_t state128_smem(int BV, bool h16, bool fo = false) {  // (+ 32 bytes: the bulk copies' mbarriers)
-    return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo) + (size_t)128 * (BV + 8)) * 4 + 32;
+// the state's shared copies (128 x (BV + 8) floats each): two where s2 (fo, GATED_LINEAR: the output
+// warps read chunk c's state from one while the state warps write chunk c + 1's into the other)
+constexpr int state128_sbufs(bool s2) { return s2 ? 2 : 1; }
+inline size_t state128_smem(int BV, bool h16, bool fo = false, bool s2 = false, bool vd = false) {  // (+ 32 bytes: the mbarriers)
+    return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo, vd) + (size_t)state128_sbufs(s2) * 128 * (BV + 8)) * 4 + 32;
 }
 
 // The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows

@@ -6,6 +6,12 @@
 namespace tg_chunk {
 namespace {
 
+// cp.async of 16 bytes, the last 16 - bytes of them zero-filled (bytes 0: a zero unit, src not read)
+__device__ __forceinline__ void cp16_zfill(void *dst, const void *src, unsigned bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+
 // Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
 // head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
 // as the chunk's S_c, then (GATED_DELTA) U <- V' = U - W S_c in place, and
@@ -148,23 +154,29 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // state's code stays as without FO). Output warp w makes state warp w's tiles of W S as tiles
 // of Q S_c before the second barrier, then the same tiles of P V' (one product per 16-token block,
 // times that block's row scales) while the state warps run Kd^T V'; O = scale (d(t, -1) qs_t Q S_c +
-// P V') for the chunk's tokens is stored from registers. GATED_LINEAR then needs the second barrier
-// too (Q S_c reads the rows of S that the state warps update after it). The products are TF32 (S_c,
-// V' and the F16 rows' values), where the output kernel's are near-F32.
+// P V') for the chunk's tokens is stored from registers. s2 (GATED_LINEAR by default): the state in two
+// shared copies, the state warps writing chunk c + 1's into the one the output warps do not read, and
+// the output warps make Q S_c after the second barrier, beside P V': GATED_LINEAR's chunks then need no
+// second barrier (its state warps had nothing to do before it but wait for Q S_c; knob delta_chunk_fo
+// 2: one copy and the second barrier, session 47's form). GATED_DELTA keeps one copy (two, with Q S_c
+// after the barrier, measured slower: gdn.x32.bf16 742 -> 765 us, session 49). The products are TF32 (S_c, V' and the F16 rows' values),
+// where the output kernel's are near-F32.
 template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
 __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = state128_threads(FO), DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
-    constexpr int BUF = state128_buf(BV, H16, FO), NB = state128_nbuf(H16, FO, BV);
+    constexpr int BUF = state128_buf(BV, H16, FO, FO && !DELTA), NB = state128_nbuf(H16, FO, BV);
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
     static_assert(!BULK || H16, "bulk copies: F16 rows");
     static_assert(!FO || (BULK && BV <= 32), "the output in the state pass: bulk copies, 32 columns or fewer");
     static_assert(BUF % 4 == 0 && (kC * WLD / 2) % 4 == 0 && (DK * KLD / 2) % 4 == 0, "16-byte aligned regions");
     extern __shared__ float4 ssm4[];
+    // s2 (FO, GATED_LINEAR): the state's two shared copies, chunk c's at sS + (c & 1) DK VS
+    const bool s2 = FO && !DELTA && a.s2;
     float *const sS = (float *)ssm4 + NB * BUF;
-    unsigned long long *const full = (unsigned long long *)(sS + DK * VS);  // BULK: a buffer's mbarrier
+    unsigned long long *const full = (unsigned long long *)(sS + (s2 ? 2 : 1) * DK * VS);  // BULK: a buffer's mbarrier
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     // FO: warps 8-15 make the output (ow), warps 0-7 the state as without it; warp: the index within its set
     const bool ow = FO && tid >= state128_threads(false);
@@ -203,13 +215,24 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
     // H16 each region's 16-byte units in order (or one bulk copy each); the U slice 64 rows x BV / 4
     // (row tid / UPR + UROWS i)
     constexpr int UPR = BV / 4, UROWS = NT / UPR, UCNT = kC * UPR, UN = (UCNT + NT - 1) / NT;
+    // VD (FO, GATED_LINEAR): V' is V itself (beta is in Kd^T's and P's columns): the slice's BF16 rows from v
+    // into the U region at a stride of VSH halves, one 16-byte unit per thread (row tid / VPR), zero-filled
+    // past the sequence's end
+    constexpr bool VD = FO && !DELTA;
+    constexpr int VSH = BV + 8, VPR = BV / 8;
+    static_assert(!VD || kC * VPR <= NT, "V's units: one a thread");
+    const int v_row = tid / VPR, v_col = j0 + 8 * (tid % VPR);
     const int w_src = (tid >> 5) * DK + (tid & 31) * 4, w_dst = (tid >> 5) * QS + (tid & 31) * 4;
     const int k_src = (tid >> 4) * kC + (tid & 15) * 4, k_dst = (tid >> 4) * kPS + (tid & 15) * 4;
     const int u_src = (tid / UPR) * DV + (tid % UPR) * 4, u_dst = (tid / UPR) * VS + (tid % UPR) * 4;
+    // V' B fragments: F32 rows at a stride of VS, or (VD) V's BF16 rows at VSH
+    auto ldb_v = [&](const float *sU, int k0, int n0) {
+        return VD ? ldb_cols_bf16((const unsigned short *)sU, VSH, k0, n0) : ldb_cols(sU, VS, k0, n0);
+    };
     auto issue = [&](int c) {
         float *bf = buf_of(c), *sU = bf + OFF_U;
         const long long u = u0 + c;
-        const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK), *U = a.U + u * (kC * DV) + j0;
+        const float *W = a.W + u * (kC * DK), *Kd = a.Kd + u * (kC * DK);
         if constexpr (BULK) {  // thread 0: one bulk copy per region, counted by the buffer's mbarrier
             if (tid == 0) {
                 unsigned long long *bar = &full[c % NB];
@@ -233,9 +256,19 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
 #pragma unroll
             for (int i = 0; i < 8; i++) cp_async_stream<16>(sKd + k_dst + i * 16 * kPS, Kd + k_src + i * 16 * kC);
         }
+        if constexpr (VD) {
+            const long long t0 = (long long)c * kC;
+            if (tid < kC * VPR) {
+                const bool in = t0 + v_row < a.T;
+                cp16_zfill((unsigned short *)sU + v_row * VSH + 8 * (tid % VPR),
+                           tg_cuda_ptr(a.v, v_col, h, in ? t0 + v_row : t0, b), in ? 16u : 0u);
+            }
+        } else {
+            const float *U = a.U + u * (kC * DV) + j0;
 #pragma unroll
-        for (int i = 0; i < UN; i++)
-            if (UCNT % NT == 0 || tid + i * NT < UCNT) cp_async_stream<16>(sU + u_dst + i * UROWS * VS, U + u_src + i * UROWS * DV);
+            for (int i = 0; i < UN; i++)
+                if (UCNT % NT == 0 || tid + i * NT < UCNT) cp_async_stream<16>(sU + u_dst + i * UROWS * VS, U + u_src + i * UROWS * DV);
+        }
         cp_async_commit();
     };
 #pragma unroll
@@ -269,38 +302,44 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
         if (c + NB - 1 < a.NC) issue(c + NB - 1);
         const float *bf = buf_of(c);
         float *sU = (float *)bf + OFF_U;
+        // the state at the chunk's start (read by W S and Q S_c) and where the update writes the next one
+        const float *const sSc = sS + (s2 && (c & 1) ? DK * VS : 0);
+        float *const sSn = sS + (s2 && !(c & 1) ? DK * VS : 0);
         // the warp's tiles of W S (and FO: of Q S_c and P V'): rows m0 .., columns nb + 8 r (r < WN)
         const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
         const bool tiles = WT >= 8 || warp < WT;
         float o[WN][4];  // FO: the output warp's tiles of O
-        if (ow) {
-            if (tiles) {  // Q S_c: o = d(t, -1) qs_t Q S_c (qs_t: the row's inverse scale times 1 / |q_t|)
-                float acc[2][WN][4];
+        // Q S_c: o = d(t, -1) qs_t Q S_c (qs_t: the row's inverse scale times 1 / |q_t|); before the second
+        // barrier, or with s2 (the state warps write the next state into the other copy) after it
+        auto q_sc = [&]() {
+            float acc[2][WN][4];
 #pragma unroll
-                for (int p = 0; p < 2; p++)
+            for (int p = 0; p < 2; p++)
 #pragma unroll
-                    for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
+                for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
 #pragma unroll
-                for (int k0 = 0; k0 < DK; k0 += 16) {
-                    frag_a f0, f1;
-                    lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, f0, f1);
+            for (int k0 = 0; k0 < DK; k0 += 16) {
+                frag_a f0, f1;
+                lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, f0, f1);
 #pragma unroll
-                    for (int r = 0; r < WN; r++) {
-                        mma_tf32(acc[0][r], f0, ldb_cols(sS, VS, k0, nb + 8 * r));
-                        mma_tf32(acc[1][r], f1, ldb_cols(sS, VS, k0 + 8, nb + 8 * r));
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
-                    const float qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
-#pragma unroll
-                    for (int r = 0; r < WN; r++) {
-                        o[r][e] = keep_zero_mul(d0, (acc[0][r][e] + acc[1][r][e]) * qs);
-                        o[r][e + 1] = keep_zero_mul(d0, (acc[0][r][e + 1] + acc[1][r][e + 1]) * qs);
-                    }
+                for (int r = 0; r < WN; r++) {
+                    mma_tf32(acc[0][r], f0, ldb_cols(sSc, VS, k0, nb + 8 * r));
+                    mma_tf32(acc[1][r], f1, ldb_cols(sSc, VS, k0 + 8, nb + 8 * r));
                 }
             }
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
+                const float qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
+#pragma unroll
+                for (int r = 0; r < WN; r++) {
+                    o[r][e] = keep_zero_mul(d0, (acc[0][r][e] + acc[1][r][e]) * qs);
+                    o[r][e + 1] = keep_zero_mul(d0, (acc[0][r][e + 1] + acc[1][r][e + 1]) * qs);
+                }
+            }
+        };
+        if (ow) {
+            if (tiles && !s2) q_sc();
         } else if (DELTA && tiles) {  // V' = U - W S_c, into sU (and without FO the scratch's U)
             float acc[2][WN][4];
 #pragma unroll
@@ -314,8 +353,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                     lda16_rows2((const __half *)bf, WLD, m0, k0, f0, f1);
 #pragma unroll
                     for (int r = 0; r < WN; r++) {
-                        mma_tf32(acc[0][r], f0, ldb_cols(sS, VS, k0, nb + 8 * r));
-                        mma_tf32(acc[1][r], f1, ldb_cols(sS, VS, k0 + 8, nb + 8 * r));
+                        mma_tf32(acc[0][r], f0, ldb_cols(sSc, VS, k0, nb + 8 * r));
+                        mma_tf32(acc[1][r], f1, ldb_cols(sSc, VS, k0 + 8, nb + 8 * r));
                     }
                 }
             } else {
@@ -323,7 +362,7 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 for (int k0 = 0; k0 < DK; k0 += 8) {
                     const frag_a fa = lda_rows(bf, QS, m0, k0);
 #pragma unroll
-                    for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sS, VS, k0, nb + 8 * r));
+                    for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sSc, VS, k0, nb + 8 * r));
                 }
             }
 #pragma unroll
@@ -339,7 +378,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 }
             }
         }
-        if (DELTA || FO) __syncthreads();  // V' complete; every read of sS (this chunk's S) is done
+        // V' complete; every read of this chunk's S is done (s2: the update writes the other copy)
+        if (DELTA || (FO && !s2)) __syncthreads();
         if (DELTA && !FO) {
             // V' into the scratch's U from sU, 16-byte units (read again by the product below; the buffer is
             // next written after chunk c + 1's first barrier)
@@ -353,6 +393,7 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
         }
         if (ow) {
             if (tiles) {  // O = scale (o + P V'), one product per 16-token block times the block's row scales
+                if (s2) q_sc();
 #pragma unroll
                 for (int k0 = 0; k0 < kC; k0 += 16) {
                     frag_a p0, p1;
@@ -362,8 +403,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
 #pragma unroll
                     for (int r = 0; r < WN; r++) {
                         float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                        mma_tf32(x, p0, ldb_cols(sU, VS, k0, nb + 8 * r));
-                        mma_tf32(x, p1, ldb_cols(sU, VS, k0 + 8, nb + 8 * r));
+                        mma_tf32(x, p0, ldb_v(sU, k0, nb + 8 * r));
+                        mma_tf32(x, p1, ldb_v(sU, k0 + 8, nb + 8 * r));
                         o[r][0] += x[0] * ps0, o[r][1] += x[1] * ps0, o[r][2] += x[2] * ps1, o[r][3] += x[3] * ps1;
                     }
                 }
@@ -393,8 +434,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 lda16_rows2((const __half *)(bf + OFF_K), KLD, 16 * warp, k0, f0, f1);
 #pragma unroll
                 for (int r = 0; r < NTN; r++) {
-                    mma_tf32(acc[r], f0, ldb_cols(sU, VS, k0, 8 * r));
-                    mma_tf32(acc[r], f1, ldb_cols(sU, VS, k0 + 8, 8 * r));
+                    mma_tf32(acc[r], f0, ldb_v(sU, k0, 8 * r));
+                    mma_tf32(acc[r], f1, ldb_v(sU, k0 + 8, 8 * r));
                 }
             }
         } else {
@@ -412,18 +453,19 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 const int n = 8 * r + 2 * c4;
                 S[r][0] = mul(gam, S[r][0]) + acc[r][0] * ks0, S[r][1] = mul(gam, S[r][1]) + acc[r][1] * ks0;
                 S[r][2] = mul(gam, S[r][2]) + acc[r][2] * ks1, S[r][3] = mul(gam, S[r][3]) + acc[r][3] * ks1;
-                *(float2 *)&sS[sr * VS + n] = make_float2(S[r][0], S[r][1]);
-                *(float2 *)&sS[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
+                *(float2 *)&sSn[sr * VS + n] = make_float2(S[r][0], S[r][1]);
+                *(float2 *)&sSn[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
             }
         });
-        // GATED_LINEAR: sS is read by no product, so its write needs no barrier before it; the next
-        // chunk's barrier orders the buffers
+        // GATED_LINEAR without FO: sS is read by no product, so its write needs no barrier before it; the
+        // next chunk's barrier orders the buffers (FO: the second barrier, or s2's other copy)
     }
     __syncthreads();
     if (!has_state || !clear) return;
+    const float *const sSf = sS + (s2 && (a.NC & 1) ? DK * VS : 0);  // the last chunk's update
     for (int x = tid; x < DK * BV; x += NT) {
         const int jj = x / DK, i = x % DK;
-        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sS[i * VS + jj]);
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sSf[i * VS + jj]);
     }
 }
 

@@ -105,7 +105,9 @@ struct tg_cuda_sig_knobs {
     // value columns or fewer): 0 auto, made by the state pass from the chunk's state in registers,
     // with q's F16 rows and P = Q K^T (.) decay as F16 rows written by the prep kernel (no S_c or V'
     // through memory, no output kernel: cuda/delta_rule_state_pass.cu); 1 by the output kernel
-    // (delta_out_wgb_kernel, before / after: bench row gdn.long/nofo, session 47). Env
+    // (delta_out_wgb_kernel, before / after: bench row gdn.long/nofo, session 47); 2 made by the state
+    // pass, GATED_LINEAR's state in one shared copy with two barriers a chunk (session 47's form; 0 keeps
+    // two copies and one barrier: bench row gla.x32.bf16/3p-fo1s). Env
     // TG_CUDA_DELTA_FO=0 sets 1.
     int delta_chunk_fo = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of

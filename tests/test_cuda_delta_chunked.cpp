@@ -106,8 +106,8 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     const bool full3 = phases && variant.find("/full") != std::string::npos;
     const bool owgb = full3 && c.io == TG_TYPE_BF16 && q_type(c) == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0;
     const bool pwgb = full3 && c.io == TG_TYPE_BF16 && c.wg == 0 && wg_state == 0 && prep_knob == 0;
-    // where the state pass may make the output (fo: both, bulk copies, knob delta_chunk_fo 0; 32 columns or fewer)
-    const bool fo_ok = owgb && pwgb && bulk_ready && fo_knob == 0 && variant.find("/full-s128") != std::string::npos;
+    // where the state pass may make the output (fo: both, bulk copies, knob delta_chunk_fo 0 or 2; 32 columns or fewer)
+    const bool fo_ok = owgb && pwgb && bulk_ready && fo_knob != 1 && variant.find("/full-s128") != std::string::npos;
     if (c.generic && !phases) EXPECT_NE(variant.find("bv128/w16"), std::string::npos) << variant;  // the full case's shape
     if (c.generic) EXPECT_EQ(variant.find("/full"), std::string::npos) << variant;
     // the chunk-parallel form at Dk = Dv = 128 (contiguous 16-byte rows here) with the knob: compile-time
@@ -140,6 +140,10 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
                               variant.find("/bv32/") != std::string::npos;
         const bool fo = fo_ok && variant.find("/h16/bulk") != std::string::npos && narrow32;
         EXPECT_EQ(variant.find("/fo") != std::string::npos, fo) << variant;
+        // with the state in two shared copies: GATED_LINEAR's unless knob delta_chunk_fo is 2
+        // (FusedOutputTwoStateCopiesMatchOne compares the two)
+        const bool s2 = c.mode == TG_DELTA_GATED_LINEAR && fo_knob != 2;
+        EXPECT_EQ(variant.find("/fo2") != std::string::npos, fo && s2) << variant;
         EXPECT_EQ(variant.find("/owgb") != std::string::npos, owgb && !fo) << variant;
     }
     // (delta_wgb_kernel's hi/lo BF16 products are near-F32: ~3e-6 in the host emulator; its own tier

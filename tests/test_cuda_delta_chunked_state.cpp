@@ -235,6 +235,37 @@ TEST_F(CudaDeltaChunkedState, FusedOutputMatchesOutputKernel) {
     }
 }
 
+// GATED_LINEAR's fo pass with the state in two shared copies (s2, knob delta_chunk_fo 0) against one
+// copy (knob 2, session 47's form): the same products in the same order, so the same values; odd and
+// even chunk counts (the final state comes from either copy), one chunk without a state, linear zero
+// gates, slices of 8, 16 and 32. GATED_DELTA keeps one copy under both knobs.
+TEST_F(CudaDeltaChunkedState, FusedOutputTwoStateCopiesMatchOne) {
+    const hcase cases[] = {
+        {{"gla_bv32_T900_odd_chunks", 1, S(900, 130), 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gla_bv16_T1000_even_chunks", 2, S(1000, 200), 1, 2, 128, 128, GL, LOG, false, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16}, 1.0f, -1},
+        {{"gla_bv8_linear_zero_gates", 2, 130, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 8}, 1.0f, -1},
+        {{"gla_bv32_T64_one_chunk_no_state", 2, 64, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+        {{"gdn_bv32_T900_one_copy", 1, S(900, 130), 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32}, 1.0f, -1},
+    };
+    for (const hcase &w : cases) {
+        std::string var[2];
+        run_pair(w, []([[maybe_unused]] int i, [[maybe_unused]] void *kn) {
+#ifdef TG_HAVE_CUDA
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_h16 = 1;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_bulk = 0;
+            ((tg_cuda_sig_knobs *)kn)->delta_chunk_fo = i == 1 ? 2 : 0;
+#endif
+        }, var, 0.0);
+#ifdef TG_HAVE_CUDA
+        const bool ready = tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0 && bulk_capable();
+        const bool gla = w.c.mode == GL;
+        EXPECT_EQ(var[0].find("/fo2") != std::string::npos, ready && gla) << var[0];
+        EXPECT_EQ(var[1].find("/fo") != std::string::npos && var[1].find("/fo2") == std::string::npos, ready) << var[1];
+        if (!gla) EXPECT_EQ(var[0], var[1]);
+#endif
+    }
+}
+
 // A NaN input is reported by propagation (docs/ops.md "NaN"): a NaN in one value element of token r
 // reaches that value column of its own head and sequence from r on (outputs and final state), a
 // NaN gate the whole head from r on; the chunks before r's, other heads and other sequences stay

@@ -27,7 +27,8 @@
 // Q row's largest magnitude), and at the start of step 2 P's F16 rows (a power-of-two scale per row
 // and 16-column block: the warp's quads hold them whole) and Q's F16 rows with their factors. FO is a
 // template parameter: as a runtime flag inside step 1's wgmma span it made ptxas inject wgmma waits
-// into both instances (C7517 / C7519).
+// into both instances (C7517 / C7519). GATED_LINEAR with fo loads no V and stores no U: the state pass
+// reads V's raw rows, and beta_t is folded into Kd^T's column t and P's column s instead.
 // The stored values are rounded to TF32 as delta_prep_kernel's are (the state pass's products are
 // TF32), but the products before that are near-F32 where delta_prep_kernel's run on TF32 operands.
 #include "wgmma.cuh"
@@ -58,7 +59,7 @@ __device__ __forceinline__ uint4 h16_unit(const unsigned short *hs) {
 __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const unsigned char *sq, const float (&acc)[8],
                                         int r0, int s0, const float *sNq, const float *sNk, const int *rmQ,
                                         const float *sL, const float *sSg, const int *sZ, const float *sEp,
-                                        const float *sEm, const float *sD0, bool tab) {
+                                        const float *sEm, const float *sD0, bool tab, const float *sBs) {
     const int tid = threadIdx.x, q = tid & 3;
     float *const Ph = a.Ph + u * kH16PFloats, *const Qh = a.Qh + u * kH16QFloats;
 #pragma unroll
@@ -73,6 +74,7 @@ __device__ __forceinline__ void fo_rows(const phase_args &a, long long u, const 
             for (int e = 0; e < 2; e++) {
                 const int s = s0 + 8 * grp + 2 * q + e;
                 p[grp][e] = p_entry(acc[4 * grp + 2 * hh + e], t, s, nq, sNk, sL, sSg, sZ, sEp, sEm, tab);
+                if (sBs) p[grp][e] *= sBs[s];  // (GATED_LINEAR: beta_s, V's rows raw in the state pass)
                 mb = max(mb, h16_mag(p[grp][e]));
             }
         mb = max(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
@@ -139,7 +141,8 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
 
     // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread
     {
-        cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+        if (DELTA || !FO) cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+        else cp_tile(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], n);  // (GATED_LINEAR fo: V goes to the state pass raw)
         if (fo) cp_tile(sb + pKl, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], n);
         cp_gates(sb + pF, a.G, u);  // the chunk's gate arrays and flags (delta_gates_kernel's)
         cp_commit();
@@ -180,7 +183,7 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
         wg_wait0();
         pin(accP);
         if constexpr (DELTA) pin(accA);
-        fo_rows(a, u, sm + pKl, accP, arow(0), 16 * wg, sNq, sNk, rmQ, sL, sSg, sZ, sEp, sEm, sD0, tab);
+        fo_rows(a, u, sm + pKl, accP, arow(0), 16 * wg, sNq, sNk, rmQ, sL, sSg, sZ, sEp, sEm, sD0, tab, DELTA ? nullptr : sB);
     }
 
     // 2: Kd^T from the raw K (d(C-1, t) K[t][i] / |k_t|, rounded to TF32). The swizzle depends on t
@@ -202,7 +205,8 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float x = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, 16 * kq + 4 * f + e, ki)));
-                    ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]));
+                    if constexpr (!DELTA && FO) ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]) * sB[16 * kq + 4 * f + e]);
+                    else ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]));
                 }
             }
             int mb = 0;
@@ -223,7 +227,8 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
                     float dk = dd[0], nkk = nn[0];
 #pragma unroll
                     for (int z = 1; z < 4; z++) dk = k == z ? dd[z] : dk, nkk = k == z ? nn[z] : nkk;
-                    const float r = tf32r(mul(dk, v * nkk));
+                    // (GATED_LINEAR with fo: beta_t folded in here too, though fo always takes the F16 rows)
+                    const float r = tf32r(mul(dk, v * nkk) * (!DELTA && FO ? sB[t + k] : 1.0f));
 #pragma unroll
                     for (int z = 0; z < 4; z++) y[z] = k == z ? r : y[z];
                 }
@@ -246,11 +251,12 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
             ((uint4 *)Kd)[ki * (kH16KLD / 8) + kC / 8] = make_uint4(0u, 0u, 0u, 0u);
         }
     };
-    float *const U = a.U + u * kC * 128;
+    float *const U = !DELTA && FO ? nullptr : a.U + u * kC * 128;  // (GATED_LINEAR with fo: no U)
     if constexpr (!DELTA) {
-        // U = beta V (F32 rows, rounded to TF32): a warp's store is one row, 4 values a lane
+        // U = beta V (F32 rows, rounded to TF32): a warp's store is one row, 4 values a lane; fo: none (the
+        // state pass reads V's raw rows, beta is in Kd^T's columns and P's)
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
+        for (int m = 0; m < 4 && !FO; m++) {
             const int x = tid + kNT * m, t = x >> 5, j = 4 * (x & 31);
             const float bt = sB[t];
             const uint2 q = *(const uint2 *)(sm + pV + sw2(kC, t, j));
