@@ -107,6 +107,16 @@ __device__ inline frag_b ldb_rows(const float *base, int ld, int k0, int n0) {
                  : "r"(smem_u32(p)));
     return f;
 }
+// ... and rows k0 + 8 .. k0 + 15 beside them (f1) by one ldmatrix.x4: matrix i holds k0 + 4 i ..
+// k0 + 4 i + 3 (lanes 8 i .. 8 i + 7 give its rows n0 ..); k0 a multiple of 4, rows 16-byte aligned.
+// Bank-conflict free when ld % 32 is 4 (a row stride of 16 mod 128 bytes).
+__device__ inline void ldb_rows2(const float *base, int ld, int k0, int n0, frag_b &f0, frag_b &f1) {
+    const int lane = threadIdx.x & 31;
+    const float *p = base + (n0 + (lane & 7)) * ld + k0 + 4 * (lane >> 3);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(f0.x[0]), "=r"(f0.x[1]), "=r"(f1.x[0]), "=r"(f1.x[1])
+                 : "r"(smem_u32(p)));
+}
 // B rows k0 .. k0 + 7, columns n0 .. n0 + 7 of a row-major matrix (element (k, n) at
 // base[k * ld + n]). Bank-conflict free when ld % 32 is 8 or 24.
 __device__ inline frag_b ldb_cols(const float *base, int ld, int k0, int n0) {

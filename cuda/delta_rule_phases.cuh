@@ -90,11 +90,13 @@ constexpr int state128_buf(int BV, bool h16, bool fo = false, bool vd = false) {
 constexpr int state128_nbuf(bool h16, bool fo = false, int BV = 0) { return h16 ? (fo && BV > 16 ? 2 : 3) : 2; }
 // its block: 8 warps, 16 where fo (8 for the state, 8 for the output)
 constexpr int state128_threads(bool fo) { return fo ? 512 : 256; }
-// the state's shared copies (128 x (BV + 8) floats each): two where s2 (fo, GATED_LINEAR: the output
-// warps read chunk c's state from one while the state warps write chunk c + 1's into the other)
+// the state's shared copies: two where s2 (fo, GATED_LINEAR: the output warps read chunk c's state from
+// one while the state warps write chunk c + 1's into the other), each 128 x (BV + 8) floats, or (fo)
+// transposed, BV x (128 + 4)
 constexpr int state128_sbufs(bool s2) { return s2 ? 2 : 1; }
+constexpr int state128_ssize(int BV, bool fo) { return fo ? BV * (128 + 4) : 128 * (BV + 8); }
 inline size_t state128_smem(int BV, bool h16, bool fo = false, bool s2 = false, bool vd = false) {  // (+ 32 bytes: the mbarriers)
-    return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo, vd) + (size_t)state128_sbufs(s2) * 128 * (BV + 8)) * 4 + 32;
+    return ((size_t)state128_nbuf(h16, fo, BV) * state128_buf(BV, h16, fo, vd) + (size_t)state128_sbufs(s2) * state128_ssize(BV, fo)) * 4 + 32;
 }
 
 // The state pass's kernel: delta_state128_kernel (S in registers, Dk = Dv = 128, BV 8..64, F16 rows

@@ -159,24 +159,40 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // the output warps make Q S_c after the second barrier, beside P V': GATED_LINEAR's chunks then need no
 // second barrier (its state warps had nothing to do before it but wait for Q S_c; knob delta_chunk_fo
 // 2: one copy and the second barrier, session 47's form). GATED_DELTA keeps one copy (two, with Q S_c
-// after the barrier, measured slower: gdn.x32.bf16 742 -> 765 us, session 49). The products are TF32 (S_c, V' and the F16 rows' values),
-// where the output kernel's are near-F32.
+// after the barrier, measured slower: gdn.x32.bf16 742 -> 765 us, session 49). With FO the shared state
+// is stored transposed (BV rows of 132 floats), so that W S's and Q S_c's B fragments come two k steps
+// at a time by ldmatrix (gla.x32.bf16 474 -> 466 us, GATED_DELTA's rows unchanged within 1%, session 49).
+// The products are TF32 (S_c, V' and the F16 rows' values), where the output kernel's are near-F32.
 template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
 __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel(const phase_args a) {
     constexpr int NT = state128_threads(FO), DK = 128, DV = 128, QS = DK + 4, VS = BV + 8, NTN = BV / 8;
     constexpr int WLD = kH16WLD, KLD = kH16KLD;  // H16 row strides (halves): the scratch's
     // W S: 4 row blocks x NTN column tiles, WN per warp (BV 8: warps 0-3 one each, 4-7 none)
     constexpr int WT = 4 * NTN, WN = WT >= 8 ? WT / 8 : 1;
+    // W S and Q S_c: two accumulator sets a tile (even and odd k steps of 8), summed at the end (four,
+    // for shorter chains of dependent mma, measured no faster: session 49)
+    auto zero_acc = [](float (&acc)[2][WN][4]) {
+#pragma unroll
+        for (int p = 0; p < 2; p++)
+#pragma unroll
+            for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
+    };
+    auto sum_acc = [](const float (&acc)[2][WN][4], int r, int e) { return acc[0][r][e] + acc[1][r][e]; };
     constexpr int BUF = state128_buf(BV, H16, FO, FO && !DELTA), NB = state128_nbuf(H16, FO, BV);
     static_assert(BV == 8 || BV == 16 || BV == 32 || BV == 64, "state pass slices");
     static_assert(!BULK || H16, "bulk copies: F16 rows");
     static_assert(!FO || (BULK && BV <= 32), "the output in the state pass: bulk copies, 32 columns or fewer");
     static_assert(BUF % 4 == 0 && (kC * WLD / 2) % 4 == 0 && (DK * KLD / 2) % 4 == 0, "16-byte aligned regions");
     extern __shared__ float4 ssm4[];
-    // s2 (FO, GATED_LINEAR): the state's two shared copies, chunk c's at sS + (c & 1) DK VS
+    // the state's shared copy: (k, n) at sS[sidx(k, n)]; FO transposed (BV rows of DK + 4: the B fragments
+    // of W S and Q S_c by ldmatrix, two k steps an instruction), else DK rows of VS
+    constexpr bool TR = FO;
+    constexpr int TS = DK + 4, SSZ = state128_ssize(BV, FO);
+    auto sidx = [](int k, int n) { return TR ? n * TS + k : k * VS + n; };
+    // s2 (FO, GATED_LINEAR): the state's two shared copies, chunk c's at sS + (c & 1) SSZ
     const bool s2 = FO && !DELTA && a.s2;
     float *const sS = (float *)ssm4 + NB * BUF;
-    unsigned long long *const full = (unsigned long long *)(sS + (s2 ? 2 : 1) * DK * VS);  // BULK: a buffer's mbarrier
+    unsigned long long *const full = (unsigned long long *)(sS + (s2 ? 2 : 1) * SSZ);  // BULK: a buffer's mbarrier
     const int tid = threadIdx.x, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     // FO: warps 8-15 make the output (ow), warps 0-7 the state as without it; warp: the index within its set
     const bool ow = FO && tid >= state128_threads(false);
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
 
     for (int x = tid; x < DK * BV; x += NT) {
         const int jj = x / DK, i = x % DK;  // i fastest: coalesced along the state's rows
-        sS[i * VS + jj] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
+        sS[sidx(i, jj)] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type) : 0.0f;
     }
     if (BULK && tid == 0) {  // (one thread initializes the barriers and makes them visible to the copies)
         for (int i = 0; i < NB; i++) mbar_init(&full[i]);
@@ -202,8 +218,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
 #pragma unroll
     for (int r = 0; r < NTN; r++) {
         const int n = 8 * r + 2 * c4;
-        S[r][0] = sS[sr * VS + n], S[r][1] = sS[sr * VS + n + 1];
-        S[r][2] = sS[(sr + 8) * VS + n], S[r][3] = sS[(sr + 8) * VS + n + 1];
+        S[r][0] = sS[sidx(sr, n)], S[r][1] = sS[sidx(sr, n + 1)];
+        S[r][2] = sS[sidx(sr + 8, n)], S[r][3] = sS[sidx(sr + 8, n + 1)];
     }
     // a buffer's regions: F32 W (kC x QS), Kd^T (DK x kPS), U; H16 W's and Kd^T's regions as the scratch
     // has them (the F16 rows, then their inverse scales), U
@@ -282,6 +298,7 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
         // float2 stores compiled to 4-byte ones, and their queue held up the loop: session 44's profile)
         if constexpr (!FO) {
             float *Sc = a.S + u * (DK * DV) + j0 + 16 * warp * DV;
+            static_assert(!TR, "S_c's rows from sS");
             const float *src = sS + 16 * warp * VS;
             __syncwarp();
 #pragma unroll
@@ -303,8 +320,13 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
         const float *bf = buf_of(c);
         float *sU = (float *)bf + OFF_U;
         // the state at the chunk's start (read by W S and Q S_c) and where the update writes the next one
-        const float *const sSc = sS + (s2 && (c & 1) ? DK * VS : 0);
-        float *const sSn = sS + (s2 && !(c & 1) ? DK * VS : 0);
+        const float *const sSc = sS + (s2 && (c & 1) ? SSZ : 0);
+        float *const sSn = sS + (s2 && !(c & 1) ? SSZ : 0);
+        // B fragments of S_c for k steps k0 and k0 + 8, columns n0 ..
+        auto ldb_s2 = [&](int k0, int n0, frag_b &b0, frag_b &b1) {
+            if constexpr (TR) ldb_rows2(sSc, TS, k0, n0, b0, b1);
+            else b0 = ldb_cols(sSc, VS, k0, n0), b1 = ldb_cols(sSc, VS, k0 + 8, n0);
+        };
         // the warp's tiles of W S (and FO: of Q S_c and P V'): rows m0 .., columns nb + 8 r (r < WN)
         const int m0 = (warp & 3) * 16, nb = (warp >> 2) * WN * 8;
         const bool tiles = WT >= 8 || warp < WT;
@@ -313,18 +335,17 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
         // barrier, or with s2 (the state warps write the next state into the other copy) after it
         auto q_sc = [&]() {
             float acc[2][WN][4];
-#pragma unroll
-            for (int p = 0; p < 2; p++)
-#pragma unroll
-                for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
+            zero_acc(acc);
 #pragma unroll
             for (int k0 = 0; k0 < DK; k0 += 16) {
                 frag_a f0, f1;
                 lda16_rows2((const __half *)(bf + OFF_Q), WLD, m0, k0, f0, f1);
 #pragma unroll
                 for (int r = 0; r < WN; r++) {
-                    mma_tf32(acc[0][r], f0, ldb_cols(sSc, VS, k0, nb + 8 * r));
-                    mma_tf32(acc[1][r], f1, ldb_cols(sSc, VS, k0 + 8, nb + 8 * r));
+                    frag_b b0, b1;
+                    ldb_s2(k0, nb + 8 * r, b0, b1);
+                    mma_tf32(acc[0][r], f0, b0);
+                    mma_tf32(acc[1][r], f1, b1);
                 }
             }
 #pragma unroll
@@ -333,8 +354,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 const float qs = bf[OFF_Q + kH16WScale + t], d0 = bf[OFF_Q + kH16WScale + kC + t];
 #pragma unroll
                 for (int r = 0; r < WN; r++) {
-                    o[r][e] = keep_zero_mul(d0, (acc[0][r][e] + acc[1][r][e]) * qs);
-                    o[r][e + 1] = keep_zero_mul(d0, (acc[0][r][e + 1] + acc[1][r][e + 1]) * qs);
+                    o[r][e] = keep_zero_mul(d0, sum_acc(acc, r, e) * qs);
+                    o[r][e + 1] = keep_zero_mul(d0, sum_acc(acc, r, e + 1) * qs);
                 }
             }
         };
@@ -342,10 +363,7 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
             if (tiles && !s2) q_sc();
         } else if (DELTA && tiles) {  // V' = U - W S_c, into sU (and without FO the scratch's U)
             float acc[2][WN][4];
-#pragma unroll
-            for (int p = 0; p < 2; p++)
-#pragma unroll
-                for (int r = 0; r < WN; r++) acc[p][r][0] = acc[p][r][1] = acc[p][r][2] = acc[p][r][3] = 0.0f;
+            zero_acc(acc);
             if constexpr (H16) {
 #pragma unroll
                 for (int k0 = 0; k0 < DK; k0 += 16) {
@@ -353,8 +371,10 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                     lda16_rows2((const __half *)bf, WLD, m0, k0, f0, f1);
 #pragma unroll
                     for (int r = 0; r < WN; r++) {
-                        mma_tf32(acc[0][r], f0, ldb_cols(sSc, VS, k0, nb + 8 * r));
-                        mma_tf32(acc[1][r], f1, ldb_cols(sSc, VS, k0 + 8, nb + 8 * r));
+                        frag_b b0, b1;
+                        ldb_s2(k0, nb + 8 * r, b0, b1);
+                        mma_tf32(acc[0][r], f0, b0);
+                        mma_tf32(acc[1][r], f1, b1);
                     }
                 }
             } else {
@@ -362,7 +382,10 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 for (int k0 = 0; k0 < DK; k0 += 8) {
                     const frag_a fa = lda_rows(bf, QS, m0, k0);
 #pragma unroll
-                    for (int r = 0; r < WN; r++) mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sSc, VS, k0, nb + 8 * r));
+                    for (int r = 0; r < WN; r++) {
+                        static_assert(!TR, "F32 W rows: no FO");
+                        mma_tf32(acc[(k0 >> 3) & 1][r], fa, ldb_cols(sSc, VS, k0, nb + 8 * r));
+                    }
                 }
             }
 #pragma unroll
@@ -372,8 +395,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 for (int e = 0; e < 4; e += 2) {
                     const int t = m0 + g + 4 * e;  // e 0: row g, e 2: row g + 8
                     const float ws = H16 ? bf[OFF_WS + t] : 1.0f;
-                    const float x = tf32r(sU[t * VS + n] - (acc[0][r][e] + acc[1][r][e]) * ws);
-                    const float y = tf32r(sU[t * VS + n + 1] - (acc[0][r][e + 1] + acc[1][r][e + 1]) * ws);
+                    const float x = tf32r(sU[t * VS + n] - sum_acc(acc, r, e) * ws);
+                    const float y = tf32r(sU[t * VS + n + 1] - sum_acc(acc, r, e + 1) * ws);
                     *(float2 *)&sU[t * VS + n] = make_float2(x, y);
                 }
             }
@@ -453,8 +476,13 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
                 const int n = 8 * r + 2 * c4;
                 S[r][0] = mul(gam, S[r][0]) + acc[r][0] * ks0, S[r][1] = mul(gam, S[r][1]) + acc[r][1] * ks0;
                 S[r][2] = mul(gam, S[r][2]) + acc[r][2] * ks1, S[r][3] = mul(gam, S[r][3]) + acc[r][3] * ks1;
-                *(float2 *)&sSn[sr * VS + n] = make_float2(S[r][0], S[r][1]);
-                *(float2 *)&sSn[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
+                if constexpr (TR) {  // (4-byte stores: lanes g, c4 in 32 banks)
+                    sSn[sidx(sr, n)] = S[r][0], sSn[sidx(sr, n + 1)] = S[r][1];
+                    sSn[sidx(sr + 8, n)] = S[r][2], sSn[sidx(sr + 8, n + 1)] = S[r][3];
+                } else {
+                    *(float2 *)&sSn[sr * VS + n] = make_float2(S[r][0], S[r][1]);
+                    *(float2 *)&sSn[(sr + 8) * VS + n] = make_float2(S[r][2], S[r][3]);
+                }
             }
         });
         // GATED_LINEAR without FO: sS is read by no product, so its write needs no barrier before it; the
@@ -462,10 +490,10 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
     }
     __syncthreads();
     if (!has_state || !clear) return;
-    const float *const sSf = sS + (s2 && (a.NC & 1) ? DK * VS : 0);  // the last chunk's update
+    const float *const sSf = sS + (s2 && (a.NC & 1) ? SSZ : 0);  // the last chunk's update
     for (int x = tid; x < DK * BV; x += NT) {
         const int jj = x / DK, i = x % DK;
-        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sSf[i * VS + jj]);
+        tg_cuda_store(tg_cuda_ptr(a.state, i, j0 + jj, h, b), a.state.type, sSf[sidx(i, jj)]);
     }
 }
 

@@ -26,8 +26,9 @@ void tg_emu_state(int BV, int delta, const EmuPhase &e) {
 }
 int tg_emu_state_threads() { return state128_threads(true); }
 #if TG_EMU_HAS_S2 && TG_EMU_HAS_VD
-// run_phases of such trees: s2 = fo && (delta ? knob 3 : knob != 2) && state128_smem(BV, true, true, true, !delta)
-// fits (knob delta_chunk_fo 0 here); the launch's state128_smem(BV, h16, fo, s2, fo && !delta)
+// run_phases of such trees: s2 = fo && !delta && knob != 2 && state128_smem(BV, true, true, true, true) fits
+// (knob delta_chunk_fo 0 here; session 48's diff also took GATED_DELTA's by knob 3, never the default); the
+// launch's state128_smem(BV, h16, fo, s2, fo && !delta)
 size_t tg_emu_state_smem(int BV, const EmuPhase &e) { return state128_smem(BV, true, true, e.s2, e.fo && !e.delta); }
 int tg_emu_s2_rule(int BV, int delta, size_t optin) { return !delta && state128_smem(BV, true, true, true, !delta) <= optin; }
 #else
@@ -55,7 +56,12 @@ std::vector<EmuRegion> tg_emu_state_layout(int BV, const EmuPhase &e) {
         l.push_back({nm[b][4], o + (kH16WFloats + kH16KFloats + kH16QFloats + kH16PFloats) * 4});
     }
     l.push_back({"sS", (uint32_t)(NB * BUF * 4)});
-    l.push_back({"sS (2nd copy) / mbarriers", (uint32_t)((NB * BUF + 128 * (BV + 8)) * 4)});
+#if TG_EMU_HAS_SSIZE
+    const int SSZ = state128_ssize(BV, true);
+#else
+    const int SSZ = 128 * (BV + 8);
+#endif
+    l.push_back({"sS (2nd copy) / mbarriers", (uint32_t)((NB * BUF + SSZ) * 4)});
     (void)e;
     return l;
 }

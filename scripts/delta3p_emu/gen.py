@@ -64,9 +64,11 @@ def main():
     ph_h = texts.get('delta_rule_phases.cuh', '')
     s2 = 1 if re.search(r'\bint\s+[^;]*\bs2\b', ph_h) else 0
     vd = 1 if re.search(r'state128_buf\s*\([^)]*\bbool\s+vd\b', ph_h) else 0
+    ss = 1 if re.search(r'\bstate128_ssize\s*\(', ph_h) else 0
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
         f.write('// written by gen.py\n#pragma once\n#define TG_EMU_HAS_S2 %d  // phase_args has s2 (the state in two shared copies)\n' % s2)
         f.write('#define TG_EMU_HAS_VD %d  // state128_buf(.., vd): GATED_LINEAR fo reads v in the state pass, no U scratch\n' % vd)
+        f.write('#define TG_EMU_HAS_SSIZE %d  // state128_ssize(BV, fo): the state copy\'s size (fo: transposed)\n' % ss)
     print('gen.py: %s -> %s (phase_args.s2: %s; vd: %s)' % (src, out, 'yes' if s2 else 'no', 'yes' if vd else 'no'))
 
 
