@@ -272,7 +272,9 @@ TEST_F(CudaDeltaChunkedState, FusedOutputTwoStateCopiesMatchOne) {
 // finite. Inside r's chunk of 64 the tensor-core products may also reach earlier tokens (masked
 // products multiply exact zeros by NaN), so those are not checked. Each single-kernel full-case
 // kernel: BF16 products (delta_wgb_kernel, both modes), TF32 wgmma (F16 inputs; BF16 by knob 2),
-// mma.sync (knob 1), F32 inputs.
+// mma.sync (knob 1), F32 inputs; and the chunk-parallel form with BF16 inputs (its prep on BF16
+// wgmma: a NaN gate makes the chunk's decays non-finite, where W and U come from K' and R instead
+// of the column-scaled T tiles).
 TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
     struct nan_case {
         const char *name;
@@ -280,12 +282,15 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
         tg_type io;
         int wg;         // knob delta_chunk_wg
         bool gate_nan;  // else one value element
+        bool phases;    // the chunk-parallel form (knob delta_chunk_fused 2)
     };
     const int T = 200, r = 150, col = 37, bad_b = 1, bad_h = 0;  // r in the chunk [128, 192)
-    for (const nan_case &w : {nan_case{"gla_bf16k_v", GL, BF16, 0, false}, nan_case{"gdn_bf16k_v", GD, BF16, 0, false},
-                              nan_case{"gla_bf16k_g", GL, BF16, 0, true}, nan_case{"gdn_bf16k_g", GD, BF16, 0, true},
-                              nan_case{"gdn_tf32_f16_v", GD, F16, 0, false}, nan_case{"gla_tf32_bf16_g", GL, BF16, 2, true},
-                              nan_case{"gdn_mma_bf16_v", GD, BF16, 1, false}, nan_case{"gla_f32_g", GL, F32, 0, true}}) {
+    for (const nan_case &w : {nan_case{"gla_bf16k_v", GL, BF16, 0, false, false}, nan_case{"gdn_bf16k_v", GD, BF16, 0, false, false},
+                              nan_case{"gla_bf16k_g", GL, BF16, 0, true, false}, nan_case{"gdn_bf16k_g", GD, BF16, 0, true, false},
+                              nan_case{"gdn_tf32_f16_v", GD, F16, 0, false, false}, nan_case{"gla_tf32_bf16_g", GL, BF16, 2, true, false},
+                              nan_case{"gdn_mma_bf16_v", GD, BF16, 1, false, false}, nan_case{"gla_f32_g", GL, F32, 0, true, false},
+                              nan_case{"gdn_3p_bf16_g", GD, BF16, 0, true, true}, nan_case{"gdn_3p_bf16_v", GD, BF16, 0, false, true},
+                              nan_case{"gla_3p_bf16_g", GL, BF16, 0, true, true}}) {
         SCOPED_TRACE(w.name);
         const ck_case c = {"nan", 2, T, 1, 2, 128, 128, w.mode, LOG, true, F32, w.io, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, w.wg};
         ck_data d = make_ck(c, 77);
@@ -299,8 +304,8 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
             knobs kn(0, 0, 0, 0);
 #ifdef TG_HAVE_CUDA
             if (CudaSig::gpu) {
-                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = 1;
-                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = 128;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.phases ? 2 : 1;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.phases ? 0 : 128;
                 tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = w.wg;
             }
 #endif
@@ -310,7 +315,10 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
 #ifdef TG_HAVE_CUDA
         // the kernel the case names: BF16 products (BF16 inputs, knob 0), TF32 wgmma (16-bit inputs,
         // knob 0 or 2), mma.sync (knob 1, F32 inputs); where the device has no wgmma, mma.sync
-        if (CudaSig::gpu && tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) {
+        if (CudaSig::gpu && w.phases) {  // (the BF16 prep where the device has the wgmma code)
+            EXPECT_EQ(variant.rfind("chunked-3p/", 0), 0u) << variant;
+            EXPECT_EQ(variant.find("/pwgb") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << variant;
+        } else if (CudaSig::gpu && tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) {
             const bool wg16 = w.io != TG_TYPE_F32 && w.wg != 1;
             EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16) << variant;
             EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, w.io == TG_TYPE_BF16 && w.wg == 0) << variant;
