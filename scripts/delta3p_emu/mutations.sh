@@ -90,6 +90,12 @@ run gates_no_syncwarp bug delta_rule_chunked_phases.cu \
 # the copy the output warps read in this chunk
 run s2_same_copy bug delta_rule_state_pass.cu \
     "'float *const sSn = sS + (s2 && !(c & 1) ? DK * VS : 0);'" "'float *const sSn = sS + (s2 && (c & 1) ? DK * VS : 0);'" gl_T130_bv16
+# ... the same on trees whose state copies are SSZ floats each (the transposed copy, session 49)
+run s2_same_copy_ssz bug delta_rule_state_pass.cu \
+    "'float *const sSn = sS + (s2 && !(c & 1) ? SSZ : 0);'" "'float *const sSn = sS + (s2 && (c & 1) ? SSZ : 0);'" gl_T130_bv16
+# results/gla-balanced-warps-s49.diff's trees: warps 8-15 take the same state columns as warps 0-7 (n/a elsewhere)
+run bal_same_state_tiles bug delta_rule_state_pass.cu \
+    "'return 8 * (BAL ? (tid >> 8) + 2 * r : r);'" "'return 8 * (BAL ? 2 * r : r);'" gl_T130_bv32
 # benign: a second identical barrier after the first one in the state pass's chunk loop
 run benign_state_extra_barrier ok delta_rule_state_pass.cu \
     "'        __syncthreads();  // chunk c\\'s buffer and sS'" "'        __syncthreads();\n        __syncthreads();  // chunk c\\'s buffer and sS'" T130_bv16
