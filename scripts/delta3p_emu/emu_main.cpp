@@ -141,6 +141,9 @@ int main(int argc, char **argv) {
         {"gl_T64", 0, 64, 1, 1, 2, 128, -0.2f, 0.0f, 0, 0, 1, 0},
         {"gl_T130", 0, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 0, 1, 0},
         {"gl_T200", 0, 200, 1, 1, 2, 128, -0.2f, 0.0f, 0, 0, 1, 0},
+        // a LOG gate of +85 at the short last chunk's first token: its decays are finite (e^85) but times a
+        // zero padding row's 1 / |k| (1000) they overflow (session 49's review of the prep's scaled T tiles)
+        {"gd_T130_g85", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 1, 0, 0, 2, 0, 0, 85.0f, 128},
     };
     const int bvs[] = {8, 16, 32};
     const float scale = 1.0f / std::sqrt(128.0f);

@@ -79,6 +79,8 @@ struct Case {
     int betas = 0;    // 0 uniform in [0, 1); 1: exact 0 and 1 in a pattern among them; 2: all 1
     int big0 = 0;     // 1: LOG gate +100 at each sequence's first token (expf overflows: a = inf on a
                       // zero state, which stays zero; the chunk's decays from its start are all inf)
+    float bigg = 0.0f;     // with bigt >= 0: LOG gate bigg at token bigt of each sequence and head (a large
+    long long bigt = -1;   // finite decay: e^85 ~ 8e36, times 1 / |k| = 1000 of a zero padding row overflows)
 };
 
 
@@ -123,6 +125,9 @@ static Inputs make_inputs(const Case &c) {
     if (c.big0)
         for (int b = 0; b < c.B; b++)
             for (int h = 0; h < c.Hv; h++) in.g[(size_t)h + (size_t)c.Hv * (c.T * b)] = 100.0f;
+    if (c.bigt >= 0 && c.bigt < c.T)
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.Hv; h++) in.g[(size_t)h + (size_t)c.Hv * (c.bigt + c.T * b)] = c.bigg;
     if (c.ninf) {  // -inf gates: the first token, a chunk's last and first, and a pattern
         for (int b = 0; b < c.B; b++)
             for (int h = 0; h < c.Hv; h++)

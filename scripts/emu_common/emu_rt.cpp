@@ -340,6 +340,11 @@ void arrive(Coll &c, int size, int kind, int arg, const char *what) {
         }
         g_barrier_seq.push_back(++g_seq);
         g_epoch++;
+        if (arg == 1) {  // __syncthreads_and: every thread's predicate
+            bool all = true;
+            for (int i = 0; i < g_nthr; i++) all &= g_thr[i].cval != 0;
+            for (int i = 0; i < g_nthr; i++) g_thr[i].cres = all;
+        }
     } else if (kind == K_SYNCWARP) {
         g_wsync[who[0] >> 5]++;
     } else if (kind == K_WGMMA) {
@@ -684,6 +689,11 @@ uint32_t cvt_rna_tf32(float x) {
 uint3 tg_emu_tid() { return make_uint3((unsigned)g_cur->tid, 0, 0); }
 uint3 tg_emu_bid() { return make_uint3((unsigned)g_block, 0, 0); }
 void __syncthreads() { arrive(g_blk, g_nthr, K_SYNCTHREADS, 0, "__syncthreads"); }
+int __syncthreads_and(int pred) {
+    g_cur->cval = pred != 0;
+    arrive(g_blk, g_nthr, K_SYNCTHREADS, 1, "__syncthreads_and");
+    return (int)g_cur->cres;
+}
 void __syncwarp(unsigned mask) {
     if (mask != 0xffffffffu) finding("__syncwarp with a partial mask", "", nullptr, nullptr);
     arrive(g_warp[g_cur->tid >> 5], 32, K_SYNCWARP, 0, "__syncwarp");

@@ -54,6 +54,7 @@ uint3 tg_emu_bid();
 #define threadIdx (tg_emu_tid())
 #define blockIdx (tg_emu_bid())
 void __syncthreads();
+int __syncthreads_and(int pred);  // a barrier that also returns whether pred held in every thread
 void __syncwarp(unsigned mask = 0xffffffffu);
 
 enum { TG_SHFL_XOR = 1, TG_SHFL_UP = 2, TG_VOTE_ANY = 3, TG_VOTE_ALL = 4 };
