@@ -7,16 +7,6 @@
 
 #include "common.cuh"
 
-// 16 bytes global -> shared without a register round trip (L2 only); src_bytes
-// 0 writes zeros (a row past the tile's end: nothing is read).
-__device__ inline void tg_cp_async16(void *dst, const void *src, int src_bytes = 16) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ inline void tg_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// until at most N of this thread's committed groups are still in flight
-template <int N> __device__ inline void tg_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
 // Before the wait for the kernel before (tg_pdl_wait), in the decode kernels:
 // the least position of sequence b's T tokens (rows below it are written by
 // no node of the graph, where tg_cuda_attention_rows_pre holds) ...

@@ -6,12 +6,6 @@
 namespace tg_chunk {
 namespace {
 
-// cp.async of 16 bytes, the last 16 - bytes of them zero-filled (bytes 0: a zero unit, src not read)
-__device__ __forceinline__ void cp16_zfill(void *dst, const void *src, unsigned bytes) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-
 // Phase 2, the sequential part: one block of 256 threads per (value column slice of BV, value
 // head, sequence) carries its slice of S (DKP x BV, F32, shared memory) over the chunks: stores it
 // as the chunk's S_c, then (GATED_DELTA) U <- V' = U - W S_c in place, and
@@ -161,7 +155,8 @@ __global__ void __launch_bounds__(256) delta_state_kernel(const phase_args a) {
 // 2: one copy and the second barrier, session 47's form). GATED_DELTA keeps one copy (two, with Q S_c
 // after the barrier, measured slower: gdn.x32.bf16 742 -> 765 us, session 49). With FO the shared state
 // is stored transposed (BV rows of 132 floats), so that W S's and Q S_c's B fragments come two k steps
-// at a time by ldmatrix (gla.x32.bf16 474 -> 466 us, GATED_DELTA's rows unchanged within 1%, session 49).
+// at a time by ldmatrix (gla.x32.bf16 466-467 -> 458-462 us, GATED_DELTA's rows unchanged within 1%,
+// session 49).
 // The products are TF32 (S_c, V' and the F16 rows' values), where the output kernel's are near-F32.
 template <int BV, bool DELTA, bool H16, bool BULK, bool FO>
 __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel(const phase_args a) {
@@ -276,8 +271,8 @@ __global__ void __launch_bounds__(state128_threads(FO), 1) delta_state128_kernel
             const long long t0 = (long long)c * kC;
             if (tid < kC * VPR) {
                 const bool in = t0 + v_row < a.T;
-                cp16_zfill((unsigned short *)sU + v_row * VSH + 8 * (tid % VPR),
-                           tg_cuda_ptr(a.v, v_col, h, in ? t0 + v_row : t0, b), in ? 16u : 0u);
+                tg_cp_async16((unsigned short *)sU + v_row * VSH + 8 * (tid % VPR),
+                              tg_cuda_ptr(a.v, v_col, h, in ? t0 + v_row : t0, b), in ? 16 : 0);
             }
         } else {
             const float *U = a.U + u * (kC * DV) + j0;

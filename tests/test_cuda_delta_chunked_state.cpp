@@ -273,8 +273,7 @@ TEST_F(CudaDeltaChunkedState, FusedOutputTwoStateCopiesMatchOne) {
 // products multiply exact zeros by NaN), so those are not checked. Each single-kernel full-case
 // kernel: BF16 products (delta_wgb_kernel, both modes), TF32 wgmma (F16 inputs; BF16 by knob 2),
 // mma.sync (knob 1), F32 inputs; and the chunk-parallel form with BF16 inputs (its prep on BF16
-// wgmma: a NaN gate makes the chunk's decays non-finite, where W and U come from K' and R instead
-// of the column-scaled T tiles).
+// wgmma: a NaN gate makes the chunk's decays non-finite, so its keep-zero products run).
 TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
     struct nan_case {
         const char *name;

@@ -205,8 +205,8 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float x = __bfloat162float(*(const __nv_bfloat16 *)(sm + pK + sw2(kC, 16 * kq + 4 * f + e, ki)));
-                    if constexpr (!DELTA && FO) ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]) * sB[16 * kq + 4 * f + e]);
-                    else ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]));
+                    // (GATED_LINEAR with fo: beta_t folded in; x 1 is exact, so the other instances are unchanged)
+                    ky[4 * f + e] = tf32r(mul(dd[e], x * nn[e]) * (!DELTA && FO ? sB[16 * kq + 4 * f + e] : 1.0f));
                 }
             }
             int mb = 0;
