@@ -29,6 +29,7 @@ struct ck_case {
                                 // that token's decay)
     int q_io = -1;              // q's type where it differs from k's and v's (io); -1: io
     int h16 = 0;                // != 0: knob delta_chunk_h16 (1 F16 rows, 2 F32 rows) for the chunk-parallel form
+    int gate_at = 0;            // the token first_gate goes to (0: the first)
 };
 tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
@@ -62,7 +63,7 @@ ck_data make_ck(const ck_case &c, uint32_t seed) {
     d.g = tgt::random_floats(rng, ng, c.g_lo, c.g_hi), d.beta = tgt::random_floats(rng, ng, c.b_lo, c.b_hi);
     for (int z = 0; z < c.zero_gates; z++) d.g[rng() % ng] = c.gate == TG_GATE_LOG ? -INFINITY : 0.0f;
     for (int b = 0; c.first_gate != 0.0f && b < c.B; b++)
-        for (int h = 0; h < c.Hv; h++) d.g[(size_t)b * c.T * c.Hv + h] = c.first_gate;
+        for (int h = 0; h < c.Hv; h++) d.g[((size_t)b * c.T + c.gate_at) * c.Hv + h] = c.first_gate;
     d.ps = place(c.state < 0 ? TG_TYPE_F32 : (tg_type)c.state, c.Dk, c.Dv, c.Hv, c.B, 0, 0);
     d.st0 = store(d.ps.type, d.ps.total);
     const auto r = tgt::random_floats(rng, d.ps.total, -0.5f, 0.5f);

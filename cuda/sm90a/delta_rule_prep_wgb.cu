@@ -15,13 +15,16 @@
 //   2       Kd^T from the raw K (F32 rows stored; h16: the rows' maxima); GATED_LINEAR: U = beta V
 //           stored (h16: barrier, Kd^T's F16 rows) and done. A = beta_t K_t.K_s d(t, s) / |k_t| |k_s|
 //           as F32 rows from the accumulators, A's diagonal 16 x 16 blocks inverted by the warps
-//           that hold them, R = beta_t V_t as a BF16 hi (over the raw V) + lo pair; barrier
+//           that hold them; barrier
 //   3       h16: Kd^T's F16 rows stored; the rest of the doubling (cuda/chunk_parts.cuh); barrier
-//   4       T (lower triangle) as hi and lo K-major tiles over A's rows, K' = beta_t d(t, -1) K_t /
-//           |k_t| as hi (over the raw K) and lo; barrier
-//   5       W = T_hi K'_hi + T_hi K'_lo + T_lo K'_hi, U the same with R (the lo x lo terms dropped),
-//           both on wgmma (value / key columns 32 wg ..); U stored; h16: W's row maxima, barrier,
-//           W's F16 rows staged over T's F32 rows, barrier, copied out 16 bytes at a time
+//           (its predicate: every column factor beta_t d(t, -1) / |k_t| finite)
+//   4       the factors finite: T diag(beta_t d(t, -1) / |k_t|) and T diag(beta_t) (lower triangle) as
+//           hi and lo K-major tiles over A's rows and R's lo tile; else T's tiles, K' = beta_t d(t, -1)
+//           K_t / |k_t| (keep-zero products) and R = beta_t V_t as hi (over the raw K, V) and lo; barrier
+//   5       W = (T diag)_hi K + (T diag)_lo K and U the same with V, from the raw tiles (four products),
+//           else W = T_hi K'_hi + T_hi K'_lo + T_lo K'_hi and U the same
+//           with R (the lo x lo terms dropped), all on wgmma (value / key columns 32 wg ..); U stored;
+//           h16: W's row maxima, barrier, W's F16 rows staged over T's F32 rows, barrier, copied out
 // fo (the state pass makes the output, delta_rule_phases.cuh): Q's raw rows too (over K' lo's tile,
 // free until step 4), Q K^T beside K K^T in step 1 (the first 8 warps meanwhile: 1 / |q_t| and each
 // Q row's largest magnitude), and at the start of step 2 P's F16 rows (a power-of-two scale per row
@@ -50,6 +53,34 @@ static_assert(2 * (kSmemP + 1024) <= 233472, "two blocks an SM");
 __device__ __forceinline__ uint4 h16_unit(const unsigned short *hs) {
     return make_uint4(hs[0] | (unsigned)hs[1] << 16, hs[2] | (unsigned)hs[3] << 16, hs[4] | (unsigned)hs[5] << 16,
                       hs[6] | (unsigned)hs[7] << 16);
+}
+// T's F32 rows (lower triangle and diagonal) with two column scalings, as hi and lo K-major BF16
+// tiles (64 x 64 each), by kNT threads: T diag(beta_s d(s, -1) / |k_s|) into (thw, tlw) and T
+// diag(beta_s) into (thu, tlu), so that W = T K' and U = T R come from the raw K and V tiles (where
+// every beta_s d(s, -1) / |k_s|, computed in this order, is finite: a masked zero of T stays zero)
+[[maybe_unused]] __device__ __forceinline__ void t_tiles_scaled(const float *sTm, const float *sB, const float *sD0,
+                                                                const float *sNk, unsigned char *thw, unsigned char *tlw,
+                                                                unsigned char *thu, unsigned char *tlu) {
+#pragma unroll
+    for (int m = 0; m < kC * kC / 4 / kNT; m++) {
+        const int x = threadIdx.x + kNT * m, t = x >> 4, s0 = (x & 15) * 4;
+        const float4 v = *(const float4 *)&sTm[t * kPS + s0];
+        float e[4] = {s0 <= t ? v.x : 0.0f, s0 + 1 <= t ? v.y : 0.0f, s0 + 2 <= t ? v.z : 0.0f, s0 + 3 <= t ? v.w : 0.0f};
+        uint32_t hi[2], lo[2];
+        float w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) w[i] = e[i] * (sB[s0 + i] * sD0[s0 + i] * sNk[s0 + i]), e[i] *= sB[s0 + i];
+        bf_split(e[0], e[1], hi[0], lo[0]);
+        bf_split(e[2], e[3], hi[1], lo[1]);
+        *(uint2 *)(thu + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+        *(uint2 *)(tlu + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) e[i] = w[i];
+        bf_split(e[0], e[1], hi[0], lo[0]);
+        bf_split(e[2], e[3], hi[1], lo[1]);
+        *(uint2 *)(thw + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+        *(uint2 *)(tlw + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+    }
 }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // fo: unit u's P and Q F16 rows (delta_rule_phases.cuh) from this thread's Q K^T accumulators (a 64 x 16
@@ -178,7 +209,7 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
     }
     __syncthreads();
     const int flags = *sTab;
-    const bool tab = flags & 1, fin0 = flags & 2, finl = flags & 4;
+    const bool tab = flags & 1, finl = flags & 4;
     if (fo) {
         wg_wait0();
         pin(accP);
@@ -279,30 +310,31 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
             __syncwarp();
             if (lane < 16) invert_diag16(sAm, sTm, 16 * wg, lane);
         }
-        // R = beta_t V_t: hi over the raw V, lo into R's lo tile (a 16-byte unit each)
-#pragma unroll
-        for (int m = 0; m < 2; m++) {
-            const int off = 16 * (tid + kNT * m);
-            const float bt = sB[(off >> 7) & (kC - 1)];
-            bf_unit_split(sm + pV + off, sm + pRl + off, [&](float2 v) { return make_float2(bt * v.x, bt * v.y); });
-        }
     }
     __syncthreads();
     if (h16) kd_h16();
     invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
-    __syncthreads();
+    // (the barrier also tells whether every column factor beta_t d(t, -1) / |k_t| is finite: a finite
+    // decay times a zero key row's 1 / |k| = 1000 may not be, session 49's review)
+    const bool scaled = __syncthreads_and(tid >= kC || isfinite(sB[tid] * sD0[tid] * sNk[tid]));
 
-    // 4: T's tiles over A's rows; K' = beta_t d(t, -1) K_t / |k_t| as hi (over the raw K) and lo
-    t_tiles(sTm, sm + pTh, sm + pTl);
-    by_mul(fin0, [&](auto mul) {
+    // 4: every column factor finite: T diag(beta_t d(t, -1) / |k_t|) and T diag(beta_t) as hi and lo
+    // tiles over A's rows and R's lo tile (W and U then come from the raw K and V: four products, not
+    // six, and no pass over K and V); else T's tiles over A's rows, K' = beta_t d(t, -1) K_t / |k_t|
+    // (keep-zero products) as hi (over the raw K) and lo, and R = beta_t V_t likewise over V
+    if (scaled) {
+        t_tiles_scaled(sTm, sB, sD0, sNk, sm + pTh, sm + pTl, sm + pRl, sm + pRl + 8192);
+    } else {
+        t_tiles(sTm, sm + pTh, sm + pTl);
 #pragma unroll
         for (int m = 0; m < 2; m++) {
             const int off = 16 * (tid + kNT * m), t = (off >> 7) & (kC - 1);
             const float bt = sB[t], dt = sD0[t], nk = sNk[t];
             bf_unit_split(sm + pK + off, sm + pKl + off,
-                          [&](float2 v) { return make_float2(bt * mul(dt, v.x * nk), bt * mul(dt, v.y * nk)); });
+                          [&](float2 v) { return make_float2(bt * keep_zero_mul(dt, v.x * nk), bt * keep_zero_mul(dt, v.y * nk)); });
+            bf_unit_split(sm + pV + off, sm + pRl + off, [&](float2 v) { return make_float2(bt * v.x, bt * v.y); });
         }
-    });
+    }
     proxy_fence();
     __syncthreads();
 
@@ -316,15 +348,26 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
         const uint64_t dKb = sdesc(sb + pK + (uint32_t)cols), dVb = sdesc(sb + pV + (uint32_t)cols);
         constexpr uint64_t kTl = (pTl - pTh) / 16, kKl = (pKl - pK) / 16, kRl = (pRl - pV) / 16;
         pin(accW), pin(accU);
-        wg_fence();
-        wgb_pv(accU, dTh, dVb);
-        wgb_pv(accU, dTh, dVb + kRl);
-        wgb_pv(accU, dTh + kTl, dVb);
-        wgb_pv(accW, dTh, dKb);
-        wgb_pv(accW, dTh, dKb + kKl);
-        wgb_pv(accW, dTh + kTl, dKb);
-        wg_commit();
-        wg_wait0();
+        if (scaled) {  // W = (T diag)_hi K + (T diag)_lo K, U the same with its tiles over R's lo and V
+            const uint64_t dUh = sdesc(sb + pRl);
+            wg_fence();
+            wgb_pv(accU, dUh, dVb);
+            wgb_pv(accU, dUh + 8192 / 16, dVb);
+            wgb_pv(accW, dTh, dKb);
+            wgb_pv(accW, dTh + kTl, dKb);
+            wg_commit();
+            wg_wait0();
+        } else {
+            wg_fence();
+            wgb_pv(accU, dTh, dVb);
+            wgb_pv(accU, dTh, dVb + kRl);
+            wgb_pv(accU, dTh + kTl, dVb);
+            wgb_pv(accW, dTh, dKb);
+            wgb_pv(accW, dTh, dKb + kKl);
+            wgb_pv(accW, dTh + kTl, dKb);
+            wg_commit();
+            wg_wait0();
+        }
         pin(accW), pin(accU);
     }
     // rows arow(0), arow(2); columns 32 wg + c2 + 8 n8 and the next
