@@ -263,7 +263,7 @@ std::vector<ck_case> ck_cases() {
         {"s128_gla_bv32_f16q_bf16kv", 2, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 0.0f, F16},
         // a LOG gate of +85 at the short last chunk's first token (token 128 of 130), with a state: its decays
         // are finite (e^85) but times a zero padding row's 1 / |k| (1000) they overflow F32, so the BF16 prep
-        // must not fold beta d / |k| into T there (session 49's review); BV 16 and 32, F32 and BF16 rows
+        // must not fold beta d / |k| into T there (session 49's review); BV 16 and 32, F16 and F32 state-pass rows
         {"s128_gdn_T130_gate85_last_chunk_bf16", 1, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 0, 85.0f, -1, 0, 128},
         {"s128_gdn_T130_gate85_last_chunk_bv32_f32rows", 1, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 85.0f, -1, 2, 128},
         {"s128_gla_T130_gate85_last_chunk_bf16", 1, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 85.0f, -1, 0, 128},
