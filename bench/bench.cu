@@ -506,6 +506,8 @@ int main(int argc, char **argv) {
     bench_delta("gdn.prefill", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt);
     bench_delta("gdn.prefill.bf16", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 180, false, dflt, BF);
     bench_delta("gdn.long", 1, 16384, 16, 128, GD, TG_GATE_LOG, true, true, 250, false, dflt, BF);
+    // GATED_LINEAR at gdn.long's shape (AUTO: the single kernel on segments, 8 on 132 SMs)
+    bench_delta("gla.long", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, dflt, BF);
     // variants, kept reachable by name (bench/README.md)
     bench_kv("kv.decode/separate", 64, 1, 32, 128, 4096, 0, true, separate, "validation kernel + write kernel");
     bench_kv("kv.prefill/scalar", 16, 1024, 32, 128, 4096, 0, false, scalar, "scalar path forced");
@@ -643,6 +645,18 @@ int main(int argc, char **argv) {
                 if (m) bench_delta(id, B, 16384 / B, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, fk[f], BF);
                 else bench_delta(id, B, 16384 / B, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, fk[f], BF);
             }
+    }
+    // GATED_LINEAR's single kernel without segments (knob delta_chunk_seg 1: before session 51) at 32, 48 and
+    // 64 pairs, and gla.long's chunk-parallel form (AUTO's before session 51)
+    {
+        static char nids[3][40];
+        tg_cuda_sig_knobs noseg = fused;
+        noseg.delta_chunk_seg = 1;
+        for (int B : {2, 3, 4}) {
+            snprintf(nids[B - 2], 40, "gla.x%d.bf16/noseg", 16 * B);
+            bench_delta(nids[B - 2], B, 16384 / B, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, noseg, BF);
+        }
+        bench_delta("gla.long/3p", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases, BF);
     }
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];

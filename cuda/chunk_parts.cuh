@@ -27,6 +27,14 @@ struct chunk_args {
     int qk_vec, v_vec;  // q/k rows (v slices) load as 16-byte units
     int o_pair;         // output columns j, j + 1 (j even) store as one 8-byte pair
     const tg_cuda_err *err;
+    // GATED_LINEAR's segments on delta_wgb_seg_kernel (nseg >= 2, else unused): nseg segments of tseg
+    // tokens (a multiple of the chunk), the last one shorter; seg_s nseg slots of 16,384 floats a
+    // (slice, value head, sequence): the first nseg - 1 segments' end states (segment 0's from the
+    // call's state, the others' from zero) and the call's state; seg_g the segments' decays (two
+    // floats a (segment, value head, sequence): gamma, and 1 where a chunk's decay was NaN)
+    long long tseg;
+    int nseg;
+    float *seg_s, *seg_g;
 };
 
 __host__ __device__ inline int q_stride(int DKP) { return DKP + 4; }
@@ -619,5 +627,8 @@ tg_status tg_cuda_delta_wg_launch(tg_backend *be, const chunk_args &a, unsigned 
 // ... the BF16 kernel's own (cuda/sm90a/delta_rule_chunked_wgb.cu; tg_cuda_delta_wg_launch calls it)
 size_t tg_cuda_delta_wgb_smem(bool delta);
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid);
+// GATED_LINEAR's segments (a.nseg >= 2, a.seg_s and a.seg_g set): the segments' states, then every
+// segment's output (cuda/sm90a/delta_rule_chunked_wgb.cu); units: slices x value heads x sequences
+tg_status tg_cuda_delta_wgb_seg_launch(tg_backend *be, const chunk_args &a, unsigned units);
 
 }  // namespace tg_chunk

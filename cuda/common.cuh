@@ -133,12 +133,13 @@ struct tg_cuda_impl {
     tg_cuda_sig_knobs sig;
     const char *sig_last[5] = {"", "", "", "", ""};
     // slots of delta_smem_set: the single-kernel form's 3 kernels (cuda/delta_rule_chunked.cu), the
-    // chunk-parallel form's 35 (cuda/delta_rule_chunked_phases.cu), the wgmma kernels' seven (TF32
+    // chunk-parallel form's 35 (cuda/delta_rule_chunked_phases.cu), the wgmma kernels' eleven (TF32
     // GATED_LINEAR and GATED_DELTA: cuda/sm90a/delta_rule_chunked_wg.cu; BF16 GATED_LINEAR and
     // GATED_DELTA: cuda/sm90a/delta_rule_chunked_wgb.cu; the chunk-parallel form's BF16 output
     // kernel: cuda/sm90a/delta_rule_out_wgb.cu; its BF16 prep kernels, GATED_DELTA and
-    // GATED_LINEAR: cuda/sm90a/delta_rule_prep_wgb.cu)
-    enum { TG_CUDA_DSMEM_SINGLE = 0, TG_CUDA_DSMEM_PHASES = 3, TG_CUDA_DSMEM_WG = 38, TG_CUDA_DSMEM_COUNT = 47 };
+    // GATED_LINEAR: cuda/sm90a/delta_rule_prep_wgb.cu; GATED_LINEAR's two segment kernels:
+    // cuda/sm90a/delta_rule_chunked_wgb.cu)
+    enum { TG_CUDA_DSMEM_SINGLE = 0, TG_CUDA_DSMEM_PHASES = 3, TG_CUDA_DSMEM_WG = 38, TG_CUDA_DSMEM_COUNT = 49 };
     // the delta-rule launches' per-backend state (never process-wide: two backends may run on two
     // threads, or on two devices whose kernels' attributes are set separately): the dynamic
     // shared-memory limits raised so far per kernel (slots TG_CUDA_DSMEM_*), the persistent

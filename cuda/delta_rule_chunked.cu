@@ -315,6 +315,37 @@ bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
 }  // namespace
 
 namespace {
+// GATED_LINEAR's segments on delta_wgb_kernel (wgb: its full case runs for dst; knob delta_chunk_seg):
+// how many (1: none) and their tokens (*tseg, whole chunks; the last segment shorter). Segment j's
+// state is the call's state carried over the segments before it, whose own states from zero come
+// first (delta_wgb_seg_kernel<1>), so that nseg times the blocks walk T / nseg tokens each. Auto:
+// where the (slice, value head, sequence) blocks fill at most half the SMs, as many segments as keep
+// blocks x segments within the SM count, each of at least kSegMinChunks chunks (the states' pass
+// costs about half a chunk of the output pass), at most kMaxSeg (the last segment's blocks combine
+// the others' states: 64 KB each), from kFewHeadsMinT tokens (below it AUTO keeps its choices: the
+// scan up to T 1,023 at these heads); both: scratch of at most kSegScratch bytes (64 KB a block and
+// segment), else fewer segments
+constexpr int kMaxSeg = 16, kSegMinChunks = 4;
+constexpr long long kSegScratch = 256LL << 20;
+int seg_plan(const tg_cuda_impl *cu, const tg_tensor *dst, bool wgb, long long *tseg) {
+    const tg_tensor *v = dst->src[2];
+    const int knob = cu->sig.delta_chunk_seg;
+    *tseg = 0;
+    if (!wgb || tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA || knob == 1) return 1;
+    const long long blocks = v->ne[3] * v->ne[1] * (v->ne[0] / 128), T = dst->src[0]->ne[2], nch = (T + kC - 1) / kC;
+    const int sms = tg_cuda_sms(cu);
+    if (knob < 2 && T < kFewHeadsMinT) return 1;
+    long long n = knob >= 2 ? knob : 2 * blocks <= sms ? sms / blocks : 1;
+    n = std::min<long long>(std::min<long long>(n, kMaxSeg), knob >= 2 ? nch : nch / kSegMinChunks);
+    n = std::min<long long>(n, kSegScratch / (blocks * 65536));
+    if (n < 2) return 1;
+    const long long cps = (nch + n - 1) / n;  // chunks a segment
+    n = (nch + cps - 1) / cps;
+    if (n < 2) return 1;
+    *tseg = cps * kC;
+    return (int)n;
+}
+
 // The form for dst: true the single-kernel one (knob delta_chunk_fused 1 / 2 forces it / the chunk-
 // parallel one; else heads that fill the GPU, or the rule below); *wgb: whether the single-kernel
 // form's full case runs delta_wgb_kernel (then BV stays 128, whichever form was chosen). optin: the
@@ -327,6 +358,8 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     if (cu->sig.delta_chunk_fused != 0) return cu->sig.delta_chunk_fused == 1;
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
     if (!*wgb) return false;
+    long long tseg = 0;
+    if (seg_plan(cu, dst, true, &tseg) >= 2) return true;  // GATED_LINEAR's segments (above)
     const int sms = tg_cuda_sms(cu);
     // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
     // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
@@ -428,7 +461,17 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     size_t *smem_set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_SINGLE;  // each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
     const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(be, a) <= (size_t)optin;
-    if (wg) {
+    // GATED_LINEAR's segments where delta_wgb_kernel would run (seg_plan)
+    a.nseg = wg && wgb && tg_cuda_delta_wg_bf16(be, a) ? seg_plan(cu, dst, true, &a.tseg) : 1;
+    if (a.nseg >= 2) {
+        if (blocks * a.nseg > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
+        const size_t s_floats = (size_t)blocks * (size_t)a.nseg * 16384, g_off = tg_cuda_align256(s_floats * 4);
+        void *scr = nullptr;
+        if (const tg_status s = tg_cuda_scratch(be, g_off + (size_t)(B * Hv) * (size_t)(a.nseg - 1) * 8, &scr, call); s != TG_OK)
+            return s;
+        a.seg_s = (float *)scr, a.seg_g = (float *)((char *)scr + g_off);
+        if (const tg_status s = tg_cuda_delta_wgb_seg_launch(be, a, grid); s != TG_OK) return s;
+    } else if (wg) {
         if (const tg_status s = tg_cuda_delta_wg_launch(be, a, grid); s != TG_OK) return s;
     } else if (full) {
         if (const tg_status s = smem_limit(be, delta_chunked_kernel<16, true>, smem, smem_set[2], call); s != TG_OK) return s;
@@ -441,8 +484,10 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         delta_chunked_kernel<8, false><<<grid, 8 * 32, smem, cu->stream>>>(a);
     }
     TG_CUDA_LAUNCHED(be, call);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
-             wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar");
+    char segs[16] = "";
+    if (a.nseg >= 2) snprintf(segs, sizeof(segs), "/seg%d", a.nseg);
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
+             wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar", segs);
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;

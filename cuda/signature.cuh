@@ -110,6 +110,12 @@ struct tg_cuda_sig_knobs {
     // two copies and one barrier: bench row gla.x32.bf16/3p-fo1s). Env
     // TG_CUDA_DELTA_FO=0 sets 1.
     int delta_chunk_fo = 0;
+    // GATED_LINEAR on delta_wgb_kernel (BF16 q/k/v, Dk 128, whole 128-column slices) split along
+    // the tokens: 0 auto (where the blocks fill at most half the SMs, T of at least 1,024: n
+    // segments of at least 4 chunks, n <= 16, blocks x n <= SMs; docs/ops.md), 1 never (before /
+    // after: bench row gla.x32.bf16/noseg), n >= 2 n segments at any T (at least a chunk each).
+    // Env TG_CUDA_DELTA_SEG (0: never; n: n).
+    int delta_chunk_seg = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

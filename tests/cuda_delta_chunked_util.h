@@ -30,6 +30,9 @@ struct ck_case {
     int q_io = -1;              // q's type where it differs from k's and v's (io); -1: io
     int h16 = 0;                // != 0: knob delta_chunk_h16 (1 F16 rows, 2 F32 rows) for the chunk-parallel form
     int gate_at = 0;            // the token first_gate goes to (0: the first)
+    int seg = 0;                // knob delta_chunk_seg (0 auto, 1 never, n >= 2: n segments)
+    float second_gate = 0.0f;   // != 0: this gate at token second_at of every sequence and head too
+    int second_at = 0;
 };
 tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
@@ -64,6 +67,8 @@ ck_data make_ck(const ck_case &c, uint32_t seed) {
     for (int z = 0; z < c.zero_gates; z++) d.g[rng() % ng] = c.gate == TG_GATE_LOG ? -INFINITY : 0.0f;
     for (int b = 0; c.first_gate != 0.0f && b < c.B; b++)
         for (int h = 0; h < c.Hv; h++) d.g[((size_t)b * c.T + c.gate_at) * c.Hv + h] = c.first_gate;
+    for (int b = 0; c.second_gate != 0.0f && b < c.B; b++)
+        for (int h = 0; h < c.Hv; h++) d.g[((size_t)b * c.T + c.second_at) * c.Hv + h] = c.second_gate;
     d.ps = place(c.state < 0 ? TG_TYPE_F32 : (tg_type)c.state, c.Dk, c.Dv, c.Hv, c.B, 0, 0);
     d.st0 = store(d.ps.type, d.ps.total);
     const auto r = tgt::random_floats(rng, d.ps.total, -0.5f, 0.5f);

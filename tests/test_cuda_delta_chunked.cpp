@@ -40,6 +40,7 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = c.fused;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_generic = c.generic;
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = c.wg;
+        tg_cuda_knobs(CudaSig::gpu)->delta_chunk_seg = c.seg;
         // the chunk-parallel form's compile-time kernels: the default (0); the cases named "s128_"
         // ask for them (1), the other chunk-parallel cases at D128 keep the generic kernels (2)
         tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = phase_full ? 1 : 2;
@@ -90,9 +91,29 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     // delta_wgb_kernel exactly where docs/ops.md's rule says so for this device's SM count (BF16 q/k/v,
     // knob delta_chunk_wg 0, heads that fill or B Hv blocks of at least 5/12 (GATED_DELTA, T below 1024) /
     // 2/7 (GATED_LINEAR) of the SMs) and the device has wgmma; never elsewhere
+    // GATED_LINEAR's segments where delta_wgb_kernel runs (docs/ops.md): knob n >= 2 asks for n, auto from T 1024
+    // where the blocks (B Hv Dv / 128) fill at most half the SMs for SMs / blocks; at most 16, at least 4 chunks each
+    // (auto) or 1 (asked), 64 KB of scratch a block and segment up to 256 MiB; then ceil(chunks / n) chunks a segment
+    // and as many segments as that takes; 2 or more, or none
+    // (no whole 128-column slice: never)
+    const long long chunks = (c.T + 63) / 64, blocks = (long long)c.B * c.Hv * (c.Dv / 128);
+    long long want_seg = 0;
+    if (blocks > 0) {
+        want_seg = c.seg >= 2 ? c.seg : 2 * blocks <= sms && c.T >= 1024 ? sms / blocks : 1;
+        want_seg = std::min(std::min(want_seg, 16LL), c.seg >= 2 ? chunks : chunks / 4);
+        want_seg = std::min(want_seg, (256LL << 20) / (blocks * 65536));
+        if (want_seg >= 2) want_seg = (chunks + (chunks + want_seg - 1) / want_seg - 1) / ((chunks + want_seg - 1) / want_seg);
+    }
+    if (c.mode == TG_DELTA_GATED_DELTA || c.seg == 1 || want_seg < 2) want_seg = 0;
+    const bool wgb_ran = variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0;
+    const size_t seg_at = variant.find("/seg");
+    EXPECT_EQ(seg_at == std::string::npos ? 0LL : std::atoll(variant.c_str() + seg_at + 4), wgb_ran ? want_seg : 0LL)
+        << variant << " (segments) on " << sms << " SMs";
+    if (std::string(c.name).rfind("seg_", 0) == 0 && wg_state == 0) EXPECT_TRUE(wgb_ran && want_seg >= 2) << c.name << ": " << variant;
     if (std::string(c.name).rfind("wgbx_", 0) == 0 || std::string(c.name).rfind("wgbn_", 0) == 0) {
         const long long pairs = (long long)c.B * c.Hv;
-        const bool rule = 2 * pairs > sms || (c.mode == TG_DELTA_GATED_DELTA ? pairs * 12 >= 5LL * sms && c.T < 1024 : pairs * 7 >= 2LL * sms);
+        const bool rule = 2 * pairs > sms || (c.mode == TG_DELTA_GATED_DELTA ? pairs * 12 >= 5LL * sms && c.T < 1024
+                                                                            : pairs * 7 >= 2LL * sms || want_seg >= 2);
         const bool want = c.io == TG_TYPE_BF16 && c.wg == 0 && rule && wg_state == 0;
         EXPECT_EQ(variant.rfind("chunked-bf16/dk128/bv128/w16/full/wgmma", 0) == 0, want) << variant << " on " << sms << " SMs";
         // (the cases are chosen so that on an H100 / H200's 132 SMs the rule says yes for "wgbx_", no for "wgbn_")
@@ -267,6 +288,21 @@ std::vector<ck_case> ck_cases() {
         {"s128_gdn_T130_gate85_last_chunk_bf16", 1, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 0, 0, 0, 85.0f, -1, 0, 128},
         {"s128_gdn_T130_gate85_last_chunk_bv32_f32rows", 1, 130, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 85.0f, -1, 2, 128},
         {"s128_gla_T130_gate85_last_chunk_bf16", 1, 130, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 32, F32, 0, 0, 0, 85.0f, -1, 0, 128},
+        // GATED_LINEAR's segments on delta_wgb_kernel ("seg_": the test checks the count the rule gives): auto at
+        // 32 pairs (gla.x32.bf16's heads: 4 segments on 132 SMs; from T 1024), and asked for: one-chunk segments
+        // with linear zero gates and a state, a short last segment with -inf log gates, no l2norm, a BF16 state and
+        // two column slices, 16 segments at long T (a one-token last segment at 8641) with an F16 output, log gates
+        // to -30 (every segment's decay 0), a gate of +85 at the third segment's first token with a state, +100 at
+        // the first token on no state with a -inf gate later in the same segment (decays inf, then 0); and the
+        // single kernel without segments at long T (knob 1)
+        {"seg_gla_x32_auto", 2, 1030, 4, 16, 128, 128, GL, LOG, true, F32, BF16, AUTO},
+        {"seg_gla_4x1_linear_zero_gates", 1, 256, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 4},
+        {"seg_gla_3_short_last_-inf_gates_Hv4Hk1_Dv256_bf16_state", 2, 400, 1, 4, 128, 256, GL, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 3},
+        {"seg_gla_16_f16_out", 1, S(8641, 1000), 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F16, 0, 0, 0, 0.0f, -1, 0, 0, 16},
+        {"seg_gla_5_gates_to_-30", 1, 600, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 5},
+        {"seg_gla_gate85_at_third_segment", 1, 400, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 85.0f, -1, 0, 256, 4},
+        {"seg_gla_big_first_gate_then_-inf_no_state", 2, 384, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 100.0f, -1, 0, 0, 3, -INFINITY, 100},
+        {"full_gla_bf16k_T8193_noseg", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 0, 0.0f, -1, 0, 0, 1},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
         // single-kernel form on delta_wgb_kernel ("wgbx_": the test checks it where the device has

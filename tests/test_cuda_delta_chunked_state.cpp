@@ -282,6 +282,7 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
         int wg;         // knob delta_chunk_wg
         bool gate_nan;  // else one value element
         bool phases;    // the chunk-parallel form (knob delta_chunk_fused 2)
+        int seg = 0;    // knob delta_chunk_seg (GATED_LINEAR's segments: 4 of one chunk, the NaN in the third)
     };
     const int T = 200, r = 150, col = 37, bad_b = 1, bad_h = 0;  // r in the chunk [128, 192)
     for (const nan_case &w : {nan_case{"gla_bf16k_v", GL, BF16, 0, false, false}, nan_case{"gdn_bf16k_v", GD, BF16, 0, false, false},
@@ -289,7 +290,8 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
                               nan_case{"gdn_tf32_f16_v", GD, F16, 0, false, false}, nan_case{"gla_tf32_bf16_g", GL, BF16, 2, true, false},
                               nan_case{"gdn_mma_bf16_v", GD, BF16, 1, false, false}, nan_case{"gla_f32_g", GL, F32, 0, true, false},
                               nan_case{"gdn_3p_bf16_g", GD, BF16, 0, true, true}, nan_case{"gdn_3p_bf16_v", GD, BF16, 0, false, true},
-                              nan_case{"gla_3p_bf16_g", GL, BF16, 0, true, true}}) {
+                              nan_case{"gla_3p_bf16_g", GL, BF16, 0, true, true},
+                              nan_case{"gla_bf16k_v_seg4", GL, BF16, 0, false, false, 4}, nan_case{"gla_bf16k_g_seg4", GL, BF16, 0, true, false, 4}}) {
         SCOPED_TRACE(w.name);
         const ck_case c = {"nan", 2, T, 1, 2, 128, 128, w.mode, LOG, true, F32, w.io, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, w.wg};
         ck_data d = make_ck(c, 77);
@@ -306,6 +308,7 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
                 tg_cuda_knobs(CudaSig::gpu)->delta_chunk_fused = w.phases ? 2 : 1;
                 tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.phases ? 0 : 128;
                 tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = w.wg;
+                tg_cuda_knobs(CudaSig::gpu)->delta_chunk_seg = w.seg;
             }
 #endif
             ASSERT_EQ(run_gpu(d, o, st, &variant), TG_OK) << tg_last_error();
@@ -321,6 +324,7 @@ TEST_F(CudaDeltaChunkedState, NanInputStaysInItsHeadAndLaterTokens) {
             const bool wg16 = w.io != TG_TYPE_F32 && w.wg != 1;
             EXPECT_EQ(variant.find("/wgmma") != std::string::npos, wg16) << variant;
             EXPECT_EQ(variant.rfind("chunked-bf16/", 0) == 0, w.io == TG_TYPE_BF16 && w.wg == 0) << variant;
+            EXPECT_EQ(variant.find("/seg4") != std::string::npos, w.seg == 4) << variant;
         } else if (CudaSig::gpu) {
             std::printf("note: %s ran without wgmma (variant %s)\n", w.name, variant.c_str());
         }
@@ -364,10 +368,12 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         int fused = 0, D = 64, bv = 0;
         tg_delta_mode mode = TG_DELTA_GATED_DELTA;
         tg_type io = TG_TYPE_F32;
+        int seg = 0;  // knob delta_chunk_seg (GATED_LINEAR's segments: the last one's blocks write the state)
     };
     for (const variant &w : {variant{"chunked", 70, 0, CHUNKED, 2}, variant{"chunked_fused", 70, 0, CHUNKED, 1},
                              variant{"chunked_full", 70, 0, CHUNKED, 1, 128, 128}, variant{"chunked_s128", 70, 0, CHUNKED, 2, 128, 16},
                              variant{"chunked_full_gla_bf16", 70, 0, CHUNKED, 1, 128, 128, GL, BF16},
+                             variant{"chunked_full_gla_bf16_seg2", 200, 0, CHUNKED, 1, 128, 128, GL, BF16, 2},
                              variant{"chunked_full_gdn_f16", 70, 0, CHUNKED, 1, 128, 128, GD, F16},
                              variant{"chunked_full_gdn_bf16", 70, 0, CHUNKED, 1, 128, 128, GD, BF16},
                              variant{"chunk_scan", 70, 0, SCAN},
@@ -382,6 +388,7 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_bv = w.bv;
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_phase_full = 1;
         if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_wg = 0;  // (whatever TG_CUDA_DELTA_WG says)
+        if (CudaSig::gpu) tg_cuda_knobs(CudaSig::gpu)->delta_chunk_seg = w.seg;
 #endif
         std::vector<float> o;
         store st;
@@ -395,6 +402,8 @@ TEST_F(CudaDeltaChunkedState, FailedGraphLeavesStateUnchanged) {
         // the full case with 16-bit q/k/v: the wgmma kernel where the device has it
         if (w.bv == 128 && w.io != TG_TYPE_F32 && CudaSig::gpu)
             EXPECT_EQ(ran.find("/wgmma") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << ran;
+        if (w.seg && CudaSig::gpu)
+            EXPECT_EQ(ran.find("/seg2") != std::string::npos, tg_cuda_delta_wgmma_state(CudaSig::gpu) == 0) << ran;
 #endif
         if (w.bv == 16) EXPECT_NE(ran.find("/full-s128"), std::string::npos) << "variant " << ran;
         EXPECT_NE(st.b, d.st0.b) << "a good graph did not write the state";

@@ -71,9 +71,19 @@ __device__ __forceinline__ void wgb_upd(float (&d)[32], uint64_t da, uint64_t db
 #endif
 
 
-template <bool DELTA>
-__global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
+// The kernel's body. SEG 0: delta_wgb_kernel (every chunk of a sequence); GATED_LINEAR's segments
+// (delta_wgb_seg_kernel, a.nseg segments of a.tseg tokens, the last one shorter; a unit's scratch is
+// a.nseg slots of 16,384 floats, each a block's accumulators in their order, 32 floats a thread):
+// SEG 1 the state only over each segment but the last (no Q, no output), segment 0 from the call's
+// state (copied as it was into slot nseg - 1) and the others from zero, the end state into slot sg
+// and the segment's decay (gamma, and whether a chunk's decay was NaN) into a.seg_g; SEG 2 every
+// segment with its output, segment 0 from slot nseg - 1, segment j > 0 from S = slot 0, then
+// S = gamma_i S + slot i for i = 1 .. j - 1 (a zero entry stays zero unless a decay was NaN, as the
+// keep-zero products of the walk do); only the last segment stores the final state. The call's
+// state is read by SEG 1 and written by SEG 2 only (never both in one grid).
+template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const chunk_args &a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(SEG == 0 || !DELTA, "segments are GATED_LINEAR's");
     extern __shared__ float4 wsm4[];
     unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
@@ -83,14 +93,20 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
     float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
-    const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
+    // the block's unit: (slice, h, b), and with segments (SEG 1: all but the last) the segment sg
+    // innermost; its tokens tb .. te
+    const unsigned nsg = SEG == 0 ? 1u : SEG == 1 ? a.nseg - 1 : a.nseg, ub = SEG == 0 ? blockIdx.x : blockIdx.x / nsg;
+    const int sg = SEG == 0 ? 0 : (int)(blockIdx.x % nsg);
+    const int slice = ub % a.nslices, h = (ub / a.nslices) % a.Hv, b = ub / (a.nslices * a.Hv);
+    const long long tb = SEG == 0 ? 0 : sg * a.tseg, te = SEG == 0 ? a.T : (tb + a.tseg < a.T ? tb + a.tseg : a.T);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
     const bool clear = tg_cuda_record_clear(a.err);
     const bool has_state = a.state.data != nullptr;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
     auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
-    auto rows_of = [&](long long c0) { return (int)(a.T - c0 < kC ? a.T - c0 : kC); };
+    auto t_end = [&]() { return SEG == 0 ? a.T : te; };  // (SEG 0 reads a.T where it always did)
+    auto rows_of = [&](long long c0) { return (int)(t_end() - c0 < kC ? t_end() - c0 : kC); };
 
     // This warpgroup's block of the state: value columns jb .. jb + 63 (the update's M), key dims
     // ib .. ib + 63 (its N). Accumulator elements r (even) and r + 1 are S^T's row jb + arow(r),
@@ -100,9 +116,20 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
     auto s_off = [&](int r) { return s_off0 + ((r >> 1) & 1) * 1024 + (((r >> 2) ^ g) << 4); };
     // (the block stays in these accumulators from chunk to chunk; S^T's tiles are Q S's copy)
     float accS[32];
+    const bool load_state = SEG == 0 ? has_state : SEG == 1 && sg == 0 && has_state;  // (SEG 2: from the scratch)
 #pragma unroll
     for (int r = 0; r < 32; r++)
-        accS[r] = has_state ? tg_cuda_load(tg_cuda_ptr(a.state, ib + acol(r), j0 + jb + arow(r), h, b), a.state.type) : 0.0f;
+        accS[r] = load_state ? tg_cuda_load(tg_cuda_ptr(a.state, ib + acol(r), j0 + jb + arow(r), h, b), a.state.type) : 0.0f;
+    // GATED_LINEAR's segments: unit ub's slot i (this thread's 32 floats)
+    [[maybe_unused]] auto slot = [&](int i) { return (float4 *)(a.seg_s + ((long long)ub * a.nseg + i) * 16384 + 32 * tid); };
+    [[maybe_unused]] auto put_slot = [&](int i) {
+        float4 *const d = slot(i);
+#pragma unroll
+        for (int m = 0; m < 8; m++) d[m] = make_float4(accS[4 * m], accS[4 * m + 1], accS[4 * m + 2], accS[4 * m + 3]);
+    };
+    if constexpr (SEG == 1) {  // segment 0: the call's state as it was, for SEG 2's segment 0
+        if (load_state) put_slot(a.nseg - 1);
+    }
     auto s_tiles = [&]() {
 #pragma unroll
         for (int r = 0; r < 32; r += 2) {
@@ -111,7 +138,33 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             *(uint32_t *)(sm + bSh + s_off(r)) = hi, *(uint32_t *)(sm + bSl + s_off(r)) = lo;
         }
     };
-    s_tiles();
+    // SEG 2: the segment's starting state from SEG 1's slots (above)
+    if constexpr (SEG == 2) {
+        if (sg > 0 || has_state) {
+            const float4 *const s0 = slot(sg > 0 ? 0 : a.nseg - 1);
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const float4 x = s0[m];
+                accS[4 * m] = x.x, accS[4 * m + 1] = x.y, accS[4 * m + 2] = x.z, accS[4 * m + 3] = x.w;
+            }
+        }
+        const float *const gs = a.seg_g + 2 * ((long long)b * a.Hv + h) * (a.nseg - 1);
+        for (int i = 1; i < sg; i++) {
+            const float gam = __ldg(gs + 2 * i);
+            const bool gnan = __ldg(gs + 2 * i + 1) != 0.0f;
+            const float4 *const si = slot(i);
+            auto kz = [&](float x) { return x == 0.0f && !gnan ? 0.0f : gam * x; };
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const float4 x = si[m];
+                accS[4 * m] = kz(accS[4 * m]) + x.x, accS[4 * m + 1] = kz(accS[4 * m + 1]) + x.y;
+                accS[4 * m + 2] = kz(accS[4 * m + 2]) + x.z, accS[4 * m + 3] = kz(accS[4 * m + 3]) + x.w;
+            }
+        }
+    }
+    if constexpr (SEG != 1) s_tiles();
+    float gseg = 1.0f;  // SEG 1: the segment's decay so far, keep-zero (thread 0), and whether a chunk's was NaN
+    bool gnan = false;
 
     // Chunk c0's Q, K and V rows (nn of them; the rest zero-filled) into buffer buf: two 16-byte
     // units of each per thread, unit cu of row t at its swizzled place
@@ -123,14 +176,16 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
         for (int m = 0; m < 2; m++) {
             const int u = tid + kNT * m, t = u >> 4, cu = u & 15, tt = t < nn ? t : 0;
             const uint32_t bytes = t < nn ? 16u : 0u, off = sw2(kC, t, 8 * cu);
-            cp16(d + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);
+            if (SEG != 1) cp16(d + off, qb + tt * a.q.nb[2] + 16 * cu, bytes);  // (SEG 1: no Q)
             cp16(d + 16384 + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
             cp16(d + 32768 + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
         }
         cp_commit();
     };
     // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows
-    auto norms = [&](int buf) { bf_norms(sm + buf * bBuf, sNq, sNk); };
+    auto norms = [&](int buf) {
+        if (SEG != 1 || tid >= 4 * kC) bf_norms(sm + buf * bBuf, sNq, sNk);  // (SEG 1: 1 / |k_t| only)
+    };
     auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
     auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
         chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
@@ -158,10 +213,10 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 
     // the first chunk
     if (!a.l2norm && tid < kC) sNq[tid] = 1.0f, sNk[tid] = 1.0f;
-    stage(0, 0);
+    stage(tb, 0);
     if (warp == 0) {
         float gl[2], bl[2];
-        load_gates(0, gl, bl);
+        load_gates(tb, gl, bl);
         gates(gl, bl);
     }
     cp_wait0();
@@ -170,10 +225,10 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
     char *const obase = tg_cuda_ptr(a.o, j0, h, 0, b);
     int c = 0;  // this chunk's buffer
 #pragma unroll 1
-    for (long long t0 = 0; t0 < a.T; t0 += kC, c ^= 1) {
+    for (long long t0 = tb; t0 < t_end(); t0 += kC, c ^= 1) {
         float accQ[16], accP[8];
         const int n = rows_of(t0);
-        const bool more = t0 + kC < a.T;
+        const bool more = t0 + kC < t_end();
         if (more) stage(t0 + kC, c ^ 1);
         float gl[2], bl[2];  // the next chunk's gates (warp 0)
         if (warp == 0 && more) load_gates(t0 + kC, gl, bl);
@@ -251,12 +306,14 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             }
         } else {
             // A: Q K^T, Q S
-            pin(accQ), pin(accP);
-            wg_fence();
-            wgb_qk(accP, dQ + bd, dK + bd);
-            wgb_qs0(accQ, dQ + bd, dSh);
-            wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
-            wg_commit();
+            if constexpr (SEG != 1) {
+                pin(accQ), pin(accP);
+                wg_fence();
+                wgb_qk(accP, dQ + bd, dK + bd);
+                wgb_qs0(accQ, dQ + bd, dSh);
+                wgb_qs1(accQ, dQ + bd, dSh + (bSl - bSh) / 16);
+                wg_commit();
+            }
             // l2norm: this chunk's 1 / |q_t|, 1 / |k_t| while the products run (the last readers of
             // the previous chunk's were before its barrier (1))
             if (a.l2norm) {
@@ -286,45 +343,48 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
             }
         };
         if constexpr (!DELTA) kw();
-        // (and P's factors: this thread's two rows t and four columns s)
-        float ept[2], nqt[2], ems[4], bks[4];
-        int zt[2];
+        if constexpr (SEG != 1) {  // (SEG 1: no P, no Q S)
+            // (and P's factors: this thread's two rows t and four columns s)
+            float ept[2], nqt[2], ems[4], bks[4];
+            int zt[2];
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int t = arow(2 * hh);
-            ept[hh] = sEp[t], nqt[hh] = sNq[t], zt[hh] = sZ[t];
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int s = 16 * wg + 8 * (q >> 1) + c2 + (q & 1);
-            ems[q] = sEm[s], bks[q] = DELTA ? sNk[s] : sB[s] * sNk[s];
-        }
-        if constexpr (!DELTA) {
-            wg_wait0();
-            pin(accQ), pin(accP);
-        }
-        // P (.) d(t, s) beta_s / |q_t| |k_s|, s <= t (GATED_DELTA without beta_s; d by the tables
-        // where they hold, as decay_ts)
-        unsigned char *const ph = sm + (DELTA ? bPhD : bPh), *const pl = sm + (DELTA ? bPlD : bPl);
-#pragma unroll
-        for (int r = 0; r < 8; r += 2) {
-            const int t = arow(r), s = 16 * wg + acol(r), hh = (r >> 1) & 1, q = (r >> 2) << 1;
-            float p[2];
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float d = tab ? (zt[hh] > s + e ? 0.0f : ept[hh] * ems[q + e]) : chunk_decay(sL, sSg, sZ, t, s + e);
-                p[e] = s + e <= t ? accP[r + e] * d * bks[q + e] * nqt[hh] : 0.0f;
+            for (int hh = 0; hh < 2; hh++) {
+                const int t = arow(2 * hh);
+                ept[hh] = sEp[t], nqt[hh] = sNq[t], zt[hh] = sZ[t];
             }
-            uint32_t hi, lo;
-            bf_split(p[0], p[1], hi, lo);
-            *(uint32_t *)(ph + sw2(kC, t, s)) = hi, *(uint32_t *)(pl + sw2(kC, t, s)) = lo;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int s = 16 * wg + 8 * (q >> 1) + c2 + (q & 1);
+                ems[q] = sEm[s], bks[q] = DELTA ? sNk[s] : sB[s] * sNk[s];
+            }
+            if constexpr (!DELTA) {
+                wg_wait0();
+                pin(accQ), pin(accP);
+            }
+            // P (.) d(t, s) beta_s / |q_t| |k_s|, s <= t (GATED_DELTA without beta_s; d by the tables
+            // where they hold, as decay_ts)
+            unsigned char *const ph = sm + (DELTA ? bPhD : bPh), *const pl = sm + (DELTA ? bPlD : bPl);
+#pragma unroll
+            for (int r = 0; r < 8; r += 2) {
+                const int t = arow(r), s = 16 * wg + acol(r), hh = (r >> 1) & 1, q = (r >> 2) << 1;
+                float p[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float d = tab ? (zt[hh] > s + e ? 0.0f : ept[hh] * ems[q + e]) : chunk_decay(sL, sSg, sZ, t, s + e);
+                    p[e] = s + e <= t ? accP[r + e] * d * bks[q + e] * nqt[hh] : 0.0f;
+                }
+                uint32_t hi, lo;
+                bf_split(p[0], p[1], hi, lo);
+                *(uint32_t *)(ph + sw2(kC, t, s)) = hi, *(uint32_t *)(pl + sw2(kC, t, s)) = lo;
+            }
+            qs_rows(accQ, sD0, sNq, arow(0), flags & 2);
         }
-        qs_rows(accQ, sD0, sNq, arow(0), flags & 2);
         if constexpr (DELTA) {
             __syncthreads();  // (1c) every warpgroup's Q K^T, Q S and T R done: the raw Q and K free
             kw();
         }
         const float dl = sD0[kC - 1];  // (warp 0 rebuilds the arrays for the next chunk after the barrier)
+        if (SEG == 1 && tid == 0) gseg = keep_zero_mul(dl, gseg), gnan = gnan || isnan(dl);
         proxy_fence();
         __syncthreads();  // (1) P, Kw (and U) ready; the gate arrays, norms and the raw Q and K free
 
@@ -333,10 +393,13 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 #pragma unroll
             for (int r = 0; r < 32; r++) accS[r] = mul(dl, accS[r]);
         });
-        pin(accQ), pin(accS);
+        if constexpr (SEG != 1) pin(accQ);
+        pin(accS);
         wg_fence();
-        wgb_pv(accQ, dPh, dVb + bd);
-        wgb_pv(accQ, dPh + kPl, dVb + bd);
+        if constexpr (SEG != 1) {
+            wgb_pv(accQ, dPh, dVb + bd);
+            wgb_pv(accQ, dPh + kPl, dVb + bd);
+        }
         if constexpr (DELTA) wgb_pv(accQ, dPh, dRlb);
         wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0));
         wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0) + (uint64_t)kWl);
@@ -344,16 +407,23 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
         wg_commit();
         if (warp == 0 && more) gates(gl, bl);
         wg_wait0();
-        pin(accQ), pin(accS);
+        if constexpr (SEG != 1) pin(accQ);
+        pin(accS);
         if (more) {
-            s_tiles();
-        } else if (has_state && clear) {
+            if constexpr (SEG != 1) s_tiles();
+        } else if constexpr (SEG == 1) {  // the segment's end state and decay
+            put_slot(sg);
+            if (tid == 0 && slice == 0) {
+                float *const gp = a.seg_g + 2 * (((long long)b * a.Hv + h) * (a.nseg - 1) + sg);
+                gp[0] = gseg, gp[1] = gnan ? 1.0f : 0.0f;
+            }
+        } else if (has_state && clear && (SEG == 0 || sg == a.nseg - 1)) {
 #pragma unroll
             for (int r = 0; r < 32; r++)
                 tg_cuda_store(tg_cuda_ptr(a.state, ib + acol(r), j0 + jb + arow(r), h, b), a.state.type, accS[r]);
         }
         // O: rows arow(0), arow(2); columns 32 wg + c2 + 8 n8 (n8 < 4)
-        store_o(a, obase, t0, n, arow(0), 32 * wg + c2, accQ);
+        if constexpr (SEG != 1) store_o(a, obase, t0, n, arow(0), 32 * wg + c2, accQ);
         if (!more) break;
         cp_wait0();
         proxy_fence();
@@ -362,11 +432,31 @@ __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
 #endif
 }
 
+template <bool DELTA>
+__global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
+    wgb_body<DELTA, 0>(a);
+}
+// GATED_LINEAR's segments (wgb_body): SEG 1 the segments' states, SEG 2 the outputs
+template <int SEG>
+__global__ void __launch_bounds__(kNT, 1) delta_wgb_seg_kernel(const chunk_args a) {
+    wgb_body<false, SEG>(a);
+}
+
 }  // namespace
 
 namespace tg_chunk {
 
 size_t tg_cuda_delta_wgb_smem(bool delta) { return TG_WGMMA ? (delta ? kSmemB<true> : kSmemB<false>) : 0; }
+
+tg_status tg_cuda_delta_wgb_seg_launch(tg_backend *be, const chunk_args &a, unsigned units) {
+    // slots WG+9 and WG+10 (WG+5..WG+8 are the prep kernel's)
+    size_t *set = tg_cuda(be)->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_WG;
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 10 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the segment kernels' slots");
+    if (const tg_status s = wg_launch(be, delta_wgb_seg_kernel<1>, kSmemB<false>, set[9], a, units * (unsigned)(a.nseg - 1)); s != TG_OK)
+        return s;
+    TG_CUDA_LAUNCHED(be, "delta_rule");
+    return wg_launch(be, delta_wgb_seg_kernel<2>, kSmemB<false>, set[10], a, units * (unsigned)a.nseg);
+}
 
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
     static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 3 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernels' slots");

@@ -81,6 +81,9 @@ struct Case {
                       // zero state, which stays zero; the chunk's decays from its start are all inf)
     float bigg = 0.0f;     // with bigt >= 0: LOG gate bigg at token bigt of each sequence and head (a large
     long long bigt = -1;   // finite decay: e^85 ~ 8e36, times 1 / |k| = 1000 of a zero padding row overflows)
+    float bigg2 = 0.0f;    // with bigt2 >= 0: a second such gate
+    long long bigt2 = -1;
+    long long zerov = 0;   // values of tokens < zerov exactly zero (their state contributions exact zeros)
 };
 
 
@@ -128,6 +131,12 @@ static Inputs make_inputs(const Case &c) {
     if (c.bigt >= 0 && c.bigt < c.T)
         for (int b = 0; b < c.B; b++)
             for (int h = 0; h < c.Hv; h++) in.g[(size_t)h + (size_t)c.Hv * (c.bigt + c.T * b)] = c.bigg;
+    if (c.bigt2 >= 0 && c.bigt2 < c.T)
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.Hv; h++) in.g[(size_t)h + (size_t)c.Hv * (c.bigt2 + c.T * b)] = c.bigg2;
+    for (int b = 0; b < c.B; b++)
+        for (long long t = 0; t < std::min(c.zerov, c.T); t++)
+            for (size_t j = 0; j < (size_t)c.Dv * c.Hv; j++) in.v[j + (size_t)c.Dv * c.Hv * (t + c.T * b)] = enc(c.qkvtype, 0.0f);
     if (c.ninf) {  // -inf gates: the first token, a chunk's last and first, and a pattern
         for (int b = 0; b < c.B; b++)
             for (int h = 0; h < c.Hv; h++)

@@ -9,6 +9,9 @@ struct EmuArgs {
     int delta, log_gate, l2norm;
     float scale;
     int DKP, BV, nslices, qk_vec, v_vec, o_pair;
+    long long tseg;  // GATED_LINEAR's segments (chunk_args' fields; nseg 0: none)
+    int nseg;
+    float *seg_s, *seg_g;
 };
 // whether the tree's kernel has GATED_DELTA (delta_wg_kernel<DELTA>; gen.py decides)
 bool tg_emu_has_delta();
@@ -26,3 +29,7 @@ bool tg_emu_has_wgb(int delta);
 size_t tg_emu_kSmemB(int delta);
 std::vector<EmuRegion> tg_emu_layout_b(int delta);
 void tg_emu_kernel_b(int delta, const EmuArgs &a);
+// GATED_LINEAR's segment kernels (gen.py: TG_EMU_SEG): whether the tree has them, and one thread's run
+// of delta_wgb_seg_kernel<seg> (1: the segments' states, 2: the outputs; shared memory kSmemB<false>)
+bool tg_emu_has_seg();
+void tg_emu_kernel_seg(int seg, const EmuArgs &a);

@@ -32,6 +32,9 @@ static chunk_args args_of(const EmuArgs &e) {
     a.delta = e.delta, a.log_gate = e.log_gate, a.l2norm = e.l2norm, a.scale = e.scale;
     a.DKP = e.DKP, a.BV = e.BV, a.nslices = e.nslices, a.qk_vec = e.qk_vec, a.v_vec = e.v_vec, a.o_pair = e.o_pair;
     a.err = nullptr;
+#if TG_EMU_SEG
+    a.tseg = e.tseg, a.nseg = e.nseg, a.seg_s = e.seg_s, a.seg_g = e.seg_g;
+#endif
     return a;
 }
 
@@ -135,4 +138,16 @@ bool tg_emu_has_wgb(int) { return false; }
 size_t tg_emu_kSmemB(int) { return 0; }
 std::vector<EmuRegion> tg_emu_layout_b(int) { return {}; }
 void tg_emu_kernel_b(int, const EmuArgs &) {}
+#endif
+
+#if TG_EMU_SEG
+bool tg_emu_has_seg() { return true; }
+void tg_emu_kernel_seg(int seg, const EmuArgs &e) {
+    const chunk_args a = args_of(e);
+    if (seg == 1) delta_wgb_seg_kernel<1>(a);
+    else delta_wgb_seg_kernel<2>(a);
+}
+#else
+bool tg_emu_has_seg() { return false; }
+void tg_emu_kernel_seg(int, const EmuArgs &) {}
 #endif

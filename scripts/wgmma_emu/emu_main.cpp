@@ -20,8 +20,10 @@ struct Result {
     std::vector<float> o, s;
 };
 
-// wgb: delta_wgb_kernel (BF16 q/k/v; <c.delta> where it is the template) instead of delta_wg_kernel
-static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb) {
+// wgb: delta_wgb_kernel (BF16 q/k/v; <c.delta> where it is the template) instead of delta_wg_kernel;
+// nseg >= 2 (GATED_LINEAR, wgb): delta_wgb_seg_kernel<1> over the first nseg - 1 segments' blocks, then
+// <2> over every segment's (as tg_cuda_delta_wgb_seg_launch; nseg asked for, recomputed as the host does)
+static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb, int nseg = 0) {
     const int Dk = in.Dk;
     Buf bq, bk, bv, bg, bb, bs, bo;
     bq.alloc(in.q.size() * 2), bk.alloc(in.k.size() * 2), bv.alloc(in.v.size() * 2);
@@ -54,15 +56,44 @@ static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sb
     emu_add_global("beta", bb.data(), bb.bytes, 0);
     if (c.has_state) emu_add_global("state", bs.data(), bs.bytes, 2);
     emu_add_global("o", bo.data(), bo.bytes, 1);
+    const int blocks = c.B * c.Hv * (c.Dv / 128);
+    Buf bss, bsg;
+    if (nseg >= 2) {
+        const long long nch = (c.T + 63) / 64, cps = (nch + nseg - 1) / nseg;
+        a.nseg = (int)((nch + cps - 1) / cps), a.tseg = cps * 64;
+        bss.alloc((size_t)blocks * a.nseg * 16384 * 4), bsg.alloc((size_t)c.B * c.Hv * (a.nseg - 1) * 8);
+        memset(bss.data(), 0xFF, bss.bytes), memset(bsg.data(), 0xFF, bsg.bytes);  // (NaN: unwritten entries show)
+        a.seg_s = (float *)bss.data(), a.seg_g = (float *)bsg.data();
+        emu_add_global("segment states", bss.data(), bss.bytes, 1);
+        emu_add_global("segment decays", bsg.data(), bsg.bytes, 1);
+    }
     const size_t ksm = wgb ? tg_emu_kSmemB(c.delta) : tg_emu_kSmem(c.delta);
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
     emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, wgb ? tg_emu_layout_b(c.delta) : tg_emu_layout(c.delta));
-    const int blocks = c.B * c.Hv * (c.Dv / 128);
-    for (int blk = 0; blk < blocks; blk++)
-        emu_run_block(blk, order, [&]() {
-            if (wgb) tg_emu_kernel_b(c.delta, a);
-            else tg_emu_kernel(c.delta, a);
-        });
+    if (nseg >= 2) {
+        for (int seg = 1; seg <= 2; seg++)
+            for (int blk = 0; blk < blocks * (seg == 1 ? a.nseg - 1 : a.nseg); blk++)
+                emu_run_block(blk, order, [&]() { tg_emu_kernel_seg(seg, a); });
+    } else {
+        for (int blk = 0; blk < blocks; blk++)
+            emu_run_block(blk, order, [&]() {
+                if (wgb) tg_emu_kernel_b(c.delta, a);
+                else tg_emu_kernel(c.delta, a);
+            });
+    }
+    if (nseg >= 2) {  // SEG 1 wrote every segment state and decay once (the last slot, the call's state, where it has one)
+        for (const char *nm : {"segment states", "segment decays"}) {
+            const auto &w = emu_global_writes(nm);
+            const size_t slot = (size_t)16384 * 4;
+            for (size_t i = 0; i < w.size(); i++) {
+                const bool state_copy = std::string(nm) == "segment states" && (i / slot) % a.nseg == (size_t)a.nseg - 1;
+                if (w[i] != (state_copy && !c.has_state ? 0 : 1)) {
+                    emu_finding("segment scratch byte written other than once", std::string(nm) + " byte " + std::to_string(i) + " written " + std::to_string(w[i]) + "x");
+                    break;
+                }
+            }
+        }
+    }
     Result r;
     r.cover_ok = true;
     const auto &wo = emu_global_writes("o");
@@ -154,6 +185,12 @@ int main(int argc, char **argv) {
         // a gate of +100 first on a zero state: tables hold, d(t, -1) = inf in F32 (by_mul's keep-zero side)
         {"gl_T130_big_first_nostate", 0, 130, 2, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1},
         {"gd_T130_big_first_nostate", 1, 130, 2, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1},
+        // ... and a -inf gate later in the same chunks (decays inf, then 0: a segment's gamma 0 x inf; session 51's review)
+        {"gl_T256_big_first_zero_later_nostate", 0, 256, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1, -INFINITY, 100},
+        // a middle segment whose chunk decays are inf, then 0 (gamma NaN, no decay NaN) after exact-zero state entries
+        // (zero values before it): those entries stay zero, as in the walk (wgbseg3_: segments of chunks 0-1, 2-3, 4)
+        {"gl_T320_zero_v_mid_big_then_zero_nostate", 0, 320, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 0, 100.0f, 128,
+         -INFINITY, 200, 128},
     };
     const float scale = 1.0f / std::sqrt(128.0f);
     const bool has_delta = tg_emu_has_delta();
@@ -162,20 +199,35 @@ int main(int argc, char **argv) {
     double orel_lo = INFINITY, orel_hi = 0, srel_lo = INFINITY, srel_hi = 0;
     // each case on delta_wg_kernel; those with BF16 q/k/v also on delta_wgb_kernel (as "wgb_" + the
     // case's name) where the tree has it for their mode (older trees: GATED_LINEAR only)
-    std::vector<std::pair<const Case *, bool>> runlist;
+    // GATED_LINEAR's BF16 cases of two chunks or more also run on the segment kernels where the tree has
+    // them ("wgbseg<n>_" + the name): one chunk a segment, two segments, and three (five chunks or more)
+    struct run_item {
+        const Case *c;
+        bool wgb;
+        int nseg;
+    };
+    std::vector<run_item> runlist;
+    int seg_runs = 0;
     for (const Case &c : cases) {
-        runlist.push_back({&c, false});
-        if (c.qkvtype == 2) runlist.push_back({&c, true});
+        runlist.push_back({&c, false, 0});
+        if (c.qkvtype == 2) runlist.push_back({&c, true, 0});
+        const int nch = (int)((c.T + 63) / 64);
+        if (c.qkvtype == 2 && !c.delta && nch >= 2 && tg_emu_has_seg()) {
+            runlist.push_back({&c, true, nch});
+            if (nch >= 3) runlist.push_back({&c, true, 2});
+            if (nch >= 5) runlist.push_back({&c, true, 3});
+        }
     }
     for (const auto &rl : runlist) {
-        const Case &c = *rl.first;
-        const bool wgb = rl.second;
-        const std::string cname = (wgb ? "wgb_" : "") + std::string(c.name);
+        const Case &c = *rl.c;
+        const bool wgb = rl.wgb;
+        const std::string cname = (rl.nseg ? "wgbseg" + std::to_string(rl.nseg) + "_" : wgb ? "wgb_" : "") + std::string(c.name);
         if (!filter.empty() && cname.find(filter) == std::string::npos) continue;
         if (wgb && !tg_emu_has_wgb(c.delta)) {
             wgb_absent[c.delta]++;
             continue;
         }
+        seg_runs += rl.nseg != 0;
         if (c.delta && !has_delta) {
             printf("%-27s GATED_DELTA not present in this tree's kernel (no delta_wg_kernel<DELTA>): skipped\n", c.name);
             skipped++;
@@ -185,13 +237,13 @@ int main(int argc, char **argv) {
         std::vector<double> oref, sref;
         oracle(c, in, scale, oref, sref);
         emu_clear_findings();
-        const Result r = run_kernel(c, in, order, sbase, scale, wgb);
+        const Result r = run_kernel(c, in, order, sbase, scale, wgb, rl.nseg);
         runs++, mode_runs[c.delta]++, wgb_runs[c.delta] += wgb;
         const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
         bool same = true;
         if (all_orders)
             for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
-                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale, wgb);
+                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale, wgb, rl.nseg);
                 same &= r2.o == r.o && r2.s == r.s;
             }
         bool finite = true;
@@ -239,6 +291,7 @@ int main(int argc, char **argv) {
     if (wgb_runs[0] + wgb_runs[1])
         snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "; delta_wgb_kernel %d of them (%d + %d)", wgb_runs[0] + wgb_runs[1],
                  wgb_runs[0], wgb_runs[1]);
+    if (seg_runs) snprintf(modes + strlen(modes), sizeof modes - strlen(modes), ", %d on the segment kernels", seg_runs);
     printf("%s: %d runs (%s), o rel-L2 %.1e..%.1e, state rel-L2 %s", bad ? "SOME CASES FAILED OR HAD FINDINGS" : "ALL CASES OK, NO FINDINGS",
            runs, modes, orel_lo, orel_hi, srange);
     if (skipped) printf("; GATED_DELTA not present in this tree (%d cases skipped)", skipped);

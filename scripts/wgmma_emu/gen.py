@@ -176,6 +176,13 @@ def has_wgb(kernel):
     return 1
 
 
+def has_seg(kernel):
+    """1 where the kernel file has GATED_LINEAR's segment kernels, template <int SEG>
+    delta_wgb_seg_kernel(const chunk_args) (SEG 1 the segments' states, 2 the outputs), else 0."""
+    return 1 if re.search(r'template\s*<\s*int\s+SEG\s*>\s*__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?'
+                          r'delta_wgb_seg_kernel\s*\(\s*const\s+chunk_args\s+\w+\s*\)', kernel) else 0
+
+
 def cut_anon(text, path):
     """The file up to the end of its anonymous namespace (before "namespace tg_chunk {")."""
     cut = re.search(r'\n\}\s*//\s*namespace\s*\n\s*namespace tg_chunk\s*\{', text)
@@ -219,6 +226,7 @@ def main():
     head_b = cut_anon(kernel_b, KERNEL_B) if kernel_b else ''
     delta = has_delta(kernel)
     wgb = has_wgb(head_b if head_b else head)
+    seg = has_seg(head_b) if wgb == 2 else 0
     with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL_B)), 'w') as f:
         f.write(rewrite(head_b) + '\n}  // namespace\n' if head_b and wgb else '// (not in this tree, or left out)\n')
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
@@ -229,8 +237,10 @@ def main():
             0: 'no delta_wgb_kernel',
             1: 'delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v; shared memory kSmemB)',
             2: 'delta_wgb_kernel<DELTA> (GATED_LINEAR and GATED_DELTA, BF16 q/k/v; shared memory kSmemB<DELTA>)'}[wgb]))
+        f.write('#define TG_EMU_SEG %d  // %s\n' % (seg, 'delta_wgb_seg_kernel<SEG> (GATED_LINEAR\'s segments)' if seg else 'no segment kernels'))
     print('gen.py: %s -> %s (%s%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only',
-                                       {0: '', 1: '; delta_wgb_kernel', 2: '; delta_wgb_kernel<DELTA>'}[wgb]))
+                                       {0: '', 1: '; delta_wgb_kernel', 2: '; delta_wgb_kernel<DELTA>'}[wgb] +
+                                       ('; delta_wgb_seg_kernel<SEG>' if seg else '')))
 
 
 if __name__ == '__main__':

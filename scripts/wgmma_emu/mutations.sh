@@ -135,6 +135,16 @@ mut wgb_gd_S_written_q_in_flight wgb_gd_T64 "b('            wg_wait1();\n       
 mut wgb_gd_accQ_in_flight wgb_gd_T64 "b('            wg_wait1();\n            pin(accR), pin(accA);', '            wg_wait1();\n            pin(accR), pin(accA);\n            accQ[0] += 1.0f;')"
 mut wgb_by_mul_plain wgb_gl_T130_big_first "c('    if (fin) f([](float d, float x) { return d * x; });\n    else f(', '    f([](float d, float x) { return d * x; });\n    if (false) f(')"
 mut benign_wgb_gd_w_commuted wgb_gd_T130_inf "b('const float w = DELTA ? sDl[t] * sNk[t] :', 'const float w = DELTA ? sNk[t] * sDl[t] :')"
+# GATED_LINEAR's segment kernels (delta_wgb_seg_kernel<SEG>; n/a on trees without them): the prologue's gamma
+# product dropped, the last earlier segment's state not added, a segment's decay left at 1, the call's state
+# copied with one entry a thread zeroed (segment 0's output pass then starts from another state)
+mut wgbseg_no_gamma wgbseg3_gl_T130_g0.2 "b('return x == 0.0f && !gnan ? 0.0f : gam * x;', 'return x;')"
+mut wgbseg_no_last_state wgbseg3_gl_T130_g0.2 "b('for (int i = 1; i < sg; i++) {', 'for (int i = 1; i < sg - 1; i++) {')"
+mut wgbseg_decay_one wgbseg3_gl_T130_g0.2 "b('gseg = keep_zero_mul(dl, gseg),', 'gseg = 1.0f,')"
+mut wgbseg_no_state_copy wgbseg2_gl_T130_g0.2 "b('if (load_state) put_slot(a.nseg - 1);', 'if (load_state) { put_slot(a.nseg - 1); slot(a.nseg - 1)[tid % 8].x = 0.0f; }')"
+# the combine's keep-zero rule on gamma's NaN instead of the NaN flag: a segment's decays inf, then 0 (gamma NaN,
+# no decay NaN) turns the exact-zero entries before it NaN, where the walk keeps them zero
+mut wgbseg_kz_on_gamma_nan wgbseg3_gl_T320_zero_v_mid "b('return x == 0.0f && !gnan ? 0.0f : gam * x;', 'return x == 0.0f && gam == gam ? 0.0f : gam * x;')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
