@@ -10,7 +10,7 @@
 // arrays come from delta_gates_kernel). K is l2-normalized by scaling rows and columns of the
 // products (1 / |k_t|), as in delta_wgb_kernel.
 //   start   K's and V's raw rows into swizzled tiles and the chunk's gate arrays (delta_gates_kernel's)
-//           by cp.async; barrier
+//           by cp.async (GATED_DELTA: V's rows a second group, waited for at step 3's last barrier); barrier
 //   1       K K^T (columns 16 wg ..) on wgmma; meanwhile 1 / |k_t| (warps 8-15); barrier
 //   2       Kd^T from the raw K (F32 rows stored; h16: the rows' maxima); GATED_LINEAR: U = beta V
 //           stored (h16: barrier, Kd^T's F16 rows) and done. A = beta_t K_t.K_s d(t, s) / |k_t| |k_s|
@@ -66,20 +66,14 @@ __device__ __forceinline__ uint4 h16_unit(const unsigned short *hs) {
         const int x = threadIdx.x + kNT * m, t = x >> 4, s0 = (x & 15) * 4;
         const float4 v = *(const float4 *)&sTm[t * kPS + s0];
         float e[4] = {s0 <= t ? v.x : 0.0f, s0 + 1 <= t ? v.y : 0.0f, s0 + 2 <= t ? v.z : 0.0f, s0 + 3 <= t ? v.w : 0.0f};
-        uint32_t hi[2], lo[2];
         float w[4];
+        // (the four columns' factors as one 16-byte load each: 4 scalar loads at a 16-byte lane stride were 2-way conflicts)
+        const float4 b4 = *(const float4 *)&sB[s0], d4 = *(const float4 *)&sD0[s0], n4 = *(const float4 *)&sNk[s0];
+        const float bb[4] = {b4.x, b4.y, b4.z, b4.w}, dd[4] = {d4.x, d4.y, d4.z, d4.w}, nn[4] = {n4.x, n4.y, n4.z, n4.w};
 #pragma unroll
-        for (int i = 0; i < 4; i++) w[i] = e[i] * (sB[s0 + i] * sD0[s0 + i] * sNk[s0 + i]), e[i] *= sB[s0 + i];
-        bf_split(e[0], e[1], hi[0], lo[0]);
-        bf_split(e[2], e[3], hi[1], lo[1]);
-        *(uint2 *)(thu + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
-        *(uint2 *)(tlu + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
-#pragma unroll
-        for (int i = 0; i < 4; i++) e[i] = w[i];
-        bf_split(e[0], e[1], hi[0], lo[0]);
-        bf_split(e[2], e[3], hi[1], lo[1]);
-        *(uint2 *)(thw + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
-        *(uint2 *)(tlw + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+        for (int i = 0; i < 4; i++) w[i] = e[i] * (bb[i] * dd[i] * nn[i]), e[i] *= bb[i];
+        tile_hl4(thu, tlu, t, s0, e);
+        tile_hl4(thw, tlw, t, s0, w);
     }
 }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -170,17 +164,24 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
     auto acol = [&](int r) { return 8 * (r >> 2) + c2 + (r & 1); };
 
-    // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread
+    // K and V rows (n of them, the rest zero-filled): two 16-byte units of each per thread. GATED_DELTA
+    // first uses V in step 4, so its V rows are a second copy group, waited for at the barrier after
+    // the doubling: their latency overlaps steps 1-3
     {
-        if (DELTA || !FO) cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+        if (!DELTA && !FO) cp_tiles2(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
         else cp_tile(sb + pK, tg_cuda_ptr(a.k, 0, hk, t0, b), a.k.nb[2], n);  // (GATED_LINEAR fo: V goes to the state pass raw)
         if (fo) cp_tile(sb + pKl, tg_cuda_ptr(a.q, 0, hk, t0, b), a.q.nb[2], n);
         cp_gates(sb + pF, a.G, u);  // the chunk's gate arrays and flags (delta_gates_kernel's)
         cp_commit();
+        if constexpr (DELTA) {
+            cp_tile(sb + pV, tg_cuda_ptr(a.v, 0, h, t0, b), a.v.nb[2], n);
+            cp_commit();
+        }
     }
     if (tid < 2 * kC + 128) rmW[tid] = 0;  // (and rmK, rmQ)
     if (!a.l2norm && tid < kC) sNk[tid] = 1.0f, sNq[tid] = 1.0f;
-    cp_wait0();
+    if constexpr (DELTA) tg_cp_async_wait<1>();  // (all but the newest group: V's rows)
+    else cp_wait0();
     proxy_fence();
     __syncthreads();
 
@@ -314,6 +315,8 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
     __syncthreads();
     if (h16) kd_h16();
     invert_unit_lower_doubling_rest<kNT>(sAm, sTm);
+    cp_wait0();  // V's rows (the second copy group), for every thread after the barrier
+    proxy_fence();
     // (the barrier also tells whether every column factor beta_t d(t, -1) / |k_t| is finite: a finite
     // decay times a zero key row's 1 / |k| = 1000 may not be, session 49's review)
     const bool scaled = __syncthreads_and(tid >= kC || isfinite(sB[tid] * sD0[tid] * sNk[tid]));
@@ -394,23 +397,30 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
         if ((lane & 3) == 0) atomicMax(&rmW[arow(2 * hh)], mb[hh]);
     }
     __syncthreads();
-    __half *const stg = (__half *)sTm;  // 64 rows of 128 halves (the global rows without their padding)
+    // W's F16 rows staged at the global row stride (kH16WLD halves: 8 rows of a warp's store 4 banks
+    // apart, no conflict), one 4-byte word a lane and 8-column group in h16_pos's order after one
+    // exchange with lane ^ 2 (as fo_rows stores P), then copied out 16 bytes at a time
+    __half *const stg = (__half *)sTm;
+    static_assert(kC * kH16WLD * 2 <= kC * kPS * 4, "W's staging over T's rows");
+    const int q = lane & 3;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int t = arow(2 * hh);
         float mw, inv;
         h16_row_scale(rmW[t], &mw, &inv);
 #pragma unroll
-        for (int q = 0; q < 8; q++) {
-            const int r = 4 * (q >> 1) + 2 * hh + (q & 1), j = 32 * wg + acol(r);
-            stg[t * 128 + (j & ~7) + h16_pos(j & 7)] = __float2half_rn(accW[r] * mw);
+        for (int grp = 0; grp < 4; grp++) {
+            const float e0 = accW[4 * grp + 2 * hh] * mw, e1 = accW[4 * grp + 2 * hh + 1] * mw;
+            const float recv = __shfl_xor_sync(0xffffffffu, q < 2 ? e1 : e0, 2);
+            *(__half2 *)(stg + t * kH16WLD + 32 * wg + 8 * grp + 2 * ((q & 1) * 2 + (q >> 1))) =
+                q < 2 ? __floats2half2_rn(e0, recv) : __floats2half2_rn(recv, e1);
         }
     }
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < 2; m++) {
-        const int x = tid + kNT * m;
-        ((uint4 *)W)[(x >> 4) * (kH16WLD / 8) + (x & 15)] = ((const uint4 *)stg)[x];
+        const int x = tid + kNT * m, i = (x >> 4) * (kH16WLD / 8) + (x & 15);
+        ((uint4 *)W)[i] = ((const uint4 *)stg)[i];
     }
     if (tid < kC) {
         float mw, inv;

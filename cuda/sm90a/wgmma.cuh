@@ -123,16 +123,20 @@ template <typename F> __device__ __forceinline__ void bf_unit_split(unsigned cha
 }
 // T = (I + A)^-1's F32 rows (lower triangle and diagonal: the doubling leaves partial sums above) as
 // hi and lo K-major BF16 tiles (64 x 64), by kNT threads
+// ... one thread's four values of such a tile's row t, columns s0 .. s0 + 3 (s0 a multiple of 4)
+[[maybe_unused]] __device__ __forceinline__ void tile_hl4(unsigned char *th, unsigned char *tl, int t, int s0, const float (&e)[4]) {
+    uint32_t hi[2], lo[2];
+    bf_split(e[0], e[1], hi[0], lo[0]);
+    bf_split(e[2], e[3], hi[1], lo[1]);
+    *(uint2 *)(th + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
+    *(uint2 *)(tl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+}
 [[maybe_unused]] __device__ __forceinline__ void t_tiles(const float *sTm, unsigned char *th, unsigned char *tl) {
 #pragma unroll
     for (int m = 0; m < kC * kC / 4 / kNT; m++) {
         const int u = threadIdx.x + kNT * m, t = u >> 4, s0 = (u & 15) * 4;
         const float4 x = *(const float4 *)&sTm[t * kPS + s0];
-        uint32_t hi[2], lo[2];
-        bf_split(s0 <= t ? x.x : 0.0f, s0 + 1 <= t ? x.y : 0.0f, hi[0], lo[0]);
-        bf_split(s0 + 2 <= t ? x.z : 0.0f, s0 + 3 <= t ? x.w : 0.0f, hi[1], lo[1]);
-        *(uint2 *)(th + sw2(kC, t, s0)) = make_uint2(hi[0], hi[1]);
-        *(uint2 *)(tl + sw2(kC, t, s0)) = make_uint2(lo[0], lo[1]);
+        tile_hl4(th, tl, t, s0, {s0 <= t ? x.x : 0.0f, s0 + 1 <= t ? x.y : 0.0f, s0 + 2 <= t ? x.z : 0.0f, s0 + 3 <= t ? x.w : 0.0f});
     }
 }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
