@@ -113,7 +113,8 @@ struct tg_cuda_sig_knobs {
     // GATED_LINEAR on delta_wgb_kernel (BF16 q/k/v, Dk 128, whole 128-column slices) split along
     // the tokens: 0 auto (where the blocks fill at most half the SMs, T of at least 1,024: n
     // segments of at least 4 chunks, n <= 16, blocks x n <= SMs; docs/ops.md), 1 never (before /
-    // after: bench row gla.x32.bf16/noseg), n >= 2 n segments at any T (at least a chunk each).
+    // after: bench row gla.x32.bf16/noseg), n >= 2 up to n segments at any T (at most 16, at
+    // least a chunk each, within the 256 MiB scratch cap; whole chunks a segment can round n down).
     // Env TG_CUDA_DELTA_SEG (0: never; n: n).
     int delta_chunk_seg = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of

@@ -33,6 +33,7 @@ struct ck_case {
     int seg = 0;                // knob delta_chunk_seg (0 auto, 1 never, n >= 2: n segments)
     float second_gate = 0.0f;   // != 0: this gate at token second_at of every sequence and head too
     int second_at = 0;
+    int zero_v = 0;             // values of tokens < zero_v exactly zero (their state contributions exact zeros)
 };
 tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }
@@ -69,6 +70,8 @@ ck_data make_ck(const ck_case &c, uint32_t seed) {
         for (int h = 0; h < c.Hv; h++) d.g[((size_t)b * c.T + c.gate_at) * c.Hv + h] = c.first_gate;
     for (int b = 0; c.second_gate != 0.0f && b < c.B; b++)
         for (int h = 0; h < c.Hv; h++) d.g[((size_t)b * c.T + c.second_at) * c.Hv + h] = c.second_gate;
+    for (int b = 0; b < c.B; b++)
+        for (size_t i = 0; i < (size_t)std::min(c.zero_v, c.T) * c.Hv * c.Dv; i++) d.v[(size_t)b * c.T * c.Hv * c.Dv + i] = 0.0f;
     d.ps = place(c.state < 0 ? TG_TYPE_F32 : (tg_type)c.state, c.Dk, c.Dv, c.Hv, c.B, 0, 0);
     d.st0 = store(d.ps.type, d.ps.total);
     const auto r = tgt::random_floats(rng, d.ps.total, -0.5f, 0.5f);

@@ -293,8 +293,11 @@ std::vector<ck_case> ck_cases() {
         // with linear zero gates and a state, a short last segment with -inf log gates, no l2norm, a BF16 state and
         // two column slices, 16 segments at long T (a one-token last segment at 8641) with an F16 output, log gates
         // to -30 (every segment's decay 0), a gate of +85 at the third segment's first token with a state, +100 at
-        // the first token on no state with a -inf gate later in the same segment (decays inf, then 0); and the
-        // single kernel without segments at long T (knob 1)
+        // the first token on no state with a -inf gate later in the same first segment (its decays inf, then 0,
+        // a decay product the combine never reads), and the same in the middle one of three after zero values
+        // (its decay product NaN with no decay NaN, meeting exact-zero state entries, which must stay zero as
+        // in the walk, not turn NaN: the combine's NaN flag); and the single kernel without segments at long T
+        // (knob 1)
         {"seg_gla_x32_auto", 2, 1030, 4, 16, 128, 128, GL, LOG, true, F32, BF16, AUTO},
         {"seg_gla_4x1_linear_zero_gates", 1, 256, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 4},
         {"seg_gla_3_short_last_-inf_gates_Hv4Hk1_Dv256_bf16_state", 2, 400, 1, 4, 128, 256, GL, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 3},
@@ -302,6 +305,7 @@ std::vector<ck_case> ck_cases() {
         {"seg_gla_5_gates_to_-30", 1, 600, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -30.0f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 5},
         {"seg_gla_gate85_at_third_segment", 1, 400, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 85.0f, -1, 0, 256, 4},
         {"seg_gla_big_first_gate_then_-inf_no_state", 2, 384, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 100.0f, -1, 0, 0, 3, -INFINITY, 100},
+        {"seg_gla_zero_v_then_big_then_-inf_mid_segment_no_state", 2, 384, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 100.0f, -1, 0, 128, 3, -INFINITY, 200, 128},
         {"full_gla_bf16k_T8193_noseg", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 0, 0.0f, -1, 0, 0, 1},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
