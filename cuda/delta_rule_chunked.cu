@@ -315,7 +315,7 @@ bool wgb_full_case(tg_backend *be, const tg_tensor *dst, int optin) {
 }  // namespace
 
 namespace {
-// GATED_LINEAR's segments on delta_wgb_kernel (wgb: its full case runs for dst; knob delta_chunk_seg):
+// GATED_LINEAR's segments where delta_wgb_kernel's full case runs for dst (knob delta_chunk_seg):
 // how many (1: none) and their tokens (*tseg, whole chunks; the last segment shorter). Segment j's
 // state is the call's state carried over the segments before it, whose own states from zero come
 // first (delta_wgb_seg_kernel<1>), so that nseg times the blocks walk T / nseg tokens each. Auto:
@@ -327,11 +327,11 @@ namespace {
 // segment), else fewer segments
 constexpr int kMaxSeg = 16, kSegMinChunks = 4;
 constexpr long long kSegScratch = 256LL << 20;
-int seg_plan(const tg_cuda_impl *cu, const tg_tensor *dst, bool wgb, long long *tseg) {
+int seg_plan(const tg_cuda_impl *cu, const tg_tensor *dst, long long *tseg) {
     const tg_tensor *v = dst->src[2];
     const int knob = cu->sig.delta_chunk_seg;
     *tseg = 0;
-    if (!wgb || tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA || knob == 1) return 1;
+    if (tg_get_params<tg_delta_params>(dst).mode == TG_DELTA_GATED_DELTA || knob == 1) return 1;
     const long long blocks = v->ne[3] * v->ne[1] * (v->ne[0] / 128), T = dst->src[0]->ne[2], nch = (T + kC - 1) / kC;
     const int sms = tg_cuda_sms(cu);
     if (knob < 2 && T < kFewHeadsMinT) return 1;
@@ -359,7 +359,7 @@ bool single_form(tg_backend *be, const tg_tensor *dst, int optin, bool *wgb) {
     if (tg_cuda_delta_heads_fill(be, B, Hv)) return true;
     if (!*wgb) return false;
     long long tseg = 0;
-    if (seg_plan(cu, dst, true, &tseg) >= 2) return true;  // GATED_LINEAR's segments (above)
+    if (seg_plan(cu, dst, &tseg) >= 2) return true;  // GATED_LINEAR's segments (above)
     const int sms = tg_cuda_sms(cu);
     // blocks of at least 5/12 (GATED_DELTA) or 2/7 (GATED_LINEAR) of the SMs: on an H100 the kernel
     // takes ~14.8 / ~6.6 us a chunk whatever the grid, the chunk-parallel form ~1,060-1,140 / ~720 us
@@ -462,7 +462,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const unsigned grid = (unsigned)blocks;
     const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(be, a) <= (size_t)optin;
     // GATED_LINEAR's segments where delta_wgb_kernel would run (seg_plan)
-    a.nseg = wg && wgb && tg_cuda_delta_wg_bf16(be, a) ? seg_plan(cu, dst, true, &a.tseg) : 1;
+    a.nseg = wg && wgb && tg_cuda_delta_wg_bf16(be, a) ? seg_plan(cu, dst, &a.tseg) : 1;
     if (a.nseg >= 2) {
         if (blocks * a.nseg > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
         const size_t s_floats = (size_t)blocks * (size_t)a.nseg * 16384, g_off = tg_cuda_align256(s_floats * 4);
