@@ -189,6 +189,8 @@ int main(int argc, char **argv) {
         {"gl_T256_big_first_zero_later_nostate", 0, 256, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 1, -INFINITY, 100},
         // a middle segment whose chunk decays are inf, then 0 (gamma NaN, no decay NaN) after exact-zero state entries
         // (zero values before it): those entries stay zero, as in the walk (wgbseg3_: segments of chunks 0-1, 2-3, 4)
+        // longer segments: 4 and 6 chunks a segment (wgbseg3_, wgbseg2_), 11 segments of one chunk, a short last chunk
+        {"gl_T700_long_segments", 0, 700, 1, 1, 2, 128, -0.1f, 0.0f, 0, 1, 1, 0},
         {"gl_T320_zero_v_mid_big_then_zero_nostate", 0, 320, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 0, 0, 0, 2, 0, 0, 100.0f, 128,
          -INFINITY, 200, 128},
     };
