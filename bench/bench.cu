@@ -658,6 +658,16 @@ int main(int argc, char **argv) {
         }
         bench_delta("gla.long/3p", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases, BF);
     }
+    // delta_wgb_kernel's gate arrays made by its warp 0 (knob delta_chunk_gk 1: before session 54) instead of
+    // by delta_gates_kernel beforehand
+    {
+        tg_cuda_sig_knobs gk1 = dflt;
+        gk1.delta_chunk_gk = 1;
+        bench_delta("gla.prefill.bf16/gk1", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
+        bench_delta("gdn.prefill.bf16/gk1", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, gk1, BF);
+        bench_delta("gla.x32.bf16/gk1", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
+        bench_delta("gla.long/gk1", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
+    }
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];
         const int i = T == 16 ? 0 : T == 32 ? 1 : T == 64 ? 2 : T == 128 ? 3 : 4;

@@ -35,6 +35,11 @@ struct chunk_args {
     long long tseg;
     int nseg;
     float *seg_s, *seg_g;
+    // delta_wgb_kernel and the segment kernels: every chunk's gate arrays made beforehand by
+    // delta_gates_kernel (chunk c of value head h, sequence b at G + ((b Hv + h) NC + c) kGateWords,
+    // NC = ceil(T / kC); cuda/delta_rule_phases.cuh) and copied beside the chunk's tiles; NULL: made
+    // in the kernel by warp 0, a chunk ahead (knob delta_chunk_gk 1)
+    const float *G;
 };
 
 __host__ __device__ inline int q_stride(int DKP) { return DKP + 4; }
@@ -630,5 +635,8 @@ tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned
 // GATED_LINEAR's segments (a.nseg >= 2, a.seg_s and a.seg_g set): the segments' states, then every
 // segment's output (cuda/sm90a/delta_rule_chunked_wgb.cu); units: slices x value heads x sequences
 tg_status tg_cuda_delta_wgb_seg_launch(tg_backend *be, const chunk_args &a, unsigned units);
+// every chunk's gate arrays for those kernels (a.G's layout, above; units = B Hv NC) by
+// delta_gates_kernel (cuda/delta_rule_chunked_phases.cu)
+void tg_cuda_delta_gates_launch(tg_backend *be, const chunk_args &a, float *G, long long units);
 
 }  // namespace tg_chunk

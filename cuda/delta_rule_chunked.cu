@@ -29,9 +29,11 @@
 // (P, A, T) is repeated per slice.
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "chunk_parts.cuh"
 #include "delta_rule_chunked.cuh"
+#include "delta_rule_phases.cuh"
 #include "ops.h"
 #include "signature.cuh"
 
@@ -327,6 +329,9 @@ namespace {
 // segment), else fewer segments
 constexpr int kMaxSeg = 16, kSegMinChunks = 4;
 constexpr long long kSegScratch = 256LL << 20;
+// delta_wgb_kernel's gate arrays made beforehand (chunk_args::G) up to this much scratch (2,064 bytes a
+// chunk and value head: ~130,000 of them, 8.3M tokens x value heads), else by the kernel's warp 0
+constexpr long long kGateScratch = 256LL << 20;
 int seg_plan(const tg_cuda_impl *cu, const tg_tensor *dst, long long *tseg) {
     const tg_tensor *v = dst->src[2];
     const int knob = cu->sig.delta_chunk_seg;
@@ -461,16 +466,34 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     size_t *smem_set = cu->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_SINGLE;  // each kernel's dynamic shared-memory limit (grow-only)
     const unsigned grid = (unsigned)blocks;
     const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(be, a) <= (size_t)optin;
-    // GATED_LINEAR's segments where delta_wgb_kernel would run (seg_plan)
-    a.nseg = wg && wgb && tg_cuda_delta_wg_bf16(be, a) ? seg_plan(cu, dst, &a.tseg) : 1;
-    if (a.nseg >= 2) {
-        if (blocks * a.nseg > INT_MAX) return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
-        const size_t s_floats = (size_t)blocks * (size_t)a.nseg * 16384, g_off = tg_cuda_align256(s_floats * 4);
+    // where delta_wgb_kernel runs: GATED_LINEAR's segments (seg_plan), and every chunk's gate arrays
+    // made beforehand by delta_gates_kernel where they fit kGateScratch (knob delta_chunk_gk)
+    const bool wgb_runs = wg && tg_cuda_delta_wg_bf16(be, a);
+    a.nseg = wgb_runs && wgb ? seg_plan(cu, dst, &a.tseg) : 1;
+    const long long gunits = (T + kC - 1) / kC * Hv * B;
+    const bool pre_gates = wgb_runs && cu->sig.delta_chunk_gk == 0 && gunits <= kGateScratch / (kGateWords * 4);
+    if (wgb_runs) {
+        if (a.nseg >= 2 && blocks * a.nseg > INT_MAX)
+            return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
+        // the scratch: the gate arrays, then the segments' states and decays
+        const size_t g_bytes = pre_gates ? tg_cuda_align256((size_t)gunits * kGateWords * 4) : 0;
+        const size_t s_bytes = a.nseg >= 2 ? tg_cuda_align256((size_t)blocks * (size_t)a.nseg * 16384 * 4) : 0;
+        const size_t d_bytes = a.nseg >= 2 ? (size_t)(B * Hv) * (size_t)(a.nseg - 1) * 8 : 0;
         void *scr = nullptr;
-        if (const tg_status s = tg_cuda_scratch(be, g_off + (size_t)(B * Hv) * (size_t)(a.nseg - 1) * 8, &scr, call); s != TG_OK)
+        if (g_bytes + s_bytes + d_bytes > 0) {
+            if (const tg_status s = tg_cuda_scratch(be, g_bytes + s_bytes + d_bytes, &scr, call); s != TG_OK) return s;
+        }
+        if (pre_gates) {
+            a.G = (const float *)scr;
+            tg_cuda_delta_gates_launch(be, a, (float *)scr, gunits);
+            TG_CUDA_LAUNCHED(be, call);
+        }
+        if (a.nseg >= 2) {
+            a.seg_s = (float *)((char *)scr + g_bytes), a.seg_g = (float *)((char *)scr + g_bytes + s_bytes);
+            if (const tg_status s = tg_cuda_delta_wgb_seg_launch(be, a, grid); s != TG_OK) return s;
+        } else if (const tg_status s = tg_cuda_delta_wg_launch(be, a, grid); s != TG_OK) {
             return s;
-        a.seg_s = (float *)scr, a.seg_g = (float *)((char *)scr + g_off);
-        if (const tg_status s = tg_cuda_delta_wgb_seg_launch(be, a, grid); s != TG_OK) return s;
+        }
     } else if (wg) {
         if (const tg_status s = tg_cuda_delta_wg_launch(be, a, grid); s != TG_OK) return s;
     } else if (full) {
@@ -484,8 +507,9 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
         delta_chunked_kernel<8, false><<<grid, 8 * 32, smem, cu->stream>>>(a);
     }
     TG_CUDA_LAUNCHED(be, call);
-    char segs[16] = "";
-    if (a.nseg >= 2) snprintf(segs, sizeof(segs), "/seg%d", a.nseg);
+    char segs[24] = "";
+    snprintf(segs, sizeof(segs), "%s", wgb_runs && !pre_gates ? "/gk1" : "");
+    if (a.nseg >= 2) snprintf(segs + strlen(segs), sizeof(segs) - strlen(segs), "/seg%d", a.nseg);
     snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
              wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar", segs);
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone

@@ -413,16 +413,8 @@ __global__ void __launch_bounds__(256) delta_gates_kernel(const phase_args a, lo
     const long long u = (long long)blockIdx.x * 8 + warp;
     if (u >= units) return;  // (whole warps; no block barrier below)
     const phase_unit pu = unit_of(a, u);
-    float gl[2], bl[2];
-    load_chunk_gates(a, pu.h, pu.b, pu.t0, pu.n, gl, bl);
-    float *s = sg[warp];
-    if (lane < 3) ((int *)s)[8 * kC + 1 + lane] = 0;
-    chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC, s + 6 * kC,
-                (int *)(s + 8 * kC));
-    __syncwarp();
-    if (lane == 0) a.gam[u] = chunk_decay(s, s + kC, (const int *)(s + 7 * kC), kC - 1, -1);
-    float *g = a.G + u * kGateWords;
-    for (int i = lane; i < kGateWords; i += 32) g[i] = s[i];
+    const float gam = gate_unit(a, pu.h, pu.b, pu.t0, pu.n, sg[warp], a.G + u * kGateWords);
+    if (lane == 0 && a.gam) a.gam[u] = gam;  // (no gamma for delta_wgb_kernel: tg_cuda_delta_gates_launch)
 }
 
 }  // namespace
@@ -536,6 +528,13 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;
     return TG_OK;
+}
+
+void tg_cuda_delta_gates_launch(tg_backend *be, const chunk_args &c, float *G, long long units) {
+    phase_args a = {};
+    a.g = c.g, a.beta = c.beta, a.Hk = c.Hk, a.Hv = c.Hv, a.T = c.T, a.log_gate = c.log_gate;
+    a.NC = (int)((c.T + kC - 1) / kC), a.G = G;  // (a.gam NULL: no gamma)
+    delta_gates_kernel<<<(unsigned)((units + 7) / 8), 256, 0, tg_cuda(be)->stream>>>(a, units);
 }
 
 }  // namespace tg_chunk

@@ -117,6 +117,12 @@ struct tg_cuda_sig_knobs {
     // least a chunk each, within the 256 MiB scratch cap; whole chunks a segment can round n down).
     // Env TG_CUDA_DELTA_SEG (0: never; n: n).
     int delta_chunk_seg = 0;
+    // delta_wgb_kernel's (and the segment kernels') gate arrays: 0 made for every chunk beforehand by
+    // delta_gates_kernel into the scratch (2,064 bytes a chunk and value head; where that fits
+    // kGateScratch) and copied beside each chunk's tiles; 1 made in the kernel by warp 0 a chunk
+    // ahead, which the other warps wait for (before / after: bench rows */gk1). Env TG_CUDA_DELTA_GK=0
+    // sets 1.
+    int delta_chunk_gk = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
     // warps, quantized), 0 auto (1, 2 or 4 by N and the grid), else 1, 2 or 4

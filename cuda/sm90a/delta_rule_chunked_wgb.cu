@@ -12,14 +12,16 @@
 // the same F32 accumulators: every product is then near-F32 exact, where the TF32 path rounds its
 // operands to 2^-11. l2norm scales rows and columns of the products (1 / |q_t|, 1 / |k_s|) instead
 // of the tiles. Per chunk (buffer c of the two):
-//   start   the next chunk's Q, K, V rows into the other buffer (cp.async), its gates (warp 0)
+//   start   the next chunk's Q, K, V rows into the other buffer (cp.async), and its gate arrays
+//           (delta_gates_kernel's, a.G) into the other gate buffer; without a.G, its gates (warp 0)
 //   A       Q K^T (columns 16 wg ..), Q S = Q S_hi + Q S_lo (value columns 32 wg ..); while they
 //           run, l2norm's 1 / |q_t|, 1 / |k_t| from the staged tiles, barrier (3); then P (.)
 //           decay beta / |q| |k| as hi and lo, Q S times d(t, -1) / |q_t|, and the update's
 //           Kw = K (.) d(C-1, t) beta_t / |k_t| (hi, lo) in the raw K tile's layout; barrier (1)
 //   B       O = ... + P_hi V + P_lo V; S^T (block jb, ib) = d(C-1, -1) S^T + V^T Kw_hi + V^T Kw_lo
 //           (M = value columns: the accumulator's pairs are adjacent key dims, one 4-byte store
-//           each into S^T's hi and lo tiles); the next chunk's gate arrays (warp 0)
+//           each into S^T's hi and lo tiles); without a.G, the next chunk's gate arrays (warp 0: a
+//           dependent chain that the other warps wait for at (2))
 //   end     the copies waited for, barrier (2)
 // The state block stays in the update's F32 accumulators from chunk to chunk (S^T's hi and lo tiles
 // are Q S's copy of it); the final state is stored from them.
@@ -54,9 +56,14 @@ constexpr int bWl = 196608;   // Kw lo
 constexpr int bAf = 163840, bTf = bAf + kC * kPS * 4, bTh = bAf, bTl = bAf + 8192;
 constexpr int bPhD = bTf, bPlD = bTf + 8192, bRl = bTf + kC * kPS * 4;
 static_assert(bTl + 8192 <= bTf && bPlD + 8192 <= bRl && bTf % 1024 == 0 && bRl % 1024 == 0, "GATED_DELTA's tiles");
-// the gate arrays as oF (7 x 64 floats, 64 ints, the flags), then 1 / |q_t|, 1 / |k_t|
+// the gate arrays in two buffers (chunk c's in buffer c & 1), each as delta_gates_kernel writes a unit's
+// (kGateWords words: 7 x 64 floats, 64 ints, the flags, 3 zero words; copied from a.G beside the tiles, or
+// made by warp 0 a chunk ahead), then 1 / |q_t|, 1 / |k_t|
 template <bool DELTA> constexpr int bF = DELTA ? bRl + 16384 : 212992;
-template <bool DELTA> constexpr size_t kSmemB = bF<DELTA> + (8 * kC + 4) * 4 + 2 * kC * 4 + 1024;  // + the alignment slack
+constexpr int kGB = kGateWords * 4;  // (2064 bytes: a 16-byte multiple, as cp_gates needs)
+template <bool DELTA> constexpr int bN = bF<DELTA> + 2 * kGB;
+template <bool DELTA> constexpr size_t kSmemB = bN<DELTA> + 2 * kC * 4 + 1024;  // + the alignment slack
+static_assert(kGB % 16 == 0 && bF<false> % 16 == 0 && bF<true> % 16 == 0, "the gate buffers' copies");
 static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "227 KB a block");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -87,10 +94,9 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
     extern __shared__ float4 wsm4[];
     unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
-    float *sL = (float *)(sm + bF<DELTA>), *sSg = sL + kC, *sB = sSg + kC, *sD0 = sB + kC, *sDl = sD0 + kC;
-    float *sEp = sDl + kC, *sEm = sEp + kC;
-    int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
-    float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
+    // gate buffer c's arrays (sL, sSg, sB, sD0, sDl, sEp, sEm, sZ, the flags: delta_gates_kernel's order)
+    auto garr = [&](int c) { return (float *)(sm + bF<DELTA> + c * kGB); };
+    float *const sNq = (float *)(sm + bN<DELTA>), *const sNk = sNq + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
     // the block's unit: (slice, h, b), and with segments (SEG 1: all but the last) the segment sg
@@ -101,6 +107,8 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
     const long long tb = SEG == 0 ? 0 : sg * a.tseg, te = SEG == 0 ? a.T : (tb + a.tseg < a.T ? tb + a.tseg : a.T);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
     const bool clear = tg_cuda_record_clear(a.err);
+    const bool pre = a.G != nullptr;  // the gate arrays from delta_gates_kernel (else warp 0 makes them)
+    const long long gu0 = ((long long)b * a.Hv + h) * ((a.T + kC - 1) / kC);  // a.G's unit of the sequence's chunk 0
     const bool has_state = a.state.data != nullptr;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
     auto arow = [&](int r) { return 16 * wq + g + 8 * ((r >> 1) & 1); };
@@ -167,7 +175,8 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
     bool gnan = false;
 
     // Chunk c0's Q, K and V rows (nn of them; the rest zero-filled) into buffer buf: two 16-byte
-    // units of each per thread, unit cu of row t at its swizzled place
+    // units of each per thread, unit cu of row t at its swizzled place; with a.G its gate arrays
+    // into gate buffer buf
     auto stage = [&](long long c0, int buf) {
         const int nn = rows_of(c0);
         const char *qb = tg_cuda_ptr(a.q, 0, hk, c0, b), *kb = tg_cuda_ptr(a.k, 0, hk, c0, b), *vb = tg_cuda_ptr(a.v, j0, h, c0, b);
@@ -180,6 +189,7 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
             cp16(d + 16384 + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
             cp16(d + 32768 + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
         }
+        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);
         cp_commit();
     };
     // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows
@@ -187,8 +197,10 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
         if (SEG != 1 || tid >= 4 * kC) bf_norms(sm + buf * bBuf, sNq, sNk);  // (SEG 1: 1 / |k_t| only)
     };
     auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
-    auto gates = [&](const float (&gl)[2], const float (&bl)[2]) {
-        chunk_gates(gl, bl, a.log_gate, sL, sB, sSg, sZ, sD0, sDl, sEp, sEm, sTab);
+    auto gates = [&](const float (&gl)[2], const float (&bl)[2], int buf) {  // (into gate buffer buf)
+        float *const s = garr(buf);
+        chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC,
+                    s + 6 * kC, (int *)(s + 8 * kC));
     };
 
     // descriptors at k 0 in buffer 0 (+ kBufD: buffer 1): Q (A of Q K^T and Q S; GATED_DELTA's K
@@ -214,10 +226,10 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
     // the first chunk
     if (!a.l2norm && tid < kC) sNq[tid] = 1.0f, sNk[tid] = 1.0f;
     stage(tb, 0);
-    if (warp == 0) {
+    if (warp == 0 && !pre) {
         float gl[2], bl[2];
         load_gates(tb, gl, bl);
-        gates(gl, bl);
+        gates(gl, bl, 0);
     }
     cp_wait0();
     proxy_fence();
@@ -230,8 +242,12 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
         const int n = rows_of(t0);
         const bool more = t0 + kC < t_end();
         if (more) stage(t0 + kC, c ^ 1);
-        float gl[2], bl[2];  // the next chunk's gates (warp 0)
-        if (warp == 0 && more) load_gates(t0 + kC, gl, bl);
+        float gl[2], bl[2];  // the next chunk's gates (warp 0, without a.G)
+        if (warp == 0 && more && !pre) load_gates(t0 + kC, gl, bl);
+        // this chunk's gate arrays (gate buffer c)
+        float *const sL = garr(c), *const sSg = sL + kC, *const sB = sSg + kC, *const sD0 = sB + kC, *const sDl = sD0 + kC;
+        float *const sEp = sDl + kC, *const sEm = sEp + kC;
+        int *const sZ = (int *)(sEm + kC), *const sTab = sZ + kC;
         const int flags = *sTab;
         const bool tab = flags & 1;
         const uint64_t bd = c * kBufD;
@@ -383,7 +399,7 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
             __syncthreads();  // (1c) every warpgroup's Q K^T, Q S and T R done: the raw Q and K free
             kw();
         }
-        const float dl = sD0[kC - 1];  // (warp 0 rebuilds the arrays for the next chunk after the barrier)
+        const float dl = sD0[kC - 1];  // (the last read of gate buffer c: the next chunk's copies go there)
         if (SEG == 1 && tid == 0) gseg = keep_zero_mul(dl, gseg), gnan = gnan || isnan(dl);
         proxy_fence();
         __syncthreads();  // (1) P, Kw (and U) ready; the gate arrays, norms and the raw Q and K free
@@ -405,7 +421,7 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
         wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0) + (uint64_t)kWl);
         if constexpr (DELTA) wgb_upd(accS, dRla, dWh + bd);
         wg_commit();
-        if (warp == 0 && more) gates(gl, bl);
+        if (warp == 0 && more && !pre) gates(gl, bl, c ^ 1);
         wg_wait0();
         if constexpr (SEG != 1) pin(accQ);
         pin(accS);

@@ -1141,6 +1141,10 @@ void emu_clear_globals() { g_glob.clear(); }
 void emu_add_global(const char *name, void *lo, size_t bytes, int kind) {
     g_glob.push_back({name, (unsigned char *)lo, bytes, kind, std::vector<uint8_t>(bytes, 0)});
 }
+void emu_set_global_kind(const char *name, int kind) {
+    for (auto &g : g_glob)
+        if (g.name == name) g.kind = kind;
+}
 const std::vector<uint8_t> &emu_global_writes(const char *name) {
     for (auto &g : g_glob)
         if (g.name == name) return g.writes;

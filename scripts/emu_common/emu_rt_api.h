@@ -21,6 +21,8 @@ void emu_set_smem(void *host, size_t host_bytes, uint32_t shared_base, size_t al
 // global tensors: kind 0 input (read only), 1 output (each byte written once), 2 state (read, then written once)
 void emu_clear_globals();
 void emu_add_global(const char *name, void *lo, size_t bytes, int kind);
+// a global tensor's kind from now on (e.g. a scratch one kernel wrote, an input to the next)
+void emu_set_global_kind(const char *name, int kind);
 // per-byte write counts of a global tensor (for the harness's coverage check)
 const std::vector<uint8_t> &emu_global_writes(const char *name);
 // one block of 512 threads running body() each; order 0: tids ascending, 1: descending, 2: shuffled

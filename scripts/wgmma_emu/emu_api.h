@@ -12,6 +12,7 @@ struct EmuArgs {
     long long tseg;  // GATED_LINEAR's segments (chunk_args' fields; nseg 0: none)
     int nseg;
     float *seg_s, *seg_g;
+    float *G;  // the BF16 kernels' gate arrays made beforehand (chunk_args::G; NULL: by the kernel's warp 0)
 };
 // whether the tree's kernel has GATED_DELTA (delta_wg_kernel<DELTA>; gen.py decides)
 bool tg_emu_has_delta();
@@ -33,3 +34,11 @@ void tg_emu_kernel_b(int delta, const EmuArgs &a);
 // of delta_wgb_seg_kernel<seg> (1: the segments' states, 2: the outputs; shared memory kSmemB<false>)
 bool tg_emu_has_seg();
 void tg_emu_kernel_seg(int seg, const EmuArgs &a);
+// the BF16 kernels' gate arrays made beforehand (gen.py: TG_EMU_G): whether the tree's kernels read them,
+// a unit's words (kGateWords), and one thread's run of delta_gates_kernel's work as
+// tg_cuda_delta_gates_launch gives it (8 units a block of 256 threads, gate_unit by each warp into the
+// block's static shared memory: tg_emu_gates_smem bytes at the start of the shared window)
+bool tg_emu_has_g();
+int tg_emu_gate_words();
+size_t tg_emu_gates_smem();
+void tg_emu_gates_b(const EmuArgs &a, long long units);

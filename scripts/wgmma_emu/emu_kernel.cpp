@@ -35,6 +35,9 @@ static chunk_args args_of(const EmuArgs &e) {
 #if TG_EMU_SEG
     a.tseg = e.tseg, a.nseg = e.nseg, a.seg_s = e.seg_s, a.seg_g = e.seg_g;
 #endif
+#if TG_EMU_G
+    a.G = e.G;
+#endif
     return a;
 }
 
@@ -91,7 +94,13 @@ static std::vector<EmuRegion> layout_b_common(bool delta) {
     return l;
 }
 static void layout_b_tail(std::vector<EmuRegion> &l, uint32_t f) {
+#if TG_EMU_G
+    l.push_back({"gate buffer 0", f});
+    l.push_back({"gate buffer 1", f + kGB});
+    f += kGB;
+#else
     l.push_back({"gates", f});
+#endif
     l.push_back({"1 / |q_t|, 1 / |k_t|", f + (8 * kC + 4) * 4});
     l.push_back({"past the norms", f + (8 * kC + 4) * 4 + 2 * kC * 4});
 }
@@ -150,4 +159,25 @@ void tg_emu_kernel_seg(int seg, const EmuArgs &e) {
 #else
 bool tg_emu_has_seg() { return false; }
 void tg_emu_kernel_seg(int, const EmuArgs &) {}
+#endif
+
+#if TG_EMU_G
+bool tg_emu_has_g() { return true; }
+int tg_emu_gate_words() { return kGateWords; }
+size_t tg_emu_gates_smem() { return 8 * kGateWords * 4; }
+void tg_emu_gates_b(const EmuArgs &e, long long units) {
+    const chunk_args a = args_of(e);
+    const int warp = threadIdx.x >> 5;
+    const long long u = (long long)blockIdx.x * 8 + warp, nc = (a.T + kC - 1) / kC;
+    if (u >= units) return;
+    const int c = (int)(u % nc), h = (int)((u / nc) % a.Hv), b = (int)(u / (nc * a.Hv));
+    const long long t0 = (long long)c * kC;
+    float *const s = (float *)wsm4 + warp * kGateWords;  // (the shared window starts at wsm4)
+    gate_unit(a, h, b, t0, (int)(a.T - t0 < kC ? a.T - t0 : kC), s, e.G + u * kGateWords);
+}
+#else
+bool tg_emu_has_g() { return false; }
+int tg_emu_gate_words() { return 0; }
+size_t tg_emu_gates_smem() { return 0; }
+void tg_emu_gates_b(const EmuArgs &, long long) {}
 #endif

@@ -22,8 +22,11 @@ struct Result {
 
 // wgb: delta_wgb_kernel (BF16 q/k/v; <c.delta> where it is the template) instead of delta_wg_kernel;
 // nseg >= 2 (GATED_LINEAR, wgb): delta_wgb_seg_kernel<1> over the first nseg - 1 segments' blocks, then
-// <2> over every segment's (as tg_cuda_delta_wgb_seg_launch; nseg asked for, recomputed as the host does)
-static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb, int nseg = 0) {
+// <2> over every segment's (as tg_cuda_delta_wgb_seg_launch; nseg asked for, recomputed as the host does);
+// wgb on a tree whose BF16 kernels read gate arrays made beforehand (tg_emu_has_g): those first, by
+// delta_gates_kernel's work (tg_emu_gates_b), unless gk1 (knob delta_chunk_gk 1: made by the kernel's warp 0)
+static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sbase, float scale, bool wgb, int nseg = 0,
+                         bool gk1 = false) {
     const int Dk = in.Dk;
     Buf bq, bk, bv, bg, bb, bs, bo;
     bq.alloc(in.q.size() * 2), bk.alloc(in.k.size() * 2), bv.alloc(in.v.size() * 2);
@@ -66,6 +69,25 @@ static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sb
         a.seg_s = (float *)bss.data(), a.seg_g = (float *)bsg.data();
         emu_add_global("segment states", bss.data(), bss.bytes, 1);
         emu_add_global("segment decays", bsg.data(), bsg.bytes, 1);
+    }
+    Buf bgt;
+    if (wgb && tg_emu_has_g() && !gk1) {  // the gate arrays: each byte written once, then an input
+        const long long units = (c.T + 63) / 64 * c.Hv * c.B;
+        bgt.alloc((size_t)units * tg_emu_gate_words() * 4);
+        memset(bgt.data(), 0xFF, bgt.bytes);
+        a.G = (float *)bgt.data();
+        emu_add_global("gate arrays", bgt.data(), bgt.bytes, 1);
+        emu_set_threads(256);
+        emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), 1024, tg_emu_gates_smem(), {{"sg", 0}});
+        for (long long blk = 0; blk < (units + 7) / 8; blk++) emu_run_block((int)blk, order, [&]() { tg_emu_gates_b(a, units); });
+        emu_set_threads(512);
+        const auto &w = emu_global_writes("gate arrays");
+        for (size_t i = 0; i < w.size(); i++)
+            if (w[i] != 1) {
+                emu_finding("gate array byte written other than once", "byte " + std::to_string(i) + " written " + std::to_string(w[i]) + "x");
+                break;
+            }
+        emu_set_global_kind("gate arrays", 0);
     }
     const size_t ksm = wgb ? tg_emu_kSmemB(c.delta) : tg_emu_kSmem(c.delta);
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
@@ -203,27 +225,34 @@ int main(int argc, char **argv) {
     // case's name) where the tree has it for their mode (older trees: GATED_LINEAR only)
     // GATED_LINEAR's BF16 cases of two chunks or more also run on the segment kernels where the tree has
     // them ("wgbseg<n>_" + the name): one chunk a segment, two segments, and three (five chunks or more)
+    // Where the tree's BF16 kernels take gate arrays made beforehand, those runs have them; each BF16 case
+    // also runs on delta_wgb_kernel with the arrays made by its warp 0 ("wgbgk1_": knob delta_chunk_gk 1),
+    // and GATED_LINEAR's with two segments or more on the segment kernels so too ("wgbseg<n>gk1_")
     struct run_item {
         const Case *c;
         bool wgb;
         int nseg;
+        bool gk1;
     };
     std::vector<run_item> runlist;
     int seg_runs = 0;
     for (const Case &c : cases) {
-        runlist.push_back({&c, false, 0});
-        if (c.qkvtype == 2) runlist.push_back({&c, true, 0});
+        runlist.push_back({&c, false, 0, false});
+        if (c.qkvtype == 2) runlist.push_back({&c, true, 0, false});
+        if (c.qkvtype == 2 && tg_emu_has_g()) runlist.push_back({&c, true, 0, true});
         const int nch = (int)((c.T + 63) / 64);
         if (c.qkvtype == 2 && !c.delta && nch >= 2 && tg_emu_has_seg()) {
-            runlist.push_back({&c, true, nch});
-            if (nch >= 3) runlist.push_back({&c, true, 2});
-            if (nch >= 5) runlist.push_back({&c, true, 3});
+            runlist.push_back({&c, true, nch, false});
+            if (nch >= 3) runlist.push_back({&c, true, 2, false});
+            if (nch >= 5) runlist.push_back({&c, true, 3, false});
+            if (tg_emu_has_g()) runlist.push_back({&c, true, nch >= 3 ? 2 : nch, true});
         }
     }
     for (const auto &rl : runlist) {
         const Case &c = *rl.c;
         const bool wgb = rl.wgb;
-        const std::string cname = (rl.nseg ? "wgbseg" + std::to_string(rl.nseg) + "_" : wgb ? "wgb_" : "") + std::string(c.name);
+        const std::string gk = rl.gk1 ? "gk1" : "";
+        const std::string cname = (rl.nseg ? "wgbseg" + std::to_string(rl.nseg) + gk + "_" : wgb ? "wgb" + gk + "_" : "") + std::string(c.name);
         if (!filter.empty() && cname.find(filter) == std::string::npos) continue;
         if (wgb && !tg_emu_has_wgb(c.delta)) {
             wgb_absent[c.delta]++;
@@ -239,13 +268,13 @@ int main(int argc, char **argv) {
         std::vector<double> oref, sref;
         oracle(c, in, scale, oref, sref);
         emu_clear_findings();
-        const Result r = run_kernel(c, in, order, sbase, scale, wgb, rl.nseg);
+        const Result r = run_kernel(c, in, order, sbase, scale, wgb, rl.nseg, rl.gk1);
         runs++, mode_runs[c.delta]++, wgb_runs[c.delta] += wgb;
         const double orel = relL2(oref, r.o), srel = c.has_state ? relL2(sref, r.s) : 0.0;
         bool same = true;
         if (all_orders)
             for (int ord = 1; ord <= 2; ord++) {  // other interleavings and shared-window bases
-                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale, wgb, rl.nseg);
+                const Result r2 = run_kernel(c, in, ord, sbase + 16 * 37 * ord, scale, wgb, rl.nseg, rl.gk1);
                 same &= r2.o == r.o && r2.s == r.s;
             }
         bool finite = true;

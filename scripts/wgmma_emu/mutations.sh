@@ -145,6 +145,12 @@ mut wgbseg_no_state_copy wgbseg2_gl_T130_g0.2 "b('if (load_state) put_slot(a.nse
 # the combine's keep-zero rule on gamma's NaN instead of the NaN flag: a segment's decays inf, then 0 (gamma NaN,
 # no decay NaN) turns the exact-zero entries before it NaN, where the walk keeps them zero
 mut wgbseg_kz_on_gamma_nan wgbseg3_gl_T320_zero_v_mid "b('return x == 0.0f && !gnan ? 0.0f : gam * x;', 'return x == 0.0f && gam == gam ? 0.0f : gam * x;')"
+# the BF16 kernels' gate arrays made beforehand (a.G; n/a on trees without it): one gate buffer (the next chunk's
+# copy lands over the arrays being read), the wrong chunk's arrays copied, the copy issued after its group's commit
+# (so cp.async.wait_group 0 does not wait for it)
+mut wgbgate_one_buffer wgb_gl_T130_g0.2 "b('auto garr = [&](int c) { return (float *)(sm + bF<DELTA> + c * kGB); };', 'auto garr = [&](int c) { return (float *)(sm + bF<DELTA>); };'); b('cp_gates(sb + bF<DELTA> + buf * kGB,', 'cp_gates(sb + bF<DELTA>,')"
+mut wgbgate_wrong_chunk wgb_gd_T130_g0.2 "b('gu0 + c0 / kC);', 'gu0 + (c0 / kC + 1) % 3);')"
+mut wgbgate_after_commit wgbseg2_gl_T130_g0.2 "b('        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);\n        cp_commit();', '        cp_commit();\n        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
