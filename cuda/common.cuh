@@ -138,8 +138,9 @@ struct tg_cuda_impl {
     // GATED_DELTA: cuda/sm90a/delta_rule_chunked_wgb.cu; the chunk-parallel form's BF16 output
     // kernel: cuda/sm90a/delta_rule_out_wgb.cu; its BF16 prep kernels, GATED_DELTA and
     // GATED_LINEAR: cuda/sm90a/delta_rule_prep_wgb.cu; GATED_LINEAR's two segment kernels:
-    // cuda/sm90a/delta_rule_chunked_wgb.cu)
-    enum { TG_CUDA_DSMEM_SINGLE = 0, TG_CUDA_DSMEM_PHASES = 3, TG_CUDA_DSMEM_WG = 38, TG_CUDA_DSMEM_COUNT = 49 };
+    // cuda/sm90a/delta_rule_chunked_wgb.cu) and the four BF16 / segment kernels that copy gate arrays
+    // made beforehand (the same file)
+    enum { TG_CUDA_DSMEM_SINGLE = 0, TG_CUDA_DSMEM_PHASES = 3, TG_CUDA_DSMEM_WG = 38, TG_CUDA_DSMEM_COUNT = 53 };
     // the delta-rule launches' per-backend state (never process-wide: two backends may run on two
     // threads, or on two devices whose kernels' attributes are set separately): the dynamic
     // shared-memory limits raised so far per kernel (slots TG_CUDA_DSMEM_*), the persistent

@@ -117,11 +117,13 @@ struct tg_cuda_sig_knobs {
     // least a chunk each, within the 256 MiB scratch cap; whole chunks a segment can round n down).
     // Env TG_CUDA_DELTA_SEG (0: never; n: n).
     int delta_chunk_seg = 0;
-    // delta_wgb_kernel's (and the segment kernels') gate arrays: 0 made for every chunk beforehand by
-    // delta_gates_kernel into the scratch (2,064 bytes a chunk and value head; where that fits
-    // kGateScratch) and copied beside each chunk's tiles; 1 made in the kernel by warp 0 a chunk
-    // ahead, which the other warps wait for (before / after: bench rows */gk1). Env TG_CUDA_DELTA_GK=0
-    // sets 1.
+    // the gate arrays of delta_wgb_kernel and GATED_LINEAR's segment kernels: made in the kernel by warp
+    // 0 a chunk ahead (the other warps wait for its chain), or made for every chunk beforehand by
+    // delta_gates_kernel into the scratch (2,064 bytes a chunk and value head, where that fits
+    // kGateScratch) and copied beside each chunk's tiles. 0 auto: beforehand where the segments run
+    // (gla.x32.bf16 327 -> 289 us on an H100), by warp 0 in the single kernel (gla.prefill.bf16 220 ->
+    // 240 beforehand; session 54); 1 by warp 0 everywhere (bench rows */gk1); 2 beforehand everywhere
+    // (*/gk2). Env TG_CUDA_DELTA_GK (0: 1, 2: 2).
     int delta_chunk_gk = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of

@@ -56,15 +56,15 @@ constexpr int bWl = 196608;   // Kw lo
 constexpr int bAf = 163840, bTf = bAf + kC * kPS * 4, bTh = bAf, bTl = bAf + 8192;
 constexpr int bPhD = bTf, bPlD = bTf + 8192, bRl = bTf + kC * kPS * 4;
 static_assert(bTl + 8192 <= bTf && bPlD + 8192 <= bRl && bTf % 1024 == 0 && bRl % 1024 == 0, "GATED_DELTA's tiles");
-// the gate arrays in two buffers (chunk c's in buffer c & 1), each as delta_gates_kernel writes a unit's
-// (kGateWords words: 7 x 64 floats, 64 ints, the flags, 3 zero words; copied from a.G beside the tiles, or
-// made by warp 0 a chunk ahead), then 1 / |q_t|, 1 / |k_t|
+// the gate arrays as delta_gates_kernel writes a unit's (kGateWords words: 7 x 64 floats, 64 ints, the
+// flags, 3 zero words), in one buffer that warp 0 rewrites for the next chunk after barrier (1), or (PRE:
+// copied from a.G beside the tiles) in two, chunk c's in buffer c & 1; then 1 / |q_t|, 1 / |k_t|
 template <bool DELTA> constexpr int bF = DELTA ? bRl + 16384 : 212992;
 constexpr int kGB = kGateWords * 4;  // (2064 bytes: a 16-byte multiple, as cp_gates needs)
-template <bool DELTA> constexpr int bN = bF<DELTA> + 2 * kGB;
-template <bool DELTA> constexpr size_t kSmemB = bN<DELTA> + 2 * kC * 4 + 1024;  // + the alignment slack
+template <bool DELTA, bool PRE> constexpr int bN = bF<DELTA> + (PRE ? 2 : 1) * kGB;
+template <bool DELTA, bool PRE = false> constexpr size_t kSmemB = bN<DELTA, PRE> + 2 * kC * 4 + 1024;  // + the alignment slack
 static_assert(kGB % 16 == 0 && bF<false> % 16 == 0 && bF<true> % 16 == 0, "the gate buffers' copies");
-static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "227 KB a block");
+static_assert(kSmemB<false, true> <= 232448 && kSmemB<true, true> <= 232448, "227 KB a block");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // Q S_hi (overwrites) or + Q S_lo: 64 x 32, k over 128 (S^T K-major, 128 rows: 16384 bytes a block)
@@ -88,15 +88,16 @@ __device__ __forceinline__ void wgb_upd(float (&d)[32], uint64_t da, uint64_t db
 // S = gamma_i S + slot i for i = 1 .. j - 1 (a zero entry stays zero unless a decay was NaN, as the
 // keep-zero products of the walk do); only the last segment stores the final state. The call's
 // state is read by SEG 1 and written by SEG 2 only (never both in one grid).
-template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const chunk_args &a) {
+// PRE: the gate arrays come from a.G (delta_gates_kernel's, two gate buffers), else warp 0 makes them.
+template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_body(const chunk_args &a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(SEG == 0 || !DELTA, "segments are GATED_LINEAR's");
     extern __shared__ float4 wsm4[];
     unsigned char *sm = (unsigned char *)wsm4 + ((1024u - (smem_u32(wsm4) & 1023u)) & 1023u);
     const uint32_t sb = smem_u32(sm);
     // gate buffer c's arrays (sL, sSg, sB, sD0, sDl, sEp, sEm, sZ, the flags: delta_gates_kernel's order)
-    auto garr = [&](int c) { return (float *)(sm + bF<DELTA> + c * kGB); };
-    float *const sNq = (float *)(sm + bN<DELTA>), *const sNk = sNq + kC;
+    auto garr = [&](int c) { return (float *)(sm + bF<DELTA> + (PRE ? c * kGB : 0)); };
+    float *const sNq = (float *)(sm + bN<DELTA, PRE>), *const sNk = sNq + kC;
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
     // the block's unit: (slice, h, b), and with segments (SEG 1: all but the last) the segment sg
@@ -107,7 +108,7 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
     const long long tb = SEG == 0 ? 0 : sg * a.tseg, te = SEG == 0 ? a.T : (tb + a.tseg < a.T ? tb + a.tseg : a.T);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
     const bool clear = tg_cuda_record_clear(a.err);
-    const bool pre = a.G != nullptr;  // the gate arrays from delta_gates_kernel (else warp 0 makes them)
+    constexpr bool pre = PRE;
     const long long gu0 = ((long long)b * a.Hv + h) * ((a.T + kC - 1) / kC);  // a.G's unit of the sequence's chunk 0
     const bool has_state = a.state.data != nullptr;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
@@ -450,33 +451,48 @@ template <bool DELTA, int SEG> __device__ __forceinline__ void wgb_body(const ch
 
 template <bool DELTA>
 __global__ void __launch_bounds__(kNT, 1) delta_wgb_kernel(const chunk_args a) {
-    wgb_body<DELTA, 0>(a);
+    wgb_body<DELTA, 0, false>(a);
+}
+// ... with the gate arrays from a.G (shared memory kSmemB<DELTA, true>)
+template <bool DELTA>
+__global__ void __launch_bounds__(kNT, 1) delta_wgb_pre_kernel(const chunk_args a) {
+    wgb_body<DELTA, 0, true>(a);
 }
 // GATED_LINEAR's segments (wgb_body): SEG 1 the segments' states, SEG 2 the outputs
 template <int SEG>
 __global__ void __launch_bounds__(kNT, 1) delta_wgb_seg_kernel(const chunk_args a) {
-    wgb_body<false, SEG>(a);
+    wgb_body<false, SEG, false>(a);
+}
+template <int SEG>
+__global__ void __launch_bounds__(kNT, 1) delta_wgb_segpre_kernel(const chunk_args a) {
+    wgb_body<false, SEG, true>(a);
 }
 
 }  // namespace
 
 namespace tg_chunk {
 
-size_t tg_cuda_delta_wgb_smem(bool delta) { return TG_WGMMA ? (delta ? kSmemB<true> : kSmemB<false>) : 0; }
+size_t tg_cuda_delta_wgb_smem(bool delta) { return TG_WGMMA ? (delta ? kSmemB<true, true> : kSmemB<false, true>) : 0; }  // (the larger)
 
 tg_status tg_cuda_delta_wgb_seg_launch(tg_backend *be, const chunk_args &a, unsigned units) {
-    // slots WG+9 and WG+10 (WG+5..WG+8 are the prep kernel's)
+    // slots WG+9 and WG+10 (WG+5..WG+8 are the prep kernel's); with a.G WG+13 and WG+14
     size_t *set = tg_cuda(be)->delta_smem_set + tg_cuda_impl::TG_CUDA_DSMEM_WG;
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 10 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the segment kernels' slots");
-    if (const tg_status s = wg_launch(be, delta_wgb_seg_kernel<1>, kSmemB<false>, set[9], a, units * (unsigned)(a.nseg - 1)); s != TG_OK)
-        return s;
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 14 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the segment kernels' slots");
+    const unsigned n1 = units * (unsigned)(a.nseg - 1), n2 = units * (unsigned)a.nseg;
+    constexpr size_t sm = kSmemB<false>, smp = kSmemB<false, true>;
+    tg_status s = a.G ? wg_launch(be, delta_wgb_segpre_kernel<1>, smp, set[13], a, n1) : wg_launch(be, delta_wgb_seg_kernel<1>, sm, set[9], a, n1);
+    if (s != TG_OK) return s;
     TG_CUDA_LAUNCHED(be, "delta_rule");
-    return wg_launch(be, delta_wgb_seg_kernel<2>, kSmemB<false>, set[10], a, units * (unsigned)a.nseg);
+    return a.G ? wg_launch(be, delta_wgb_segpre_kernel<2>, smp, set[14], a, n2) : wg_launch(be, delta_wgb_seg_kernel<2>, sm, set[10], a, n2);
 }
 
 tg_status tg_cuda_delta_wgb_launch(tg_backend *be, const chunk_args &a, unsigned grid) {
-    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 3 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernels' slots");
-    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.delta ? 3 : 2)];
+    // slots WG+2 (GATED_LINEAR) and WG+3 (GATED_DELTA); with a.G WG+11 and WG+12
+    static_assert(tg_cuda_impl::TG_CUDA_DSMEM_WG + 12 < tg_cuda_impl::TG_CUDA_DSMEM_COUNT, "the BF16 kernels' slots");
+    size_t &set = tg_cuda(be)->delta_smem_set[tg_cuda_impl::TG_CUDA_DSMEM_WG + (a.G ? 11 : 2) + (a.delta ? 1 : 0)];
+    if (a.G)
+        return a.delta ? wg_launch(be, delta_wgb_pre_kernel<true>, kSmemB<true, true>, set, a, grid)
+                       : wg_launch(be, delta_wgb_pre_kernel<false>, kSmemB<false, true>, set, a, grid);
     return a.delta ? wg_launch(be, delta_wgb_kernel<true>, kSmemB<true>, set, a, grid)
                    : wg_launch(be, delta_wgb_kernel<false>, kSmemB<false>, set, a, grid);
 }

@@ -29,16 +29,20 @@ size_t tg_emu_smem_host_bytes();
 bool tg_emu_has_wgb(int delta);
 size_t tg_emu_kSmemB(int delta);
 std::vector<EmuRegion> tg_emu_layout_b(int delta);
-void tg_emu_kernel_b(int delta, const EmuArgs &a);
+void tg_emu_kernel_b(int delta, const EmuArgs &a);  // (a.G set: delta_wgb_pre_kernel<delta>, below)
 // GATED_LINEAR's segment kernels (gen.py: TG_EMU_SEG): whether the tree has them, and one thread's run
 // of delta_wgb_seg_kernel<seg> (1: the segments' states, 2: the outputs; shared memory kSmemB<false>)
 bool tg_emu_has_seg();
-void tg_emu_kernel_seg(int seg, const EmuArgs &a);
-// the BF16 kernels' gate arrays made beforehand (gen.py: TG_EMU_G): whether the tree's kernels read them,
-// a unit's words (kGateWords), and one thread's run of delta_gates_kernel's work as
+void tg_emu_kernel_seg(int seg, const EmuArgs &a);  // (a.G set: delta_wgb_segpre_kernel<seg>, below)
+// the BF16 kernels that copy gate arrays made beforehand (gen.py: TG_EMU_G: delta_wgb_pre_kernel<DELTA> and
+// delta_wgb_segpre_kernel<SEG>, which tg_emu_kernel_b and tg_emu_kernel_seg run where a.G is set): whether the
+// tree has them, their shared memory (kSmemB<DELTA, true>) and layout, a unit's words (kGateWords), and one
+// thread's run of delta_gates_kernel's work as
 // tg_cuda_delta_gates_launch gives it (8 units a block of 256 threads, gate_unit by each warp into the
 // block's static shared memory: tg_emu_gates_smem bytes at the start of the shared window)
 bool tg_emu_has_g();
+size_t tg_emu_kSmemBP(int delta);
+std::vector<EmuRegion> tg_emu_layout_bp(int delta);
 int tg_emu_gate_words();
 size_t tg_emu_gates_smem();
 void tg_emu_gates_b(const EmuArgs &a, long long units);

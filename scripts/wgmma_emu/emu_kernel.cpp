@@ -93,14 +93,14 @@ static std::vector<EmuRegion> layout_b_common(bool delta) {
     l.push_back({"S^T lo", (uint32_t)bSl});
     return l;
 }
-static void layout_b_tail(std::vector<EmuRegion> &l, uint32_t f) {
-#if TG_EMU_G
-    l.push_back({"gate buffer 0", f});
-    l.push_back({"gate buffer 1", f + kGB});
-    f += kGB;
-#else
-    l.push_back({"gates", f});
-#endif
+static void layout_b_tail(std::vector<EmuRegion> &l, uint32_t f, bool pre = false) {
+    if (pre) {  // (two gate buffers: TG_EMU_G's kernels)
+        l.push_back({"gate buffer 0", f});
+        l.push_back({"gate buffer 1", f + (8 * kC + 4) * 4});
+        f += (8 * kC + 4) * 4;
+    } else {
+        l.push_back({"gates", f});
+    }
     l.push_back({"1 / |q_t|, 1 / |k_t|", f + (8 * kC + 4) * 4});
     l.push_back({"past the norms", f + (8 * kC + 4) * 4 + 2 * kC * 4});
 }
@@ -109,11 +109,11 @@ static void layout_b_tail(std::vector<EmuRegion> &l, uint32_t f) {
 static_assert(kSmemB<false> <= 232448 && kSmemB<true> <= 232448, "wsm4 holds the dynamic allocation");
 bool tg_emu_has_wgb(int) { return true; }
 size_t tg_emu_kSmemB(int delta) { return delta ? kSmemB<true> : kSmemB<false>; }
-std::vector<EmuRegion> tg_emu_layout_b(int delta) {
+static std::vector<EmuRegion> layout_b(int delta, bool pre) {
     std::vector<EmuRegion> l = layout_b_common(delta);
     if (!delta) {
         l.insert(l.end(), {{"P hi", (uint32_t)bPh}, {"P lo", (uint32_t)bPl}, {"Kw hi", (uint32_t)bWh}, {"Kw lo", (uint32_t)bWl}});
-        layout_b_tail(l, bF<false>);
+        layout_b_tail(l, bF<false>, pre);
     } else {
         l.insert(l.end(), {{"A (F32) / T hi", (uint32_t)bAf},
                            {"A (F32) / T lo", (uint32_t)bTl},
@@ -122,12 +122,20 @@ std::vector<EmuRegion> tg_emu_layout_b(int delta) {
                            {"T (F32) / P lo", (uint32_t)bPlD},
                            {"T (F32)", (uint32_t)(bPlD + 8192)},
                            {"R lo / U lo", (uint32_t)bRl}});
-        layout_b_tail(l, bF<true>);
+        layout_b_tail(l, bF<true>, pre);
     }
     return l;
 }
+std::vector<EmuRegion> tg_emu_layout_b(int delta) { return layout_b(delta, false); }
 void tg_emu_kernel_b(int delta, const EmuArgs &e) {
     const chunk_args a = args_of(e);
+#if TG_EMU_G
+    if (e.G) {
+        if (delta) delta_wgb_pre_kernel<true>(a);
+        else delta_wgb_pre_kernel<false>(a);
+        return;
+    }
+#endif
     if (delta) delta_wgb_kernel<true>(a);
     else delta_wgb_kernel<false>(a);
 }
@@ -153,6 +161,13 @@ void tg_emu_kernel_b(int, const EmuArgs &) {}
 bool tg_emu_has_seg() { return true; }
 void tg_emu_kernel_seg(int seg, const EmuArgs &e) {
     const chunk_args a = args_of(e);
+#if TG_EMU_G
+    if (e.G) {
+        if (seg == 1) delta_wgb_segpre_kernel<1>(a);
+        else delta_wgb_segpre_kernel<2>(a);
+        return;
+    }
+#endif
     if (seg == 1) delta_wgb_seg_kernel<1>(a);
     else delta_wgb_seg_kernel<2>(a);
 }
@@ -163,6 +178,8 @@ void tg_emu_kernel_seg(int, const EmuArgs &) {}
 
 #if TG_EMU_G
 bool tg_emu_has_g() { return true; }
+size_t tg_emu_kSmemBP(int delta) { return delta ? kSmemB<true, true> : kSmemB<false, true>; }
+std::vector<EmuRegion> tg_emu_layout_bp(int delta) { return layout_b(delta, true); }
 int tg_emu_gate_words() { return kGateWords; }
 size_t tg_emu_gates_smem() { return 8 * kGateWords * 4; }
 void tg_emu_gates_b(const EmuArgs &e, long long units) {
@@ -177,6 +194,8 @@ void tg_emu_gates_b(const EmuArgs &e, long long units) {
 }
 #else
 bool tg_emu_has_g() { return false; }
+size_t tg_emu_kSmemBP(int) { return 0; }
+std::vector<EmuRegion> tg_emu_layout_bp(int) { return {}; }
 int tg_emu_gate_words() { return 0; }
 size_t tg_emu_gates_smem() { return 0; }
 void tg_emu_gates_b(const EmuArgs &, long long) {}

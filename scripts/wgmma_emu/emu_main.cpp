@@ -89,9 +89,10 @@ static Result run_kernel(const Case &c, const Inputs &in, int order, uint32_t sb
             }
         emu_set_global_kind("gate arrays", 0);
     }
-    const size_t ksm = wgb ? tg_emu_kSmemB(c.delta) : tg_emu_kSmem(c.delta);
+    const size_t ksm = a.G ? tg_emu_kSmemBP(c.delta) : wgb ? tg_emu_kSmemB(c.delta) : tg_emu_kSmem(c.delta);
     // the shared window: the dynamic allocation starts at sbase (16-byte aligned); the kernel aligns
-    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm, wgb ? tg_emu_layout_b(c.delta) : tg_emu_layout(c.delta));
+    emu_set_smem(tg_emu_smem_host(), tg_emu_smem_host_bytes(), sbase, ksm,
+                 a.G ? tg_emu_layout_bp(c.delta) : wgb ? tg_emu_layout_b(c.delta) : tg_emu_layout(c.delta));
     if (nseg >= 2) {
         for (int seg = 1; seg <= 2; seg++)
             for (int blk = 0; blk < blocks * (seg == 1 ? a.nseg - 1 : a.nseg); blk++)

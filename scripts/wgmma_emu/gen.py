@@ -227,8 +227,9 @@ def main():
     delta = has_delta(kernel)
     wgb = has_wgb(head_b if head_b else head)
     seg = has_seg(head_b) if wgb == 2 else 0
-    # the BF16 kernels' gate arrays from delta_gates_kernel (chunk_args::G) where they read a.G
-    pre_g = 1 if wgb == 2 and re.search(r'\ba\.G\b', head_b) else 0
+    # the BF16 kernels that copy gate arrays made beforehand (chunk_args::G): delta_wgb_pre_kernel<DELTA> and
+    # delta_wgb_segpre_kernel<SEG>
+    pre_g = 1 if wgb == 2 and seg and re.search(r'\bdelta_wgb_pre_kernel\b', head_b) and re.search(r'\bdelta_wgb_segpre_kernel\b', head_b) else 0
     with open(os.path.join(out, 'sm90a', os.path.basename(KERNEL_B)), 'w') as f:
         f.write(rewrite(head_b) + '\n}  // namespace\n' if head_b and wgb else '// (not in this tree, or left out)\n')
     with open(os.path.join(out, 'emu_config.h'), 'w') as f:
@@ -240,8 +241,8 @@ def main():
             1: 'delta_wgb_kernel (GATED_LINEAR, BF16 q/k/v; shared memory kSmemB)',
             2: 'delta_wgb_kernel<DELTA> (GATED_LINEAR and GATED_DELTA, BF16 q/k/v; shared memory kSmemB<DELTA>)'}[wgb]))
         f.write('#define TG_EMU_SEG %d  // %s\n' % (seg, 'delta_wgb_seg_kernel<SEG> (GATED_LINEAR\'s segments)' if seg else 'no segment kernels'))
-        f.write('#define TG_EMU_G %d  // %s\n' % (pre_g, 'the BF16 kernels copy gate arrays made beforehand (a.G; gate_unit)' if pre_g
-                                                  else 'the BF16 kernels make their gate arrays themselves'))
+        f.write('#define TG_EMU_G %d  // %s\n' % (pre_g, 'delta_wgb_pre_kernel<DELTA>, delta_wgb_segpre_kernel<SEG> (gate arrays from a.G)' if pre_g
+                                                  else 'no kernels with gate arrays made beforehand'))
     print('gen.py: %s -> %s (%s%s)' % (src, out, 'GATED_LINEAR, GATED_DELTA' if delta else 'GATED_LINEAR only',
                                        {0: '', 1: '; delta_wgb_kernel', 2: '; delta_wgb_kernel<DELTA>'}[wgb] +
                                        ('; delta_wgb_seg_kernel<SEG>' if seg else '') + ('; gate arrays beforehand' if pre_g else '')))

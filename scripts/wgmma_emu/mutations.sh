@@ -148,7 +148,7 @@ mut wgbseg_kz_on_gamma_nan wgbseg3_gl_T320_zero_v_mid "b('return x == 0.0f && !g
 # the BF16 kernels' gate arrays made beforehand (a.G; n/a on trees without it): one gate buffer (the next chunk's
 # copy lands over the arrays being read), the wrong chunk's arrays copied, the copy issued after its group's commit
 # (so cp.async.wait_group 0 does not wait for it)
-mut wgbgate_one_buffer wgb_gl_T130_g0.2 "b('auto garr = [&](int c) { return (float *)(sm + bF<DELTA> + c * kGB); };', 'auto garr = [&](int c) { return (float *)(sm + bF<DELTA>); };'); b('cp_gates(sb + bF<DELTA> + buf * kGB,', 'cp_gates(sb + bF<DELTA>,')"
+mut wgbgate_one_buffer wgb_gl_T130_g0.2 "b('(PRE ? c * kGB : 0)', '0'); b('cp_gates(sb + bF<DELTA> + buf * kGB,', 'cp_gates(sb + bF<DELTA>,')"
 mut wgbgate_wrong_chunk wgb_gd_T130_g0.2 "b('gu0 + c0 / kC);', 'gu0 + (c0 / kC + 1) % 3);')"
 mut wgbgate_after_commit wgbseg2_gl_T130_g0.2 "b('        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);\n        cp_commit();', '        cp_commit();\n        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);')"
 rmdir "$build/mut" 2>/dev/null
