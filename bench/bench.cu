@@ -658,15 +658,15 @@ int main(int argc, char **argv) {
         }
         bench_delta("gla.long/3p", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, phases, BF);
     }
-    // the gate arrays from the other source (knob delta_chunk_gk): the segment kernels' by their warp 0 (1:
-    // before session 54), delta_wgb_kernel's by delta_gates_kernel beforehand (2: slower, session 54)
+    // delta_wgb_kernel's and the segment kernels' gate arrays by their warp 0 (knob delta_chunk_gk 1: before
+    // session 54) instead of by delta_gates_kernel beforehand
     {
-        tg_cuda_sig_knobs gk1 = dflt, gk2 = dflt;
-        gk1.delta_chunk_gk = 1, gk2.delta_chunk_gk = 2;
+        tg_cuda_sig_knobs gk1 = dflt;
+        gk1.delta_chunk_gk = 1;
+        bench_delta("gla.prefill.bf16/gk1", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
+        bench_delta("gdn.prefill.bf16/gk1", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, gk1, BF);
         bench_delta("gla.x32.bf16/gk1", 2, 8192, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
         bench_delta("gla.long/gk1", 1, 16384, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk1, BF);
-        bench_delta("gla.prefill.bf16/gk2", 8, 2048, 16, 128, GL, TG_GATE_LOG, false, false, 0, false, gk2, BF);
-        bench_delta("gdn.prefill.bf16/gk2", 8, 2048, 16, 128, GD, TG_GATE_LOG, true, true, 0, false, gk2, BF);
     }
     for (int T : {16, 32, 64, 128, 256}) {
         static char ids[5][2][40];

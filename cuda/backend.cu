@@ -574,7 +574,7 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     if (const char *env = getenv("TG_CUDA_DELTA_BULK")) impl->sig.delta_chunk_bulk = atoi(env) == 0 ? 1 : 0;
     if (const char *env = getenv("TG_CUDA_DELTA_FO")) impl->sig.delta_chunk_fo = atoi(env) == 0 ? 1 : 0;
     if (const char *env = getenv("TG_CUDA_DELTA_SEG")) impl->sig.delta_chunk_seg = atoi(env) <= 0 ? 1 : atoi(env);
-    if (const char *env = getenv("TG_CUDA_DELTA_GK")) impl->sig.delta_chunk_gk = atoi(env) == 0 ? 1 : atoi(env) == 2 ? 2 : 0;
+    if (const char *env = getenv("TG_CUDA_DELTA_GK")) impl->sig.delta_chunk_gk = atoi(env) == 0 ? 1 : 0;
     if (const char *env = getenv("TG_CUDA_ATTN_SPLIT_DC")) impl->sig.attn_split_dc = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_ATTN_ROWS")) {
         const int v = atoi(env);

@@ -467,13 +467,11 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const unsigned grid = (unsigned)blocks;
     const bool wg = full && tg_cuda_delta_wg_takes(a) && tg_cuda_delta_wg_ready(be) && tg_cuda_delta_wg_smem(be, a) <= (size_t)optin;
     // where delta_wgb_kernel runs: GATED_LINEAR's segments (seg_plan), and every chunk's gate arrays
-    // made beforehand by delta_gates_kernel (knob delta_chunk_gk: by default for the segments) where
-    // they fit kGateScratch
+    // made beforehand by delta_gates_kernel where they fit kGateScratch (knob delta_chunk_gk)
     const bool wgb_runs = wg && tg_cuda_delta_wg_bf16(be, a);
     a.nseg = wgb_runs && wgb ? seg_plan(cu, dst, &a.tseg) : 1;
     const long long gunits = (T + kC - 1) / kC * Hv * B;
-    const int gk = cu->sig.delta_chunk_gk;
-    const bool pre_gates = wgb_runs && (gk == 2 || (gk == 0 && a.nseg >= 2)) && gunits <= kGateScratch / (kGateWords * 4);
+    const bool pre_gates = wgb_runs && cu->sig.delta_chunk_gk == 0 && gunits <= kGateScratch / (kGateWords * 4);
     if (wgb_runs) {
         if (a.nseg >= 2 && blocks * a.nseg > INT_MAX)
             return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
@@ -510,8 +508,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     }
     TG_CUDA_LAUNCHED(be, call);
     char segs[24] = "";
-    // (the gate arrays' source where it is not the default one)
-    snprintf(segs, sizeof(segs), "%s", !wgb_runs ? "" : a.nseg >= 2 && !pre_gates ? "/gk1" : a.nseg < 2 && pre_gates ? "/gk2" : "");
+    snprintf(segs, sizeof(segs), "%s", wgb_runs && !pre_gates ? "/gk1" : "");  // (the gate arrays by warp 0)
     if (a.nseg >= 2) snprintf(segs + strlen(segs), sizeof(segs) - strlen(segs), "/seg%d", a.nseg);
     snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
              wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar", segs);

@@ -34,8 +34,8 @@ struct ck_case {
     float second_gate = 0.0f;   // != 0: this gate at token second_at of every sequence and head too
     int second_at = 0;
     int zero_v = 0;             // values of tokens < zero_v exactly zero (their state contributions exact zeros)
-    int gk = 0;                 // knob delta_chunk_gk (1: the segment kernels' gate arrays by their warp 0, "/gk1";
-                                // 2: delta_wgb_kernel's made beforehand by delta_gates_kernel, "/gk2")
+    int gk = 0;                 // knob delta_chunk_gk (1: delta_wgb_kernel's and the segment kernels' gate arrays
+                                // by their warp 0, "/gk1"; 0: made beforehand by delta_gates_kernel)
 };
 tg_type q_type(const ck_case &c) { return c.q_io < 0 ? c.io : (tg_type)c.q_io; }
 void PrintTo(const ck_case &c, std::ostream *os) { *os << c.name; }

@@ -111,10 +111,9 @@ TEST_P(CudaDeltaChunked, MatchesFloat64Oracle) {
     EXPECT_EQ(seg_at == std::string::npos ? 0LL : std::atoll(variant.c_str() + seg_at + 4), wgb_ran ? want_seg : 0LL)
         << variant << " (segments) on " << sms << " SMs";
     if (std::string(c.name).rfind("seg_", 0) == 0 && wg_state == 0) EXPECT_TRUE(wgb_ran && want_seg >= 2) << c.name << ": " << variant;
-    // the gate arrays: the segment kernels' made beforehand by delta_gates_kernel unless knob delta_chunk_gk is 1,
-    // delta_wgb_kernel's by its warp 0 unless the knob is 2
-    EXPECT_EQ(variant.find("/gk1") != std::string::npos, wgb_ran && want_seg >= 2 && c.gk == 1) << variant;
-    EXPECT_EQ(variant.find("/gk2") != std::string::npos, wgb_ran && want_seg < 2 && c.gk == 2) << variant;
+    // delta_wgb_kernel's and the segment kernels' gate arrays: made beforehand by delta_gates_kernel unless knob
+    // delta_chunk_gk is 1 (then by their warp 0)
+    EXPECT_EQ(variant.find("/gk1") != std::string::npos, wgb_ran && c.gk == 1) << variant;
     if (std::string(c.name).rfind("wgbx_", 0) == 0 || std::string(c.name).rfind("wgbn_", 0) == 0) {
         const long long pairs = (long long)c.B * c.Hv;
         const bool rule = 2 * pairs > sms || (c.mode == TG_DELTA_GATED_DELTA ? pairs * 12 >= 5LL * sms && c.T < 1024
@@ -311,13 +310,12 @@ std::vector<ck_case> ck_cases() {
         {"seg_gla_gate85_at_third_segment", 1, 400, 1, 2, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 85.0f, -1, 0, 256, 4},
         {"seg_gla_big_first_gate_then_-inf_no_state", 2, 384, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 100.0f, -1, 0, 0, 3, -INFINITY, 100},
         {"seg_gla_zero_v_then_big_then_-inf_mid_segment_no_state", 2, 384, 1, 2, 128, 128, GL, LOG, true, -1, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 0, F32, 0, 0, 0, 100.0f, -1, 0, 128, 3, -INFINITY, 200, 128},
-        // the gate arrays from the other source (knob delta_chunk_gk): the segment kernels' made by their warp 0
-        // (1; the other segment cases take them from delta_gates_kernel) with a short last segment and -inf gates;
-        // the single kernel's made beforehand by delta_gates_kernel (2; the other cases have warp 0's) with linear
-        // negative gates and linear zero gates, both modes
+        // the same kernels with their gate arrays made by warp 0 (knob delta_chunk_gk 1; the other cases take them
+        // from delta_gates_kernel): segments with a short last one and -inf gates, linear negative and linear zero
+        // gates on the single kernel, both modes
         {"seg_gla_gk1_3_short_last_-inf_gates_Hv4Hk1_Dv256_bf16_state", 2, 400, 1, 4, 128, 256, GL, LOG, false, BF16, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 9, 0, F32, 0, 0, 0, 0.0f, -1, 0, 0, 3, 0.0f, 0, 0, 1},
-        {"full_gla_bf16k_gk2_linear_negative_gates", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 0.0f, -1, 0, 0, 0, 0.0f, 0, 0, 2},
-        {"full_gdn_gk2_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 0, 0.0f, -1, 0, 0, 0, 0.0f, 0, 0, 2},
+        {"full_gla_bf16k_gk1_linear_negative_gates", 2, 200, 1, 2, 128, 128, GL, LIN, true, F32, BF16, CHUNKED, -1.0f, 1.0f, 0.0f, 1.0f, 0, 128, F32, 1, 0, 0, 0.0f, -1, 0, 0, 0, 0.0f, 0, 0, 1},
+        {"full_gdn_gk1_linear_zero_gates_bf16", 2, 200, 1, 2, 128, 128, GD, LIN, true, F32, BF16, CHUNKED, 0.7f, 1.0f, 0.0f, 1.0f, 11, 128, F32, 1, 0, 0, 0.0f, -1, 0, 0, 0, 0.0f, 0, 0, 1},
         {"full_gla_bf16k_T8193_noseg", 1, Tx, 1, 1, 128, 128, GL, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 128, BF16, 1, 0, 0, 0.0f, -1, 0, 0, 1},
         {"3p_generic_gdn_D128_bv16_bf16", 1, 300, 1, 2, 128, 128, GD, LOG, true, F32, BF16, CHUNKED, -0.2f, 0.0f, 0.0f, 1.0f, 0, 16, F32, 2, 1},
         // BF16 q/k/v at 48 and 64 (sequence, value head) pairs, fewer than fill the GPU: AUTO takes the
