@@ -120,9 +120,9 @@ struct tg_cuda_sig_knobs {
     // the gate arrays of delta_wgb_kernel and GATED_LINEAR's segment kernels: made in the kernel by warp
     // 0 a chunk ahead (the other warps wait for its chain), or made for every chunk beforehand by
     // delta_gates_kernel into the scratch (2,064 bytes a chunk and value head, where that fits
-    // kGateScratch) and copied beside each chunk's tiles. 0: beforehand (gla.x32.bf16 323-328 -> 280-281
-    // us, gla.prefill.bf16 217-220 -> 207, gdn.prefill.bf16 499-502 -> 491 on an H100, session 54); 1: by
-    // warp 0 (before / after: bench rows */gk1). Env TG_CUDA_DELTA_GK=0 sets 1.
+    // kGateScratch) and copied beside each chunk's tiles. 0: beforehand (on an H100, session 54, knob 1
+    // in brackets: gla.x32.bf16 282-285 [332-333] us, gla.prefill.bf16 203-207 [224], gdn.prefill.bf16
+    // 490 [502]); 1: by warp 0 (bench rows */gk1). Env TG_CUDA_DELTA_GK=0 sets 1.
     int delta_chunk_gk = 0;
     // mul_mat GEMV (N <= 8, cuda/mmv.cu, and the quantized one of
     // cuda/mul_mat_quant.cu): rows per block of 128 threads (per group of
