@@ -133,7 +133,7 @@ struct tg_cuda_impl {
     tg_cuda_sig_knobs sig;
     const char *sig_last[5] = {"", "", "", "", ""};
     // slots of delta_smem_set: the single-kernel form's 3 kernels (cuda/delta_rule_chunked.cu), the
-    // chunk-parallel form's 35 (cuda/delta_rule_chunked_phases.cu), the wgmma kernels' eleven (TF32
+    // chunk-parallel form's 35 (cuda/delta_rule_chunked_phases.cu), the wgmma kernels' fifteen (TF32
     // GATED_LINEAR and GATED_DELTA: cuda/sm90a/delta_rule_chunked_wg.cu; BF16 GATED_LINEAR and
     // GATED_DELTA: cuda/sm90a/delta_rule_chunked_wgb.cu; the chunk-parallel form's BF16 output
     // kernel: cuda/sm90a/delta_rule_out_wgb.cu; its BF16 prep kernels, GATED_DELTA and

@@ -471,17 +471,22 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     const bool wgb_runs = wg && tg_cuda_delta_wg_bf16(be, a);
     a.nseg = wgb_runs && wgb ? seg_plan(cu, dst, &a.tseg) : 1;
     const long long gunits = (T + kC - 1) / kC * Hv * B;
-    const bool pre_gates = wgb_runs && cu->sig.delta_chunk_gk == 0 && gunits <= kGateScratch / (kGateWords * 4);
+    bool pre_gates = wgb_runs && cu->sig.delta_chunk_gk == 0 && gunits <= kGateScratch / (kGateWords * 4);
     if (wgb_runs) {
         if (a.nseg >= 2 && blocks * a.nseg > INT_MAX)
             return tg_err(TG_ERR_UNSUPPORTED, "[%s] CUDA: grid of %lld blocks too large", call, blocks * a.nseg);
         // the scratch: the gate arrays, then the segments' states and decays
-        const size_t g_bytes = pre_gates ? tg_cuda_align256((size_t)gunits * kGateWords * 4) : 0;
+        size_t g_bytes = pre_gates ? tg_cuda_align256((size_t)gunits * kGateWords * 4) : 0;
         const size_t s_bytes = a.nseg >= 2 ? tg_cuda_align256((size_t)blocks * (size_t)a.nseg * 16384 * 4) : 0;
         const size_t d_bytes = a.nseg >= 2 ? (size_t)(B * Hv) * (size_t)(a.nseg - 1) * 8 : 0;
         void *scr = nullptr;
         if (g_bytes + s_bytes + d_bytes > 0) {
-            if (const tg_status s = tg_cuda_scratch(be, g_bytes + s_bytes + d_bytes, &scr, call); s != TG_OK) return s;
+            tg_status s = tg_cuda_scratch(be, g_bytes + s_bytes + d_bytes, &scr, call);
+            if (s != TG_OK && pre_gates) {  // (out of memory, or a capture: warp 0's gate arrays need none of it)
+                pre_gates = false, g_bytes = 0;
+                s = s_bytes + d_bytes > 0 ? tg_cuda_scratch(be, s_bytes + d_bytes, &scr, call) : TG_OK;
+            }
+            if (s != TG_OK) return s;
         }
         if (pre_gates) {
             a.G = (const float *)scr;

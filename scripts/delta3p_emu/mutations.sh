@@ -83,9 +83,9 @@ run prep_no_norm_barrier bug sm90a/delta_rule_prep_wgb.cu \
 # the prep: the proxy fence before the wgmmas read the cp.async tiles
 run prep_no_proxy_fence bug sm90a/delta_rule_prep_wgb.cu \
     "'    cp_wait0();\n    proxy_fence();\n    __syncthreads();\n\n    // 1:'" "'    cp_wait0();\n    __syncthreads();\n\n    // 1:'" T130_bv16
-# the gates kernel: the __syncwarp before lane 0 reads the warp's gate arrays
-run gates_no_syncwarp bug delta_rule_chunked_phases.cu \
-    "'    __syncwarp();\n    if (lane == 0) a.gam[u]'" "'    if (lane == 0) a.gam[u]'" T130_bv16
+# the gates kernel (gate_unit): the __syncwarp before the warp copies its gate arrays out
+run gates_no_syncwarp bug delta_rule_phases.cuh \
+    "'    __syncwarp();\n    for (int i = lane; i < kGateWords; i += 32) g[i] = s[i];'" "'    for (int i = lane; i < kGateWords; i += 32) g[i] = s[i];'" T130_bv16
 # s2 trees (bench/results/state2-vd-s48.diff; n/a elsewhere): the state warps write the next state into
 # the copy the output warps read in this chunk
 run s2_same_copy bug delta_rule_state_pass.cu \
