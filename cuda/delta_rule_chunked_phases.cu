@@ -409,12 +409,7 @@ size_t phase_scratch(long long units, int DKP, int DVP, bool delta, bool fo, siz
 // instructions (a quarter of the prep kernel's time at gdn.long, session 45).
 __global__ void __launch_bounds__(256) delta_gates_kernel(const phase_args a, long long units) {
     __shared__ float sg[8][kGateWords];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const long long u = (long long)blockIdx.x * 8 + warp;
-    if (u >= units) return;  // (whole warps; no block barrier below)
-    const phase_unit pu = unit_of(a, u);
-    const float gam = gate_unit(a, pu.h, pu.b, pu.t0, pu.n, sg[warp], a.G + u * kGateWords);
-    if (lane == 0 && a.gam) a.gam[u] = gam;  // (no gamma for delta_wgb_kernel: tg_cuda_delta_gates_launch)
+    gates_warp(a, units, sg[threadIdx.x >> 5]);
 }
 
 }  // namespace
@@ -531,10 +526,7 @@ tg_status run_phases(tg_backend *be, const tg_tensor *dst, const chunk_args &c, 
 }
 
 void tg_cuda_delta_gates_launch(tg_backend *be, const chunk_args &c, float *G, long long units) {
-    phase_args a = {};
-    a.g = c.g, a.beta = c.beta, a.Hk = c.Hk, a.Hv = c.Hv, a.T = c.T, a.log_gate = c.log_gate;
-    a.NC = (int)((c.T + kC - 1) / kC), a.G = G;  // (a.gam NULL: no gamma)
-    delta_gates_kernel<<<(unsigned)((units + 7) / 8), 256, 0, tg_cuda(be)->stream>>>(a, units);
+    delta_gates_kernel<<<(unsigned)((units + 7) / 8), 256, 0, tg_cuda(be)->stream>>>(gates_args(c, G), units);
 }
 
 }  // namespace tg_chunk

@@ -85,6 +85,23 @@ __device__ inline phase_unit unit_of(const phase_args &a, long long x) {
     p.n = (int)(a.T - p.t0 < kC ? a.T - p.t0 : kC);
     return p;
 }
+// delta_gates_kernel's work for the calling warp: unit blockIdx.x 8 + warp of units (none past them), its
+// arrays made in s (the warp's kGateWords shared floats) and written to a.G, its gamma to a.gam where set
+__device__ inline void gates_warp(const phase_args &a, long long units, float *s) {
+    const long long u = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (u >= units) return;  // (whole warps; no block barrier)
+    const phase_unit pu = unit_of(a, u);
+    const float gam = gate_unit(a, pu.h, pu.b, pu.t0, pu.n, s, a.G + u * kGateWords);
+    if ((threadIdx.x & 31) == 0 && a.gam) a.gam[u] = gam;
+}
+// delta_gates_kernel's arguments for the chunks of the single-kernel form's c (delta_wgb_kernel's a.G;
+// no gamma)
+inline phase_args gates_args(const chunk_args &c, float *G) {
+    phase_args a = {};
+    a.g = c.g, a.beta = c.beta, a.Hk = c.Hk, a.Hv = c.Hv, a.T = c.T, a.log_gate = c.log_gate;
+    a.NC = (int)((c.T + kC - 1) / kC), a.G = G;
+    return a;
+}
 // one load buffer: W (kC rows of DKP), Kd^T (DKP rows of kC), the U slice (kC rows of BV)
 __host__ __device__ inline int state_buf(int DKP, int BV) {
     return kC * q_stride(DKP) + DKP * kPS + kC * v_stride(BV);

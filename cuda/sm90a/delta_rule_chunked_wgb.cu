@@ -108,7 +108,6 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
     const long long tb = SEG == 0 ? 0 : sg * a.tseg, te = SEG == 0 ? a.T : (tb + a.tseg < a.T ? tb + a.tseg : a.T);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
     const bool clear = tg_cuda_record_clear(a.err);
-    constexpr bool pre = PRE;
     const long long gu0 = ((long long)b * a.Hv + h) * ((a.T + kC - 1) / kC);  // a.G's unit of the sequence's chunk 0
     const bool has_state = a.state.data != nullptr;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
@@ -190,7 +189,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
             cp16(d + 16384 + off, kb + tt * a.k.nb[2] + 16 * cu, bytes);
             cp16(d + 32768 + off, vb + tt * a.v.nb[2] + 16 * cu, bytes);
         }
-        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);
+        if (PRE) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);
         cp_commit();
     };
     // l2norm: 1 / |q_t| and 1 / |k_t| of buffer buf's rows
@@ -227,7 +226,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
     // the first chunk
     if (!a.l2norm && tid < kC) sNq[tid] = 1.0f, sNk[tid] = 1.0f;
     stage(tb, 0);
-    if (warp == 0 && !pre) {
+    if (warp == 0 && !PRE) {
         float gl[2], bl[2];
         load_gates(tb, gl, bl);
         gates(gl, bl, 0);
@@ -244,7 +243,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
         const bool more = t0 + kC < t_end();
         if (more) stage(t0 + kC, c ^ 1);
         float gl[2], bl[2];  // the next chunk's gates (warp 0, without a.G)
-        if (warp == 0 && more && !pre) load_gates(t0 + kC, gl, bl);
+        if (warp == 0 && more && !PRE) load_gates(t0 + kC, gl, bl);
         // this chunk's gate arrays (gate buffer c)
         float *const sL = garr(c), *const sSg = sL + kC, *const sB = sSg + kC, *const sD0 = sB + kC, *const sDl = sD0 + kC;
         float *const sEp = sDl + kC, *const sEm = sEp + kC;
@@ -422,7 +421,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
         wgb_upd(accS, dVa + bd, dWh + (DELTA ? bd : 0) + (uint64_t)kWl);
         if constexpr (DELTA) wgb_upd(accS, dRla, dWh + bd);
         wg_commit();
-        if (warp == 0 && more && !pre) gates(gl, bl, c ^ 1);
+        if (warp == 0 && more && !PRE) gates(gl, bl, c ^ 1);
         wg_wait0();
         if constexpr (SEG != 1) pin(accQ);
         pin(accS);

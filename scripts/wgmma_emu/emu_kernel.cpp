@@ -182,15 +182,8 @@ size_t tg_emu_kSmemBP(int delta) { return delta ? kSmemB<true, true> : kSmemB<fa
 std::vector<EmuRegion> tg_emu_layout_bp(int delta) { return layout_b(delta, true); }
 int tg_emu_gate_words() { return kGateWords; }
 size_t tg_emu_gates_smem() { return 8 * kGateWords * 4; }
-void tg_emu_gates_b(const EmuArgs &e, long long units) {
-    const chunk_args a = args_of(e);
-    const int warp = threadIdx.x >> 5;
-    const long long u = (long long)blockIdx.x * 8 + warp, nc = (a.T + kC - 1) / kC;
-    if (u >= units) return;
-    const int c = (int)(u % nc), h = (int)((u / nc) % a.Hv), b = (int)(u / (nc * a.Hv));
-    const long long t0 = (long long)c * kC;
-    float *const s = (float *)wsm4 + warp * kGateWords;  // (the shared window starts at wsm4)
-    gate_unit(a, h, b, t0, (int)(a.T - t0 < kC ? a.T - t0 : kC), s, e.G + u * kGateWords);
+void tg_emu_gates_b(const EmuArgs &e, long long units) {  // (the shared window starts at wsm4)
+    gates_warp(gates_args(args_of(e), e.G), units, (float *)wsm4 + (threadIdx.x >> 5) * kGateWords);
 }
 #else
 bool tg_emu_has_g() { return false; }

@@ -150,7 +150,7 @@ mut wgbseg_kz_on_gamma_nan wgbseg3_gl_T320_zero_v_mid "b('return x == 0.0f && !g
 # (so cp.async.wait_group 0 does not wait for it)
 mut wgbgate_one_buffer wgb_gl_T130_g0.2 "b('(PRE ? c * kGB : 0)', '0'); b('cp_gates(sb + bF<DELTA> + buf * kGB,', 'cp_gates(sb + bF<DELTA>,')"
 mut wgbgate_wrong_chunk wgb_gd_T130_g0.2 "b('gu0 + c0 / kC);', 'gu0 + (c0 / kC + 1) % 3);')"
-mut wgbgate_after_commit wgbseg2_gl_T130_g0.2 "b('        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);\n        cp_commit();', '        cp_commit();\n        if (pre) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);')"
+mut wgbgate_after_commit wgbseg2_gl_T130_g0.2 "b('        if (PRE) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);\n        cp_commit();', '        cp_commit();\n        if (PRE) cp_gates(sb + bF<DELTA> + buf * kGB, a.G, gu0 + c0 / kC);')"
 rmdir "$build/mut" 2>/dev/null
 
 echo "mutations: $caught/$bugs planted bugs caught, $quiet/$benign benign rewrites not flagged, $na n/a (do not apply to this tree)"
