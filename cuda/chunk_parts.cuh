@@ -519,69 +519,91 @@ __device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) 
 }
 // ... the rest of the doubling, once the four diagonal blocks are in sT (after a barrier)
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT);
-// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 64), by doubling:
+// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 256), by doubling:
 // the four 16 x 16 diagonal blocks by forward substitution (one thread per column, the column in
 // registers: invert_diag16), then the 32 x 32 diagonal halves (T_10 = -T_11 A_10 T_00 for both
-// halves at once), then the 64 x 64 whole (the same with 32 x 32 blocks). The products X = A_10
-// T_00 go to the unused upper blocks of sT; the k loops are unrolled and keep to the triangles (a
-// NaN in a row of A reaches only that row and those after it, as in the substitution). Ends before
-// the last barrier: the caller syncs.
+// halves at once), then the 64 x 64 whole (the same with 32 x 32 blocks), the products on tensor
+// cores (invert_unit_lower_doubling_rest). The products X = A_10 T_00 go to the unused upper blocks
+// of sT. Ends before the last barrier: the caller syncs.
 template <int NT> __device__ inline void invert_unit_lower_doubling(const float *sA, float *sT) {
-    static_assert(NT % 64 == 0, "64 columns");
+    static_assert(NT % 256 == 0, "8 warps at least");
     const int tid = threadIdx.x;
     if (tid < kC) invert_diag16(sA, sT, tid & ~15, tid & 15);  // diagonal block b, column c
     __syncthreads();
     invert_unit_lower_doubling_rest<NT>(sA, sT);
 }
+// D += A B for one warp's 16 x 8 tile over k steps kb .. ke - 1 of 8: A's rows at a (16 of them,
+// row stride kPS), B's at b (k rows, stride kPS, 8 columns), both F32 in shared memory, on TF32
+// tensor cores with each operand split into hi = tf32(x) and lo = tf32(x - hi) and three products
+// (hi hi, hi lo, lo hi: the operands to about 2^-21, the lo lo term dropped) in three accumulators
+// (shorter dependent chains), added at the end: near-F32 products. d: rows g and g + 8, columns 2c
+// and 2c + 1 (g = lane / 4, c = lane % 4), the mma.sync m16n8k8 accumulator layout.
+__device__ inline void mma3_tile(const float *a, const float *b, int kb, int ke, float (&d)[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    float hh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lh[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int ks = 0; ks < 4; ks++) {
+        if (ks < kb || ks >= ke) continue;
+        const int k = 8 * ks;
+        const float av[4] = {a[g * kPS + k + c], a[(g + 8) * kPS + k + c], a[g * kPS + k + c + 4], a[(g + 8) * kPS + k + c + 4]};
+        const float bv[2] = {b[(k + c) * kPS + g], b[(k + c + 4) * kPS + g]};
+        frag_a ah, al;
+        frag_b bh, bl;
+#pragma unroll
+        for (int i = 0; i < 4; i++) ah.x[i] = to_tf32(av[i]), al.x[i] = to_tf32(av[i] - __uint_as_float(ah.x[i]));
+#pragma unroll
+        for (int i = 0; i < 2; i++) bh.x[i] = to_tf32(bv[i]), bl.x[i] = to_tf32(bv[i] - __uint_as_float(bh.x[i]));
+        mma_tf32(hh, ah, bh);
+        mma_tf32(hl, ah, bl);
+        mma_tf32(lh, al, bh);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) d[i] = (lh[i] + hl[i]) + hh[i];
+}
+// Stores sign * d (mma3_tile's tile) at row 0 of p (stride kPS)
+__device__ inline void put_tile(float *p, const float (&d)[4], float sign) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    *(float2 *)&p[g * kPS + 2 * c] = make_float2(sign * d[0], sign * d[1]);
+    *(float2 *)&p[(g + 8) * kPS + 2 * c] = make_float2(sign * d[2], sign * d[3]);
+}
+// The doubling's four products on TF32 tensor cores (mma3_tile: near-F32), one 16 x 8 tile a warp (8
+// warps at most busy; NT a multiple of 256), a barrier between steps. With every value finite these
+// are the F32 products the CUDA-core passes summed before session 55, up to rounding: the
+// triangles' zeros are exact zeros (invert_diag16 writes them), and the blocks those passes skipped
+// as partial sums (the X of the step before, above the diagonal) are skipped here too, by whole k
+// steps. A value that is not finite meets the triangles' zeros (0 x NaN = NaN), so a NaN or inf in
+// a row of A can reach T's rows before it as well as after it, inside the chunk: the outputs of
+// that chunk are already not kept to the NaN's token by the other products (docs/ops.md "NaN"),
+// and every later chunk gets NaN from the state either way. Ends before the last barrier.
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT) {
-    static_assert(NT % 64 == 0, "64 columns");
-    const int tid = threadIdx.x;
-    // 16 -> 32: half h (rows 32 h ..), X = A[16 + r][k] T[k][c] (k >= c) into block (0, 1) of the half
-#pragma unroll
-    for (int e = tid; e < 512; e += NT) {
-        const int h0 = (e >> 8) * 32, r = (e >> 4) & 15, c = e & 15;
-        float y = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 16; k++)
-            if (k >= c) y = fmaf(sA[(h0 + 16 + r) * kPS + h0 + k], sT[(h0 + k) * kPS + h0 + c], y);
-        sT[(h0 + r) * kPS + h0 + 16 + c] = y;
+    static_assert(NT % 256 == 0, "8 warps at least");
+    const int warp = threadIdx.x >> 5;
+    float d[4];
+    // 16 -> 32, half h (rows 32 h ..), columns 8 j ..: X = A_10 T_00 into block (0, 1) of the half,
+    // then T_10 = -T_11 X into block (1, 0)
+    const int h0 = 32 * (warp >> 1), j8 = 8 * (warp & 1);
+    if (warp < 4) {
+        mma3_tile(sA + (h0 + 16) * kPS + h0, sT + h0 * kPS + h0 + j8, 0, 2, d);
+        put_tile(sT + h0 * kPS + h0 + 16 + j8, d, 1.0f);
     }
     __syncthreads();
-#pragma unroll
-    for (int e = tid; e < 512; e += NT) {  // T[16 + r][c] = -T_11[r][k] X[k][c] (k <= r)
-        const int h0 = (e >> 8) * 32, r = (e >> 4) & 15, c = e & 15;
-        float z = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 16; k++)
-            if (k <= r) z = fmaf(sT[(h0 + 16 + r) * kPS + h0 + 16 + k], sT[(h0 + k) * kPS + h0 + 16 + c], z);
-        sT[(h0 + 16 + r) * kPS + h0 + c] = -z;
+    if (warp < 4) {
+        mma3_tile(sT + (h0 + 16) * kPS + h0 + 16, sT + h0 * kPS + h0 + 16 + j8, 0, 2, d);
+        put_tile(sT + (h0 + 16) * kPS + h0 + j8, d, -1.0f);
     }
     __syncthreads();
-    // 32 -> 64: X = A[32 + r][k] T[k][c] (k >= c) into the upper 32 x 32 block, two columns per item
-#pragma unroll
-    for (int e = tid; e < 512; e += NT) {
-        const int r = e >> 4, c = e & 15;
-        float y0 = 0.0f, y1 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 32; k++) {
-            const float a = sA[(32 + r) * kPS + k];
-            if (k >= c) y0 = fmaf(a, sT[k * kPS + c], y0);
-            if (k >= c + 16) y1 = fmaf(a, sT[k * kPS + c + 16], y1);
-        }
-        sT[r * kPS + 32 + c] = y0, sT[r * kPS + 48 + c] = y1;
+    // 32 -> 64, rows 16 m .. of the lower half, columns 8 j ..: X = A_10 T_00 (T_00's block (0, 1) is
+    // the first step's X: columns 16 .. take k from 16 on) into the upper 32 x 32 block, then
+    // T_10 = -T_11 X (T_11's block (0, 1), the first step's X of half 1: rows 32 .. 47 take k < 16)
+    const int m16 = 16 * (warp >> 2), n8 = 8 * (warp & 3);
+    if (warp < 8) {
+        mma3_tile(sA + (32 + m16) * kPS, sT + n8, n8 >= 16 ? 2 : 0, 4, d);
+        put_tile(sT + m16 * kPS + 32 + n8, d, 1.0f);
     }
     __syncthreads();
-#pragma unroll
-    for (int e = tid; e < 512; e += NT) {  // T[32 + r][c] = -T_11[r][k] X[k][c] (k <= r)
-        const int r = e >> 4, c = e & 15;
-        float z0 = 0.0f, z1 = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 32; k++) {
-            if (k > r) continue;
-            const float t = sT[(32 + r) * kPS + 32 + k];
-            z0 = fmaf(t, sT[k * kPS + 32 + c], z0), z1 = fmaf(t, sT[k * kPS + 48 + c], z1);
-        }
-        sT[(32 + r) * kPS + c] = -z0, sT[(32 + r) * kPS + c + 16] = -z1;
+    if (warp < 8) {
+        mma3_tile(sT + (32 + m16) * kPS + 32, sT + 32 + n8, 0, m16 == 0 ? 2 : 4, d);
+        put_tile(sT + (32 + m16) * kPS + n8, d, -1.0f);
     }
 }
 

@@ -196,6 +196,8 @@ int main(int argc, char **argv) {
         {"gd_T200_nol2_inf_bf16o_Dv256_Hv4", 1, 200, 1, 1, 4, 256, -0.5f, 0.0f, 1, 0, 1, 2},
         {"gd_T130_beta01", 1, 130, 1, 1, 2, 128, -0.2f, 0.0f, 0, 1, 1, 0, 0, 2, 1},
         {"gd_T64_beta1", 1, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0, 0, 2, 2},
+        // weak gates and beta 1: T's blocks far from the diagonal are not damped (the doubling's far products matter)
+        {"gd_T64_weak_gates_beta1", 1, 64, 1, 1, 1, 128, -0.01f, 0.0f, 0, 1, 1, 0, 0, 2, 2},
         {"gl_T200_linear_zero_neg_f16", 0, 200, 1, 1, 2, 128, 0.7f, 1.0f, 0, 1, 1, 0, 1, 1},
         {"gl_T130_g0.2", 0, 130, 1, 1, 2, 256, -0.2f, 0.0f, 0, 1, 1, 0},
         {"gl_T64", 0, 64, 1, 1, 1, 128, -0.2f, 0.0f, 0, 1, 1, 0},
