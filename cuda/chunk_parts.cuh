@@ -532,27 +532,32 @@ template <int NT> __device__ inline void invert_unit_lower_doubling(const float 
     __syncthreads();
     invert_unit_lower_doubling_rest<NT>(sA, sT);
 }
-// D += A B for one warp's 16 x 8 tile over k steps kb .. ke - 1 of 8: A's rows at a (16 of them,
+// x's TF32 part as the tensor cores read it: its F32 bits past the 10-bit mantissa dropped (one mask,
+// where cvt.rna.tf32.f32 is six instructions on sm_90); x - tf32_hi(x) is exact in F32
+__device__ inline unsigned tf32_hi(float x) { return __float_as_uint(x) & 0xffffe000u; }
+// D = A B for one warp's 16 x 8 tile over k steps kb .. ke - 1 of 8: A's rows at a (16 of them,
 // row stride kPS), B's at b (k rows, stride kPS, 8 columns), both F32 in shared memory, on TF32
-// tensor cores with each operand split into hi = tf32(x) and lo = tf32(x - hi) and three products
-// (hi hi, hi lo, lo hi: the operands to about 2^-21, the lo lo term dropped) in three accumulators
-// (shorter dependent chains), added at the end: near-F32 products. d: rows g and g + 8, columns 2c
-// and 2c + 1 (g = lane / 4, c = lane % 4), the mma.sync m16n8k8 accumulator layout.
+// tensor cores with each operand split into hi = tf32_hi(x) and lo = x - hi (which the tensor cores
+// truncate to TF32 in turn) and three products (hi hi, hi lo, lo hi: the operands to about 2^-20,
+// the lo lo term dropped) in three accumulators (shorter dependent chains), added at the end:
+// near-F32 products. d: rows g and g + 8, columns 2c and 2c + 1 (g = lane / 4, c = lane % 4), the
+// mma.sync m16n8k8 accumulator layout. The k loop stays rolled: unrolled, its loads for every step
+// at once took registers the wgmma kernels need (24-32 bytes of spills in delta_wgb_pre_kernel<true>
+// and delta_wg_kernel<true>, none rolled).
 __device__ inline void mma3_tile(const float *a, const float *b, int kb, int ke, float (&d)[4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     float hh[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lh[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int ks = 0; ks < 4; ks++) {
-        if (ks < kb || ks >= ke) continue;
+#pragma unroll 1
+    for (int ks = kb; ks < ke; ks++) {
         const int k = 8 * ks;
         const float av[4] = {a[g * kPS + k + c], a[(g + 8) * kPS + k + c], a[g * kPS + k + c + 4], a[(g + 8) * kPS + k + c + 4]};
         const float bv[2] = {b[(k + c) * kPS + g], b[(k + c + 4) * kPS + g]};
         frag_a ah, al;
         frag_b bh, bl;
 #pragma unroll
-        for (int i = 0; i < 4; i++) ah.x[i] = to_tf32(av[i]), al.x[i] = to_tf32(av[i] - __uint_as_float(ah.x[i]));
+        for (int i = 0; i < 4; i++) ah.x[i] = tf32_hi(av[i]), al.x[i] = __float_as_uint(av[i] - __uint_as_float(ah.x[i]));
 #pragma unroll
-        for (int i = 0; i < 2; i++) bh.x[i] = to_tf32(bv[i]), bl.x[i] = to_tf32(bv[i] - __uint_as_float(bh.x[i]));
+        for (int i = 0; i < 2; i++) bh.x[i] = tf32_hi(bv[i]), bl.x[i] = __float_as_uint(bv[i] - __uint_as_float(bh.x[i]));
         mma_tf32(hh, ah, bh);
         mma_tf32(hl, ah, bl);
         mma_tf32(lh, al, bh);
@@ -566,44 +571,48 @@ __device__ inline void put_tile(float *p, const float (&d)[4], float sign) {
     *(float2 *)&p[g * kPS + 2 * c] = make_float2(sign * d[0], sign * d[1]);
     *(float2 *)&p[(g + 8) * kPS + 2 * c] = make_float2(sign * d[2], sign * d[3]);
 }
-// The doubling's four products on TF32 tensor cores (mma3_tile: near-F32), one 16 x 8 tile a warp (8
-// warps at most busy; NT a multiple of 256), a barrier between steps. With every value finite these
-// are the F32 products the CUDA-core passes summed before session 55, up to rounding: the
-// triangles' zeros are exact zeros (invert_diag16 writes them), and the blocks those passes skipped
-// as partial sums (the X of the step before, above the diagonal) are skipped here too, by whole k
-// steps. A value that is not finite meets the triangles' zeros (0 x NaN = NaN), so a NaN or inf in
-// a row of A can reach T's rows before it as well as after it, inside the chunk: the outputs of
-// that chunk are already not kept to the NaN's token by the other products (docs/ops.md "NaN"),
-// and every later chunk gets NaN from the state either way. Ends before the last barrier.
+// The doubling's four products on TF32 tensor cores (mma3_tile: near-F32) by warps 0-3. Each step's
+// second product needs only the columns of X that the same warp made, so a warp makes both: 16 -> 32
+// one 16 x 8 tile of a half, 32 -> 64 one 8-column tile of both row blocks; one barrier between the
+// steps. With every value finite these are the F32 products the CUDA-core loops summed before session
+// 55, up to rounding: the triangles' zeros are exact zeros (invert_diag16 writes them), and the
+// blocks those loops skipped as partial sums (the X of the step before, above the diagonal) are
+// skipped here too, by whole k steps. A value that is not finite meets the triangles' zeros (0 x NaN
+// = NaN), so a NaN or inf in a row of A can reach T's rows before it as well as after it, inside the
+// chunk: the outputs of that chunk are already not kept to the NaN's token by the other products
+// (docs/ops.md "NaN"), and every later chunk gets NaN from the state either way. Ends before the last
+// barrier.
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT) {
     static_assert(NT % 256 == 0, "8 warps at least");
     const int warp = threadIdx.x >> 5;
-    float d[4];
-    // 16 -> 32, half h (rows 32 h ..), columns 8 j ..: X = A_10 T_00 into block (0, 1) of the half,
-    // then T_10 = -T_11 X into block (1, 0)
-    const int h0 = 32 * (warp >> 1), j8 = 8 * (warp & 1);
     if (warp < 4) {
+        // 16 -> 32, half h (rows 32 h ..), columns 8 j ..: X = A_10 T_00 into block (0, 1) of the half,
+        // then T_10 = -T_11 X into block (1, 0)
+        const int h0 = 32 * (warp >> 1), j8 = 8 * (warp & 1);
+        float d[4];
         mma3_tile(sA + (h0 + 16) * kPS + h0, sT + h0 * kPS + h0 + j8, 0, 2, d);
         put_tile(sT + h0 * kPS + h0 + 16 + j8, d, 1.0f);
-    }
-    __syncthreads();
-    if (warp < 4) {
+        __syncwarp();  // (the warp's own X tile, read back by its other lanes)
         mma3_tile(sT + (h0 + 16) * kPS + h0 + 16, sT + h0 * kPS + h0 + 16 + j8, 0, 2, d);
         put_tile(sT + (h0 + 16) * kPS + h0 + j8, d, -1.0f);
     }
     __syncthreads();
-    // 32 -> 64, rows 16 m .. of the lower half, columns 8 j ..: X = A_10 T_00 (T_00's block (0, 1) is
-    // the first step's X: columns 16 .. take k from 16 on) into the upper 32 x 32 block, then
-    // T_10 = -T_11 X (T_11's block (0, 1), the first step's X of half 1: rows 32 .. 47 take k < 16)
-    const int m16 = 16 * (warp >> 2), n8 = 8 * (warp & 3);
-    if (warp < 8) {
-        mma3_tile(sA + (32 + m16) * kPS, sT + n8, n8 >= 16 ? 2 : 0, 4, d);
-        put_tile(sT + m16 * kPS + 32 + n8, d, 1.0f);
-    }
-    __syncthreads();
-    if (warp < 8) {
-        mma3_tile(sT + (32 + m16) * kPS + 32, sT + 32 + n8, 0, m16 == 0 ? 2 : 4, d);
-        put_tile(sT + (32 + m16) * kPS + n8, d, -1.0f);
+    if (warp < 4) {
+        // 32 -> 64, columns 8 j .., rows 0 .. 15 and 16 .. 31 of X = A_10 T_00 (T_00's block (0, 1) is
+        // the first step's X: columns 16 .. take k from 16 on) into the upper 32 x 32 block, then the
+        // same rows of T_10 = -T_11 X (T_11's block (0, 1), the first step's X of half 1: rows 32 .. 47
+        // take k < 16)
+        const int n8 = 8 * warp, kb = n8 >= 16 ? 2 : 0;
+        float d[4];
+        mma3_tile(sA + 32 * kPS, sT + n8, kb, 4, d);
+        put_tile(sT + 32 + n8, d, 1.0f);
+        mma3_tile(sA + 48 * kPS, sT + n8, kb, 4, d);
+        put_tile(sT + 16 * kPS + 32 + n8, d, 1.0f);
+        __syncwarp();  // (the warp's own X columns, read back by its other lanes)
+        mma3_tile(sT + 32 * kPS + 32, sT + 32 + n8, 0, 2, d);
+        put_tile(sT + 32 * kPS + n8, d, -1.0f);
+        mma3_tile(sT + 48 * kPS + 32, sT + 32 + n8, 0, 4, d);
+        put_tile(sT + 48 * kPS + n8, d, -1.0f);
     }
 }
 
