@@ -519,14 +519,14 @@ __device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) 
 }
 // ... the rest of the doubling, once the four diagonal blocks are in sT (after a barrier)
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT);
-// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (a multiple of 256), by doubling:
+// T = (I + A)^-1 as invert_unit_lower computes it, by NT threads (warps 0-3 at least), by doubling:
 // the four 16 x 16 diagonal blocks by forward substitution (one thread per column, the column in
 // registers: invert_diag16), then the 32 x 32 diagonal halves (T_10 = -T_11 A_10 T_00 for both
 // halves at once), then the 64 x 64 whole (the same with 32 x 32 blocks), the products on tensor
 // cores (invert_unit_lower_doubling_rest). The products X = A_10 T_00 go to the unused upper blocks
 // of sT. Ends before the last barrier: the caller syncs.
 template <int NT> __device__ inline void invert_unit_lower_doubling(const float *sA, float *sT) {
-    static_assert(NT % 256 == 0, "8 warps at least");
+    static_assert(NT % 32 == 0 && NT >= 128, "warps 0-3");
     const int tid = threadIdx.x;
     if (tid < kC) invert_diag16(sA, sT, tid & ~15, tid & 15);  // diagonal block b, column c
     __syncthreads();
@@ -578,12 +578,13 @@ __device__ inline void put_tile(float *p, const float (&d)[4], float sign) {
 // 55, up to rounding: the triangles' zeros are exact zeros (invert_diag16 writes them), and the
 // blocks those loops skipped as partial sums (the X of the step before, above the diagonal) are
 // skipped here too, by whole k steps. A value that is not finite meets the triangles' zeros (0 x NaN
-// = NaN), so a NaN or inf in a row of A can reach T's rows before it as well as after it, inside the
+// = NaN; an inf splits into hi = inf and lo = NaN), so a NaN or inf in row r of A reaches T's rows from
+// the start of r's 16-row block on (the CUDA-core loops: from r, and an inf could stay inf), inside the
 // chunk: the outputs of that chunk are already not kept to the NaN's token by the other products
 // (docs/ops.md "NaN"), and every later chunk gets NaN from the state either way. Ends before the last
 // barrier.
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT) {
-    static_assert(NT % 256 == 0, "8 warps at least");
+    static_assert(NT % 32 == 0 && NT >= 128, "warps 0-3");
     const int warp = threadIdx.x >> 5;
     if (warp < 4) {
         // 16 -> 32, half h (rows 32 h ..), columns 8 j ..: X = A_10 T_00 into block (0, 1) of the half,

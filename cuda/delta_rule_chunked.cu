@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(NW * 32, 1) delta_chunked_kernel(const chunk_a
                 zero(accA);
                 wmma<NW, RP, MP, false, true>(acc, wt, DKP, q_at, kT_at, accA, k_at);
                 for_pairs(wt, [&](int r, int mi, int e, int t, int s) {
-                    for (int d = 0; d < 2; d++)  // F32: read by the substitution only
+                    for (int d = 0; d < 2; d++)  // F32: read by (I + A)^-1 only
                         sA[t * kPS + s + d] = s + d < t ? sB[t] * accA[r][mi][e + d] * decay(t, s + d) : 0.0f;
                 });
             } else {

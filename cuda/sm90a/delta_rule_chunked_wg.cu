@@ -16,8 +16,8 @@
 //   B       O = d(t, -1) Q S + P V (to global), S = d(C-1, -1) S + K~^T V; while B's wgmmas run,
 //           the next chunk's Q, K and gates are staged (its V^T after them, past a barrier)
 // GATED_DELTA (DELTA) first turns V into U by the UT transform: K S and K K^T (as Q S and Q K^T),
-// R = beta (V - d(t, -1) K S) over V^T, A = beta K K^T (.) decay as F32 rows, T = (I + A)^-1 on
-// CUDA cores, U = T R (T as a swizzled A operand) over R^T; then P and K~ without beta (U has it)
+// R = beta (V - d(t, -1) K S) over V^T, A = beta K K^T (.) decay as F32 rows, T = (I + A)^-1
+// (invert_unit_lower_doubling: diagonal blocks on CUDA cores, the rest on mma.sync), U = T R (T as a swizzled A operand) over R^T; then P and K~ without beta (U has it)
 // and the same phase B. F32 q/k/v stay on delta_chunked_kernel. Knob delta_chunk_wg.
 #include "wgmma.cuh"
 
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
         if constexpr (!DELTA) p_and_qs();
         [[maybe_unused]] float *const sAm = (float *)(sm + oAf), *const sTm = (float *)(sm + oTf);
         if constexpr (DELTA) {
-            // A = beta_t K_t . K_s d(t, s), s < t (F32, read by the substitution only); R = beta_t
+            // A = beta_t K_t . K_s d(t, s), s < t (F32, read by the doubling only); R = beta_t
             // (V_t - d(t, -1) (K S)_t) over V^T (each warpgroup its own 32 value columns: the rows
             // 32 wg .. of V^T, which only it reads until barrier (1))
 #pragma unroll

@@ -31,7 +31,7 @@
 //           K_t.K_s d(t, s) / |k_t| |k_s| (s < t) as F32 rows, R = beta_t (V_t - d(t, -1) (K S)_t /
 //           |k_t|) as hi over the raw V tile and lo (each warpgroup its own value columns), A's
 //           diagonal 16 x 16 blocks inverted meanwhile by the warps that hold them; (1a)
-//   T       the rest of T = (I + A)^-1 on CUDA cores, a barrier (the doubling reads A's rows), then
+//   T       the rest of T = (I + A)^-1 (its products on mma.sync), then
 //           T as hi and lo K-major tiles over them; (1b)
 //   A2      Q K^T, Q S and U = T_hi R_hi + T_hi R_lo + T_lo R_hi (the lo x lo term dropped); U as
 //           hi and lo over R (own columns), P (.) decay / |q| |k| without beta (U has it); (1c)
@@ -270,7 +270,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
             }
             wg_wait0();
             pin(accR), pin(accA);
-            // A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t), F32 rows for the substitution
+            // A = beta_t K_t.K_s d(t, s) / |k_t| |k_s| (s < t), F32 rows for (I + A)^-1
             float *const sAm = (float *)(sm + bAf), *const sTm = (float *)(sm + bTf);
             a_rows(accA, sAm, arow(0), 16 * wg + acol(0), sB, sNk, sL, sSg, sZ, sEp, sEm, tab);
             // A's diagonal block wg is this warpgroup's columns in warp wq = wg's rows: that warp

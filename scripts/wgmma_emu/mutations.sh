@@ -104,10 +104,11 @@ mut R_no_beta gd_T64 "k('x = tf32r(sB[t] * (x - keep_zero_mul', 'x = tf32r(1.0f 
 mut T_tile_no_diag gd_T64 "k('make_float4(s0 <= t ? tf32r(x.x)', 'make_float4(s0 < t ? tf32r(x.x)')"
 mut no_barrier_T_over_A gd_T64 "k('invert_unit_lower_doubling<kNT>(sAm, sTm);\n            __syncthreads();\n', 'invert_unit_lower_doubling<kNT>(sAm, sTm);\n')"
 # the doubling's products on tensor cores (chunk_parts.cuh, session 55): the barrier between its two steps dropped,
-# the __syncwarp before a step's second product (which reads the warp's own X) dropped, the last product reading
+# either __syncwarp before a step's second product (which reads the warp's own X) dropped, the last product reading
 # T_11's block above the diagonal (the first step's X, not zeros) and the third reading T_00's (under gates of
 # -0.1 a token those far blocks are damped below the 2e-3 tolerance: a case with weak gates and beta 1)
 mut tri_no_barrier gd_T64 "c('    }\n    __syncthreads();\n    if (warp < 4) {\n        // 32 -> 64', '    }\n    if (warp < 4) {\n        // 32 -> 64')"
+mut tri_no_syncwarp_first gd_T64 "c('        __syncwarp();  // (the warp\'s own X tile', '        // (the warp\'s own X tile')"
 mut tri_no_syncwarp_last gd_T64 "c('        __syncwarp();  // (the warp\'s own X columns', '        // (the warp\'s own X columns')"
 mut tri_last_reads_x gd_T64_weak "c('mma3_tile(sT + 32 * kPS + 32, sT + 32 + n8, 0, 2, d);', 'mma3_tile(sT + 32 * kPS + 32, sT + 32 + n8, 0, 4, d);')"
 mut tri_third_reads_x gd_T64_weak "c('kb = n8 >= 16 ? 2 : 0;', 'kb = 0;')"
