@@ -17,8 +17,9 @@
 //           the next chunk's Q, K and gates are staged (its V^T after them, past a barrier)
 // GATED_DELTA (DELTA) first turns V into U by the UT transform: K S and K K^T (as Q S and Q K^T),
 // R = beta (V - d(t, -1) K S) over V^T, A = beta K K^T (.) decay as F32 rows, T = (I + A)^-1
-// (invert_unit_lower_doubling: diagonal blocks on CUDA cores, the rest on mma.sync), U = T R (T as a swizzled A operand) over R^T; then P and K~ without beta (U has it)
-// and the same phase B. F32 q/k/v stay on delta_chunked_kernel. Knob delta_chunk_wg.
+// (invert_unit_lower_doubling: diagonal blocks on CUDA cores, the rest on mma.sync), U = T R (T as
+// a swizzled A operand) over R^T; then P and K~ without beta (U has it) and the same phase B. F32
+// q/k/v stay on delta_chunked_kernel. Knob delta_chunk_wg.
 #include "wgmma.cuh"
 
 namespace {
