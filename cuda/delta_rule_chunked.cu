@@ -515,7 +515,7 @@ tg_status tg_cuda_delta_rule_chunked(tg_backend *be, const tg_tensor *dst) {
     char segs[24] = "";
     snprintf(segs, sizeof(segs), "%s", wgb_runs && !pre_gates ? "/gk1" : "");  // (the gate arrays by warp 0)
     if (a.nseg >= 2) snprintf(segs + strlen(segs), sizeof(segs) - strlen(segs), "/seg%d", a.nseg);
-    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s%s", wg && tg_cuda_delta_wg_bf16(be, a) ? "bf16" : "tf32", a.DKP, BV, nw,
+    snprintf(cu->delta_name, sizeof(cu->delta_name), "chunked-%s/dk%d/bv%d/w%d%s%s", wgb_runs ? "bf16" : "tf32", a.DKP, BV, nw,
              wg ? "/full/wgmma" : full ? "/full" : a.qk_vec ? "" : "/scalar", segs);
     cu->delta_name_key[0] = -1;  // the scan's cached name is gone
     cu->sig_last[TG_CUDA_SIG_DELTA] = cu->delta_name;

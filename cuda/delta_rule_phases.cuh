@@ -58,6 +58,12 @@ constexpr int kH16QFloats = kH16WScale + 2 * kC;
 constexpr int kH16PScale = kC * kH16PLD / 2, kH16PFloats = kH16PScale + 4 * kC;
 static_assert(kH16QFloats % 4 == 0 && kH16PFloats % 4 == 0, "the fo regions in 16-byte units");
 constexpr int kGateWords = 8 * kC + 4;  // a unit's gate arrays (G): 2064 bytes, 129 16-byte units
+// chunk_gates into one unit's arrays at s in G's layout: L, sigma, beta, d(t, -1), d(C-1, t), the two
+// factor tables (floats), zero's index (ints), then the flags (and 3 words of padding, not written here)
+__device__ inline void gate_arrays(const float (&gl)[2], const float (&bl)[2], int log_gate, float *s) {
+    chunk_gates(gl, bl, log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC, s + 6 * kC,
+                (int *)(s + 8 * kC));
+}
 // One warp: the gate arrays of the chunk at token t0 (n tokens) of value head h, sequence b, made by
 // chunk_gates in shared s (kGateWords floats) and copied to g in G's layout; returns d(C-1, -1), the
 // chunk's decay. A: phase_args or chunk_args (their g, beta and log_gate).
@@ -66,8 +72,7 @@ template <class A> __device__ inline float gate_unit(const A &a, int h, int b, l
     float gl[2], bl[2];
     load_chunk_gates(a, h, b, t0, n, gl, bl);
     if (lane < 3) ((int *)s)[8 * kC + 1 + lane] = 0;
-    chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC, s + 6 * kC,
-                (int *)(s + 8 * kC));
+    gate_arrays(gl, bl, a.log_gate, s);
     __syncwarp();
     for (int i = lane; i < kGateWords; i += 32) g[i] = s[i];
     return chunk_decay(s, s + kC, (const int *)(s + 7 * kC), kC - 1, -1);

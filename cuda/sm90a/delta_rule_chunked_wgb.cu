@@ -197,11 +197,7 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
         if (SEG != 1 || tid >= 4 * kC) bf_norms(sm + buf * bBuf, sNq, sNk);  // (SEG 1: 1 / |k_t| only)
     };
     auto load_gates = [&](long long c0, float (&gl)[2], float (&bl)[2]) { load_chunk_gates(a, h, b, c0, rows_of(c0), gl, bl); };
-    auto gates = [&](const float (&gl)[2], const float (&bl)[2], int buf) {  // (into gate buffer buf)
-        float *const s = garr(buf);
-        chunk_gates(gl, bl, a.log_gate, s, s + 2 * kC, s + kC, (int *)(s + 7 * kC), s + 3 * kC, s + 4 * kC, s + 5 * kC,
-                    s + 6 * kC, (int *)(s + 8 * kC));
-    };
+    auto gates = [&](const float (&gl)[2], const float (&bl)[2], int buf) { gate_arrays(gl, bl, a.log_gate, garr(buf)); };
 
     // descriptors at k 0 in buffer 0 (+ kBufD: buffer 1): Q (A of Q K^T and Q S; GATED_DELTA's K
     // the same at 16384), K rows 16 wg .. (B of Q K^T, K K^T), S^T rows 32 wg .. (B of Q S, K S),
