@@ -504,18 +504,22 @@ template <int NT> __device__ inline void invert_unit_lower(const float *sA, floa
 }
 
 // Column c of the diagonal 16 x 16 block at b0 of T = (I + A)^-1: (I + A_bb) x = e_c by forward
-// substitution (reads only that block of A)
+// substitution (reads only that block of A), right-looking: once x_r is known it is taken out of every
+// later row at once (y_t -= A_tr x_r, t > r), so that each step's updates are independent of one
+// another and x_{r+1} waits on one multiply-add, not on a row's whole dot product. Each y_t still sums
+// its terms in the order r = 0, 1, ..., t - 1, as the row-by-row form did: the same bits.
 __device__ inline void invert_diag16(const float *sA, float *sT, int b0, int c) {
-    float x[16];
+    float y[16];
 #pragma unroll
-    for (int t = 0; t < 16; t++) {
-        float y = t == c ? 1.0f : 0.0f;
+    for (int t = 0; t < 16; t++) y[t] = t == c ? 1.0f : 0.0f;
 #pragma unroll
-        for (int r = 0; r < t; r++) y = fmaf(-sA[(b0 + t) * kPS + b0 + r], x[r], y);
-        x[t] = t < c ? 0.0f : y;
+    for (int r = 0; r < 16; r++) {
+        y[r] = r < c ? 0.0f : y[r];  // x_r
+#pragma unroll
+        for (int t = r + 1; t < 16; t++) y[t] = fmaf(-sA[(b0 + t) * kPS + b0 + r], y[r], y[t]);
     }
 #pragma unroll
-    for (int t = 0; t < 16; t++) sT[(b0 + t) * kPS + b0 + c] = x[t];
+    for (int t = 0; t < 16; t++) sT[(b0 + t) * kPS + b0 + c] = y[t];
 }
 // ... the rest of the doubling, once the four diagonal blocks are in sT (after a barrier)
 template <int NT> __device__ inline void invert_unit_lower_doubling_rest(const float *sA, float *sT);

@@ -204,9 +204,10 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     // the operands' descriptors at k 0: Q (A of Q S and Q K^T), S^T rows 32 wg .. (B of Q S), K rows
     // 16 wg .. (B of Q K^T), P (A of P V), V^T rows 32 wg .. (B of P V), K~^T rows ib .. (A of the
     // update), V^T rows jb .. (its B)
-    const uint64_t dQ = sdesc(sb + oQ), dS = sdesc(sb + oS + 32 * wg * 128), dK = sdesc(sb + oK + 16 * wg * 128);
-    const uint64_t dP = sdesc(sb + oP), dVo = sdesc(sb + oV + 32 * wg * 128), dKt = sdesc(sb + oKt + ib * 128),
-                   dVs = sdesc(sb + oV + jb * 128);
+    const int wgu = wg_uniform();  // (the descriptors in uniform registers: wgmma.cuh)
+    const uint64_t dQ = sdesc(sb + oQ), dS = sdesc(sb + oS + 32 * wgu * 128), dK = sdesc(sb + oK + 16 * wgu * 128);
+    const uint64_t dP = sdesc(sb + oP), dVo = sdesc(sb + oV + 32 * wgu * 128), dKt = sdesc(sb + oKt + 64 * (wgu >> 1) * 128),
+                   dVs = sdesc(sb + oV + 64 * (wgu & 1) * 128);
     // GATED_DELTA: K (A of K S and K K^T; B of K K^T is dK) and T (A of U = T R)
     [[maybe_unused]] const uint64_t dKa = sdesc(sb + oK), dT = sdesc(sb + oAf);
 

@@ -206,16 +206,17 @@ template <bool DELTA, int SEG, bool PRE> __device__ __forceinline__ void wgb_bod
     // of the update; U's hi tile), Kw's key dims ib .. (its B; GATED_DELTA: the raw K tile's
     // place, + kBufD for buffer 1)
     constexpr uint64_t kBufD = bBuf >> 4;
-    const uint64_t dQ = sdesc(sb), dK = sdesc(sb + 16384 + 16 * wg * 128);
+    const int wgu = wg_uniform();  // (the descriptors in uniform registers: wgmma.cuh)
+    const uint64_t dQ = sdesc(sb), dK = sdesc(sb + 16384 + 16 * wgu * 128);
     // (the lo tiles' descriptors: the hi ones' plus the distance)
-    const uint64_t dSh = sdesc(sb + bSh + 32 * wg * 128), dPh = sdesc(sb + (DELTA ? bPhD : bPh));
-    const uint64_t dVb = sdesc(sb + 32768 + (wg >> 1) * 8192 + (wg & 1) * 64), dVa = sdesc(sb + 32768 + (wg >> 1) * 8192);
-    const uint64_t dWh = sdesc(sb + (DELTA ? 16384 : bWh) + (wg & 1) * 8192);
+    const uint64_t dSh = sdesc(sb + bSh + 32 * wgu * 128), dPh = sdesc(sb + (DELTA ? bPhD : bPh));
+    const uint64_t dVb = sdesc(sb + 32768 + (wgu >> 1) * 8192 + (wgu & 1) * 64), dVa = sdesc(sb + 32768 + (wgu >> 1) * 8192);
+    const uint64_t dWh = sdesc(sb + (DELTA ? 16384 : bWh) + (wgu & 1) * 8192);
     constexpr uint64_t kPl = ((DELTA ? bPlD : bPl) - (DELTA ? bPhD : bPh)) / 16;
     // GATED_DELTA: K (A of K S and K K^T), T's hi tile (A of T R); R's and U's lo tile as B (value columns 32 wg ..) and
     // as A (columns jb ..); Kw's lo tile (the raw Q tile's place) relative to its hi one
-    [[maybe_unused]] const uint64_t dKa = sdesc(sb + 16384), dTh = sdesc(sb + bTh), dRlb = sdesc(sb + bRl + (wg >> 1) * 8192 + (wg & 1) * 64),
-                                    dRla = sdesc(sb + bRl + (wg >> 1) * 8192);
+    [[maybe_unused]] const uint64_t dKa = sdesc(sb + 16384), dTh = sdesc(sb + bTh), dRlb = sdesc(sb + bRl + (wgu >> 1) * 8192 + (wgu & 1) * 64),
+                                    dRla = sdesc(sb + bRl + (wgu >> 1) * 8192);
     constexpr uint64_t kTl = (bTl - bTh) / 16;
     constexpr int64_t kWl = DELTA ? -(16384 / 16) : (bWl - bWh) / 16;
 

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_out_wgb_kernel(const phase_args 
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     float *sNq = (float *)(sTab + 4), *sNk = sNq + kC;
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = wg_uniform(), wq = warp & 3;
     const phase_unit pu = unit_of(a, blockIdx.x);
     const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
     const long long t0 = pu.t0, u = pu.u;

@@ -155,7 +155,7 @@ template <bool DELTA, bool FO> __global__ void __launch_bounds__(kNT, 2) delta_p
     int *rmW = (int *)(sNk + kC), *rmK = rmW + kC, *rmQ = rmK + 128;
     float *sNq = (float *)(rmQ + kC);
 
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = wg_uniform(), wq = warp & 3;
     const phase_unit pu = unit_of(a, blockIdx.x);
     const int h = pu.h, b = pu.b, hk = pu.hk, n = pu.n;
     const long long t0 = pu.t0, u = pu.u;

@@ -27,6 +27,14 @@ constexpr int kNT = 512;  // 16 warps: four warpgroups
 // (k step kk of a tile of ROWS rows starts (kk >> 2) blocks of 32 columns and (kk & 3) 32-byte steps
 // past k 0: the chains below add that to the descriptor's address field, in 16-byte units)
 
+// The thread's warpgroup (threadIdx.x / 128) by a shuffle from lane 0, which ptxas knows is the same
+// in every lane of the warp: the wgmma descriptors made from it stay in uniform registers and step by
+// one UIADD3 a k step, where from tid >> 7 each step was built in vector registers and moved over by
+// two R2UR (delta_wgb_kernel<true>: 192 R2UR in its SASS before, 1 after). The whole-sequence kernels
+// use it for their descriptors only: as every use of wg it raised ptxas's spills in the TF32 kernel and
+// GATED_LINEAR's BF16 instances.
+[[maybe_unused]] __device__ __forceinline__ int wg_uniform() { return __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0); }
+
 // Byte offset of element (r, k) in a K-major tile of `rows` rows of 16-bit values, 128-byte swizzle.
 [[maybe_unused]] __device__ __forceinline__ int sw2(int rows, int r, int k) {
     return (k >> 6) * rows * 128 + r * 128 + ((((k >> 3) & 7) ^ (r & 7)) << 4) + ((k & 7) << 1);

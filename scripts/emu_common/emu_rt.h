@@ -57,7 +57,7 @@ void __syncthreads();
 int __syncthreads_and(int pred);  // a barrier that also returns whether pred held in every thread
 void __syncwarp(unsigned mask = 0xffffffffu);
 
-enum { TG_SHFL_XOR = 1, TG_SHFL_UP = 2, TG_VOTE_ANY = 3, TG_VOTE_ALL = 4 };
+enum { TG_SHFL_XOR = 1, TG_SHFL_UP = 2, TG_VOTE_ANY = 3, TG_VOTE_ALL = 4, TG_SHFL_IDX = 5 };
 uint64_t tg_emu_warp_op(int op, uint64_t v, int arg, unsigned mask, int width);
 template <class T> static inline T tg_emu_shfl(int op, unsigned m, T v, int off, int width) {
     uint64_t u = 0;
@@ -70,6 +70,8 @@ template <class T> static inline T tg_emu_shfl(int op, unsigned m, T v, int off,
 static inline float __shfl_xor_sync(unsigned m, float v, int o, int w = 32) { return tg_emu_shfl(TG_SHFL_XOR, m, v, o, w); }
 static inline int __shfl_xor_sync(unsigned m, int v, int o, int w = 32) { return tg_emu_shfl(TG_SHFL_XOR, m, v, o, w); }
 static inline double __shfl_xor_sync(unsigned m, double v, int o, int w = 32) { return tg_emu_shfl(TG_SHFL_XOR, m, v, o, w); }
+static inline int __shfl_sync(unsigned m, int v, int src, int w = 32) { return tg_emu_shfl(TG_SHFL_IDX, m, v, src, w); }
+static inline float __shfl_sync(unsigned m, float v, int src, int w = 32) { return tg_emu_shfl(TG_SHFL_IDX, m, v, src, w); }
 static inline float __shfl_up_sync(unsigned m, float v, unsigned o, int w = 32) { return tg_emu_shfl(TG_SHFL_UP, m, v, (int)o, w); }
 static inline int __shfl_up_sync(unsigned m, int v, unsigned o, int w = 32) { return tg_emu_shfl(TG_SHFL_UP, m, v, (int)o, w); }
 static inline int __any_sync(unsigned m, int p) { return (int)tg_emu_warp_op(TG_VOTE_ANY, p != 0, 0, m, 32); }
