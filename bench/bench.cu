@@ -432,8 +432,9 @@ void print_and_save(const char *path, const cudaDeviceProp &prop) {
         fprintf(stderr, "tinygml-bench: cannot write %s\n", path);
         return;
     }
-    fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"l2_bytes\": %zu,\n  \"copy_gbs\": %.1f,\n  \"rows\": [\n",
-            prop.name, prop.multiProcessorCount, g_l2, g_copy_gbs);
+    fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"l2_bytes\": %zu,\n  \"copy_gbs\": %.1f,\n%s  \"rows\": [\n",
+            prop.name, prop.multiProcessorCount, g_l2, g_copy_gbs,
+            g_timing_only ? "  \"timing_only\": true,\n" : "");  // (rows of --timing-only runs may hold wrong outputs)
     for (size_t i = 0; i < g_rows.size(); i++) {
         const row &r = g_rows[i];
         const double us = (r.launch_bound && r.tm.us_graph > 0) ? r.tm.us_graph : r.tm.us_event;

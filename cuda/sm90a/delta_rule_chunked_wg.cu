@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
     int *sZ = (int *)(sEm + kC), *sTab = sZ + kC;
     auto at = [&](int off, int rows, int r, int k) -> float & { return *(float *)(sm + off + sw(rows, r, k)); };
 
-    // (wg from a lane-0 shuffle, warp-uniform to the compiler, took the kernel from 58 to 450 bytes
-    // of spills)
+    // (wg from a lane-0 shuffle, warp-uniform to the compiler, for every use took the kernel from 58
+    // to 450 bytes of spills; the descriptors below take it (wgu) for themselves only)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2, wq = warp & 3;
     const int slice = blockIdx.x % a.nslices, h = (blockIdx.x / a.nslices) % a.Hv, b = blockIdx.x / (a.nslices * a.Hv);
     const int hk = h / (a.Hv / a.Hk), j0 = slice * 128;
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kNT, 1) delta_wg_kernel(const chunk_args a) {
 
     // the operands' descriptors at k 0: Q (A of Q S and Q K^T), S^T rows 32 wg .. (B of Q S), K rows
     // 16 wg .. (B of Q K^T), P (A of P V), V^T rows 32 wg .. (B of P V), K~^T rows ib .. (A of the
-    // update), V^T rows jb .. (its B)
+    // update), V^T rows jb .. (its B); wgu = wg, so 64 (wgu >> 1) = ib and 64 (wgu & 1) = jb
     const int wgu = wg_uniform();  // (the descriptors in uniform registers: wgmma.cuh)
     const uint64_t dQ = sdesc(sb + oQ), dS = sdesc(sb + oS + 32 * wgu * 128), dK = sdesc(sb + oK + 16 * wgu * 128);
     const uint64_t dP = sdesc(sb + oP), dVo = sdesc(sb + oV + 32 * wgu * 128), dKt = sdesc(sb + oKt + 64 * (wgu >> 1) * 128),

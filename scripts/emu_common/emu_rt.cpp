@@ -363,7 +363,7 @@ void arrive(Coll &c, int size, int kind, int arg, const char *what) {
             uint64_t r = 0;
             if (kind == TG_SHFL_XOR) r = v[l ^ arg];
             else if (kind == TG_SHFL_UP) r = l >= arg ? v[l - arg] : v[l];
-            else if (kind == TG_SHFL_IDX) r = v[arg & 31];  // (width 32 only: tg_emu_warp_op)
+            else if (kind == TG_SHFL_IDX) r = v[arg & 31];  // (width 32 only: tg_emu_warp_op; the source lane the same in every lane)
             else if (kind == TG_VOTE_ANY) r = any;
             else if (kind == TG_VOTE_ALL) r = all;
             g_thr[32 * w + l].cres = r;
