@@ -68,8 +68,19 @@ struct split_args {
                    // before the wait (tg_cuda_attention_rows_pre)
     int pos_ranges;  // ranges from the positions (else s * chunk: the cache's length)
     int row_lanes;   // G threads per row when scoring a tile of few rows (else 1)
-    float *part; // nsplit > 1: per (query, split) Dv sums, then m, l
+    float *part; // nsplit > 1: the partial sums (part_floats, part_ml)
 };
+
+// The partial sums (nsplit > 1): split s of flat query qg stores its Dv
+// unnormalized sums at part + (qg nsplit + s) Dv (16-byte rows: Dv is a
+// multiple of 4, part 256-byte aligned) and its (m, l) at
+// part_ml(...) + 2 (qg nsplit + s), m NaN when the query has no rows.
+__host__ __device__ inline size_t part_floats(long long nq, long long nsplit, long long Dv) {
+    return (size_t)(nq * nsplit * (Dv + 2));
+}
+__host__ __device__ inline float *part_ml(float *part, long long nq, long long nsplit, long long Dv) {
+    return part + nq * nsplit * Dv;
+}
 
 // Threads per row when scoring a tile of tn rows with units 16-byte units per row.
 __device__ __forceinline__ int score_lanes(int tn, int units, bool on) {
@@ -308,37 +319,37 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
             *(float *)tg_cuda_ptr(A.out, dv, h, t, b) = nrow[qq] > 0 ? o / l : 0.0f;
         } else {
             const long long qg = h + Hq * (t + T_ * b);
-            float *pp = A.part + (qg * A.nsplit + s) * (Dv + 2);
-            pp[dv] = o;
-            if (dv == 0) pp[Dv] = nrow[qq] > 0 ? ml[qq] : NAN, pp[Dv + 1] = l;  // m NaN: the query has no rows
+            const long long slot = qg * A.nsplit + s;
+            A.part[slot * Dv + dv] = o;
+            if (dv == 0) {  // m NaN: the query has no rows
+                float *pml = part_ml(A.part, Hq * T_ * A.q.ne[3], A.nsplit, Dv) + 2 * slot;
+                pml[0] = nrow[qq] > 0 ? ml[qq] : NAN, pml[1] = l;
+            }
         }
     }
 }
 
-// One block per query (grid-stride), threads along Dv. The splits' m and l
-// are loaded by the block at once (a thread per split) into shared memory,
-// M and sum w_s l_s reduced over the block in a fixed tree, w_s = exp(m_s -
-// M) computed once per split; then each thread sums w_s o_s over the splits
-// with kCombineU independent loads in flight. (The first version had every
-// thread walk the splits three times, one dependent load after another:
-// ~9 us per launch at 43 splits whatever the rows, bench/NOTES.md.) A split
-// with no rows (m = -inf) adds nothing. A query without rows at all (its
-// splits' m are NaN, a flag) gives zeros; any other gives o / l whatever l
-// is, so NaN scores (l NaN) and all-(-inf) scores (0/0) give NaN, as the
-// reference does.
-constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this
-constexpr int kCombineU = 8;
-
-__device__ inline float block_reduce(float v, float *red, bool is_max) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    v = is_max ? tg_warp_max(v) : tg_warp_sum(v);
-    __syncthreads();  // red is free (an earlier reduction's readers are done)
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float r = red[0];
-    for (int w = 1; w < kWarps; w++) r = is_max ? fmaxf(r, red[w]) : r + red[w];
-    return r;
-}
+// One block per query (grid-stride). The block's threads are groups of
+// C = Dv / 4 (a float4 column of the sums each); group g takes splits g,
+// g + SG, ..., SG = kThreads / C groups, kCombineU of them in flight per
+// thread (their m, l and sums loaded together: the loads need no M), and
+// merges them in order online:
+//   M' = max(M, m_s), O = O exp(M - M') + o_s exp(m_s - M'), L likewise,
+// a split with no rows (m_s = -inf) adding nothing but a NaN l_s. The
+// groups' (M, O, L) then meet in shared memory and each output is
+//   out = sum_g w_g O_g / sum_g w_g L_g, w_g = exp(M_g - max_g M_g)
+// over g in order (deterministic). So every load of a query is in one round
+// trip (43 splits at attn.decode's shape: 11 per thread), where the first
+// version walked the splits three times one dependent load after another
+// (~9 us, bench/NOTES.md session 20) and the second loaded m and l, reduced
+// M over the block, then loaded the sums, 8 in flight per thread (ncu on an
+// H100 at 43 splits, caches flushed: 9.6 us against this one's 7.7-8.8;
+// bench/NOTES.md session 57). A query without rows at all
+// (its splits' m are NaN, a flag) gives zeros; any other gives O / L
+// whatever L is, so NaN scores (L NaN) and all-(-inf) scores (0/0) give NaN,
+// as the reference does.
+constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this (bounds the partial sums)
+constexpr int kCombineU = 16;
 
 // qb: out (F32, contiguous, Dv a multiple of 32) also quantized for the
 // quantized GEMV after the attention (cuda/fuse.cu's link, mmv.cuh
@@ -346,44 +357,60 @@ __device__ inline float block_reduce(float v, float *red, bool is_max) {
 // quantize_b_kernel makes them (the same bits), int8 at qb, (d, d * sum) at qd.
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq, int8_t *qb = nullptr, float2 *qd = nullptr) {
-    __shared__ float ws[kMaxSplit], ms[kMaxSplit], red[kWarps];
+    __shared__ __align__(16) float so[4 * kThreads];  // SG x Dv <= 4 kThreads
+    __shared__ float sm[kThreads], sl[kThreads];
     tg_pdl_trigger();
     tg_pdl_wait();
     const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    const long long stride = Dv + 2;
+    const int C = (int)(Dv / 4), SG = kThreads / C, c = threadIdx.x % C, g = threadIdx.x / C;
+    const float2 *ml_all = (const float2 *)part_ml((float *)part, nq, nsplit, Dv);
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
-        const float *pq = part + qg * nsplit * stride;
-        float mx = -INFINITY;
-        const bool rows = !isnan(pq[Dv]);  // every split of the query carries the flag
-        for (int s = threadIdx.x; s < nsplit; s += kThreads) {
-            const float m = pq[s * stride + Dv];
-            ms[s] = m;
-            ws[s] = pq[s * stride + Dv + 1];  // l_s for now
-            mx = fmaxf(mx, m);
+        const float *po = part + qg * nsplit * Dv;
+        const float2 *pml = ml_all + qg * nsplit;
+        const bool rows = !isnan(pml[0].x);  // every split of the query carries the flag
+        float M = -INFINITY, L = 0.0f;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (g < SG)
+            for (int s0 = g; s0 < nsplit; s0 += SG * kCombineU) {
+                float2 ml[kCombineU];
+                float4 o[kCombineU];
+#pragma unroll
+                for (int u = 0; u < kCombineU; u++) {
+                    const int s = s0 + u * SG;
+                    if (s < nsplit) ml[u] = pml[s], o[u] = ((const float4 *)(po + (long long)s * Dv))[c];
+                }
+#pragma unroll
+                for (int u = 0; u < kCombineU; u++) {
+                    const int s = s0 + u * SG;
+                    if (s >= nsplit) continue;
+                    if (ml[u].x == -INFINITY) {  // no rows here, or every score NaN (l_s NaN)
+                        L += 0.0f * ml[u].y;      // a NaN l_s stays in the sum
+                        continue;
+                    }
+                    // one exp per split: the smaller of M and m_s is scaled down
+                    float a = 1.0f, w = 1.0f;
+                    if (ml[u].x > M) a = M == -INFINITY ? 0.0f : expf(M - ml[u].x), M = ml[u].x;
+                    else w = expf(ml[u].x - M);  // (a NaN m_s lands here: NaN weights, NaN out)
+                    L = L * a + w * ml[u].y;      // a NaN l_s stays in the sum
+                    O.x = O.x * a + w * o[u].x, O.y = O.y * a + w * o[u].y;
+                    O.z = O.z * a + w * o[u].z, O.w = O.w * a + w * o[u].w;
+                }
+            }
+        if (g < SG) {
+            *(float4 *)(so + (long long)g * Dv + 4 * c) = O;
+            if (c == 0) sm[g] = M, sl[g] = L;
         }
-        const float M = block_reduce(mx, red, true);
-        float lsum = 0.0f;
-        for (int s = threadIdx.x; s < nsplit; s += kThreads) {
-            const float w = M != -INFINITY && ms[s] != -INFINITY ? expf(ms[s] - M) : 0.0f;
-            lsum += w * ws[s];  // a NaN l_s stays in the sum
-            ws[s] = w;
-        }
-        const float l = block_reduce(lsum, red, false);  // its barriers also publish ws
+        __syncthreads();
+        float Mx = -INFINITY;
+        for (int h = 0; h < SG; h++) Mx = fmaxf(Mx, sm[h]);
+        float l = 0.0f;
+        for (int h = 0; h < SG; h++) l += (sm[h] != -INFINITY ? expf(sm[h] - Mx) : 0.0f) * sl[h];  // NaN stays
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
         for (long long i = threadIdx.x; i < Dv; i += kThreads) {
             float o = 0.0f;
             if (rows) {
-                int s = 0;
-                for (; s + kCombineU <= nsplit; s += kCombineU) {
-                    float v[kCombineU];
-#pragma unroll
-                    for (int u = 0; u < kCombineU; u++) v[u] = pq[(s + u) * stride + i];
-#pragma unroll
-                    for (int u = 0; u < kCombineU; u++)
-                        if (ms[s + u] != -INFINITY) o += ws[s + u] * v[u];
-                }
-                for (; s < nsplit; s++)
-                    if (ms[s] != -INFINITY) o += ws[s] * pq[s * stride + i];
+                for (int k = 0; k < SG; k++)
+                    if (sm[k] != -INFINITY) o += expf(sm[k] - Mx) * so[(long long)k * Dv + i];
                 o /= l;
             }
             *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
@@ -392,7 +419,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
                 tg_cuda_q8_block(o, qb + e, qd + e / 32);
             }
         }
-        __syncthreads();  // ms / ws are rewritten by the next query
+        __syncthreads();  // so / sm / sl are rewritten by the next query
     }
 }
 
@@ -447,7 +474,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         chunk = (chunk + 31) / 32 * 32;
         if (chunk < min_split_rows) chunk = min_split_rows;
         nsplit = (L + chunk - 1) / chunk;
-        if (nsplit > kMaxSplit) {  // the combine kernel's shared arrays (not reached: target <= 3 * SMs)
+        if (nsplit > kMaxSplit) {  // bounds the partial sums (not reached: target <= 3 * SMs)
             chunk = (L + kMaxSplit - 1) / kMaxSplit;
             nsplit = (L + chunk - 1) / chunk;
         }
@@ -474,7 +501,7 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     int8_t *qb = nullptr;
     float2 *qd = nullptr;
     if (nsplit > 1) {
-        const size_t part_bytes = (size_t)(nq * nsplit * (Dv + 2)) * 4, off = link ? ql.part_off : 0;
+        const size_t part_bytes = part_floats(nq, nsplit, Dv) * 4, off = link ? ql.part_off : 0;
         char *base = nullptr;
         *st = tg_cuda_scratch(be, off + part_bytes, (void **)&base, "attention");
         if (*st != TG_OK) return true;

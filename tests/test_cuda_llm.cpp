@@ -511,6 +511,16 @@ std::vector<attn_case> attn_cases() {
         // count); a 1.1B llama's layer at L 4096 (4 tiles per block at least) -> split and combine
         {"auto_cluster_l128_f16", 128, 128, 32, 8, 1, 1, 128, F16, {100}, 0, 1e-4, "cluster"},
         {"auto_split_l4096_f16", 128, 128, 32, 8, 1, 1, 4096, F16, {600}, 0, 1e-4, "split"},
+        // one kv head at L 9000: 141 splits per query, so the combine kernel's groups (4 at Dv 128,
+        // 8 at Dv 64) take their splits in several rounds of 16 loads in flight, the last one partial
+        {"many_splits_f16", 128, 128, 4, 1, 1, 1, 9000, F16, {}, 0, 1e-4, "split"},
+        {"many_splits_d64_bf16_b2", 64, 64, 2, 1, 1, 2, 9000, BF16, {8999, 4000}, 0, 1e-4, "split"},
+        // one token per sequence: a sequence without rows (p < 0), one clamped to the cache
+        // (p >= L), one with a single row; 16 query heads per kv head (two query chunks of 8)
+        // and 32 (four)
+        {"decode_edges_d64_bf16_b3", 64, 64, 16, 4, 1, 3, 700, BF16, {-1, 749, 0}, 0},
+        {"decode_group16_f16", 128, 128, 32, 2, 1, 1, 2000, F16, {}, 0},
+        {"decode_group32_f16", 64, 64, 32, 1, 1, 1, 500, F16, {}, 0},
         {"prefill_f16", 128, 128, 32, 8, T, 1, L, F16, {}, 48, tc16, "tc"},
         {"prefill_bf16_b2", 128, 128, 32, 8, S(128, 64), 2, L, BF16, {}, 48, tcbf, "tc"},
         {"prefill_d64_scattered_bf16", 64, 64, 8, 2, 40, 1, 300, BF16, scattered, 0, tcbf, "tc"},
@@ -616,6 +626,8 @@ std::vector<attn_nan_case> attn_nan_cases() {
         {"cluster_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "cluster", 2},  // several splits, one kernel
         {"cluster_mixed_f32", 64, 8, 2, 3, 300, F32, F32, {1, 30, 290}, true, "cluster", 2},  // t 0: rows 0-1 only
         {"split_many_f16", 128, 32, 8, 1, L, F16, F16, {L - 1}, true, "split", 1},  // the combine kernel
+        // 141 splits: the combine kernel's groups take them in several rounds
+        {"split_141_f16", 128, 4, 1, 1, 9000, F16, F16, {8999}, true, "split", 1},
         {"split_one_f32", 128, 32, 8, 1, 48, F32, F32, {40}, true, "split1"},        // one split
         {"split_mixed_f32", 64, 8, 2, 3, 48, F32, F32, {1, 30, 47}, true, "split1"},  // t 0 has rows 0-1 only
         {"split_full_grid_f32", 64, 32, 8, 128, 128, F32, F32, {}, true, "split1"},   // one split, every SM busy
