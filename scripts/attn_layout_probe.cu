@@ -8,10 +8,13 @@
 //           2 KB row, as the split and decode kernels read it
 //   rows    a block per range of R / 8 rows, all kv heads: whole 2 KB rows
 //   flat    the K and V buffers read front to back (a copy's read half)
-// and prints us and GB/s per way (median of 50 launches, events; L2 warm, and
-// cold after a 256 MB memset), beside a device-to-device copy of the same
-// bytes. Not part of the build, not run yet (written in session 57 when the
-// device time had run out):
+// and prints us and GB/s per way, per launch of a CUDA graph of 32 (launch
+// overhead amortized, as bench's us(graph)), cold (8 sets of the caches in
+// turn, so each launch's bytes were evicted from the L2) and L2 warm, beside
+// a device-to-device copy of the same bytes. Every block of each way is
+// resident at once and issues its loads at its start, as the decode kernels'
+// blocks do. Not part of the build, not run yet (written in session 57 when
+// the device time had run out):
 //   nvcc -O3 -arch=sm_90 -o /tmp/probe scripts/attn_layout_probe.cu && /tmp/probe
 #include <algorithm>
 #include <cstdio>
@@ -32,8 +35,8 @@ constexpr int D = 128, HKV = 8, L = 4096, ROWB = D * 2;  // bytes of one (row, h
 constexpr int kThreads = 128;
 
 // blocks (range r, head h): rows [r R, (r + 1) R) of head h; 16 threads per
-// piece (16 bytes each), kThreads / 16 pieces at a time, all loads issued
-// before any is summed
+// piece (16 bytes each), kThreads / 16 pieces at a time; the loads are written
+// before any sum (how many the compiler keeps in flight is its choice)
 template <int R> __global__ void read_heads(const char *k, const char *v, float *sink) {
     const int r = blockIdx.x, h = blockIdx.y, u = threadIdx.x % 16, p0 = threadIdx.x / 16;
     constexpr int PER = R / (kThreads / 16);
@@ -82,66 +85,87 @@ __global__ void read_flat(const uint4 *k, const uint4 *v, long long n, float *si
 #pragma unroll
         for (int j = 0; j < 4; j++) s += a[j].x ^ a[j].y ^ b[j].z ^ b[j].w;
     }
-    if (s == 0x12345678u) sink[threadIdx.x] = 1.0f;
+    if (s == 0x12345678u) sink[threadIdx.x % 256] = 1.0f;
 }
 
 int main() {
     const size_t bytes = (size_t)L * HKV * ROWB;  // one of K, V
-    char *k = nullptr, *v = nullptr, *c = nullptr;
+    // kSets copies of the caches (134 MB in all): a launch on set i % kSets
+    // finds its bytes evicted from the L2 (50 MB on an H100) by the others,
+    // without the dirty lines a memset would leave; "warm" reads set 0 only
+    constexpr int kSets = 8, kReps = 32;
+    char *k[kSets], *v[kSets], *c = nullptr;
     float *sink = nullptr;
-    CK(cudaMalloc(&k, bytes));
-    CK(cudaMalloc(&v, bytes));
+    for (int i = 0; i < kSets; i++) {
+        CK(cudaMalloc(&k[i], bytes));
+        CK(cudaMalloc(&v[i], bytes));
+        CK(cudaMemset(k[i], 1 + i, bytes));
+        CK(cudaMemset(v[i], 2 + i, bytes));
+    }
     CK(cudaMalloc(&c, 2 * bytes));
-    CK(cudaMalloc(&sink, kThreads * sizeof(float)));
-    CK(cudaMemset(k, 1, bytes));
-    CK(cudaMemset(v, 2, bytes));
-    // the caches (16.8 MB) fit the L2 (50 MB on an H100): for the cold runs a
-    // 256 MB memset before each timed launch evicts them
-    char *flush = nullptr;
-    const size_t fbytes = 256u << 20;
-    CK(cudaMalloc(&flush, fbytes));
+    CK(cudaMalloc(&sink, 256 * sizeof(float)));
     int dev = 0, sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));
-    printf("%s, %d SMs; K + V %.1f MB (D %d, %d kv heads, %d rows, F16)\n", prop.name, sms, 2.0 * bytes / 1e6, D,
-           HKV, L);
-    auto report = [&](const char *name, float us) {
-        printf("%-34s %8.2f us  %7.0f GB/s\n", name, us, 2.0 * bytes / (us * 1e3));
+    printf("%s, %d SMs; K + V %.1f MB (D %d, %d kv heads, %d rows, F16); us per launch in a CUDA graph of %d\n",
+           prop.name, sms, 2.0 * bytes / 1e6, D, HKV, L, kReps);
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    // us per launch: a graph of kReps launches (set i % kSets, or set 0 when
+    // warm), replayed 20 times after 3 warm-up replays, the median replay
+    auto run = [&](const char *name, bool warm, auto launch) -> int {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        for (int i = 0; i < kReps; i++) launch(warm ? 0 : i % kSets);
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        std::vector<float> t;
+        for (int r = 0; r < 23; r++) {
+            CK(cudaEventRecord(a, st));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaEventRecord(b, st));
+            CK(cudaEventSynchronize(b));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, a, b));
+            if (r >= 3) t.push_back(ms * 1000.0f / kReps);
+        }
+        std::sort(t.begin(), t.end());
+        const float us = t[t.size() / 2];
+        printf("%-40s %-7s %8.2f us  %7.0f GB/s read\n", name, warm ? "L2 warm" : "cold", us, 2.0 * bytes / (us * 1e3));
+        CK(cudaEventDestroy(a));
+        CK(cudaEventDestroy(b));
+        CK(cudaGraphExecDestroy(ge));
+        CK(cudaGraphDestroy(g));
+        return 0;
     };
-    // each way twice: L2 warm (the buffers were just read) and cold (flush first, timed apart)
-    for (int cold = 0; cold < 2; cold++) {
-        auto run = [&](const char *name, auto launch) {
-            cudaEvent_t a, b;
-            cudaEventCreate(&a), cudaEventCreate(&b);
-            std::vector<float> t;
-            for (int i = 0; i < 55; i++) {
-                if (cold) cudaMemsetAsync(flush, i, fbytes);
-                cudaEventRecord(a);
-                launch();
-                cudaEventRecord(b);
-                cudaEventSynchronize(b);
-                float ms = 0;
-                cudaEventElapsedTime(&ms, a, b);
-                if (i >= 5) t.push_back(ms * 1000.0f);
-            }
-            std::sort(t.begin(), t.end());
-            cudaEventDestroy(a), cudaEventDestroy(b);
-            char label[64];
-            snprintf(label, sizeof label, "%s (%s)", name, cold ? "L2 cold" : "L2 warm");
-            report(label, t[t.size() / 2]);
-        };
-        // the same 512 (or 256) blocks and bytes per block each way
-        run("heads, 64 rows x 1 head / block", [&] { read_heads<64><<<dim3(L / 64, HKV), kThreads>>>(k, v, sink); });
-        run("heads, 128 rows x 1 head / block", [&] { read_heads<128><<<dim3(L / 128, HKV), kThreads>>>(k, v, sink); });
-        run("rows, 8 rows x 8 heads / block", [&] { read_rows<64><<<L * HKV / 64, kThreads>>>(k, v, sink); });
-        run("rows, 16 rows x 8 heads / block", [&] { read_rows<128><<<L * HKV / 128, kThreads>>>(k, v, sink); });
-        run("flat", [&] { read_flat<<<4 * sms, 256>>>((const uint4 *)k, (const uint4 *)v, (long long)(bytes / 16), sink); });
-        // GB/s of a copy here counts the bytes read, as the rows above (its traffic is twice that)
-        run("copy D2D of K and V", [&] {
-            cudaMemcpyAsync(c, k, bytes, cudaMemcpyDeviceToDevice);
-            cudaMemcpyAsync(c + bytes, v, bytes, cudaMemcpyDeviceToDevice);
-        });
+    for (int warm = 0; warm < 2; warm++) {
+        // the same 512 (or 256) blocks and bytes per block in the heads and rows ways
+        if (run("heads: 64 rows x 1 kv head per block", warm, [&](int i) {
+                read_heads<64><<<dim3(L / 64, HKV), kThreads, 0, st>>>(k[i], v[i], sink);
+            }) ||
+            run("heads: 128 rows x 1 kv head per block", warm, [&](int i) {
+                read_heads<128><<<dim3(L / 128, HKV), kThreads, 0, st>>>(k[i], v[i], sink);
+            }) ||
+            run("rows: 8 rows x 8 kv heads per block", warm, [&](int i) {
+                read_rows<64><<<L * HKV / 64, kThreads, 0, st>>>(k[i], v[i], sink);
+            }) ||
+            run("rows: 16 rows x 8 kv heads per block", warm, [&](int i) {
+                read_rows<128><<<L * HKV / 128, kThreads, 0, st>>>(k[i], v[i], sink);
+            }) ||
+            run("flat", warm, [&](int i) {
+                read_flat<<<4 * sms, 256, 0, st>>>((const uint4 *)k[i], (const uint4 *)v[i], (long long)(bytes / 16), sink);
+            }) ||
+            // a copy of K and V (its traffic is twice the bytes read counted here)
+            run("copy D2D of K and V (reads + writes)", warm, [&](int i) {
+                cudaMemcpyAsync(c, k[i], bytes, cudaMemcpyDeviceToDevice, st);
+                cudaMemcpyAsync(c + bytes, v[i], bytes, cudaMemcpyDeviceToDevice, st);
+            }))
+            return 1;
     }
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
