@@ -15,9 +15,10 @@
 // resident at once and issues its loads at its start, as the decode kernels'
 // blocks do. Not part of the build:
 //   nvcc -O3 -arch=sm_90 -o /tmp/probe scripts/attn_layout_probe.cu && /tmp/probe
-// Run in session 58 on an H100 (bench/NOTES.md): every way read the 16.8 MB
-// cold in 6.8-7.1 us (2,360-2,480 GB/s; L2 warm 3.3-3.5 us), the heads way as
-// fast as whole rows and flat, while the split kernel takes ~18.7 us there.
+// Run in session 58 on an H100 (bench/NOTES.md): each of the three read ways
+// took the 16.8 MB cold in 6.8-7.1 us (2,360-2,480 GB/s; L2 warm 3.3-3.5 us;
+// the D2D copy 11.1), the heads way as fast as whole rows and flat, while the
+// split kernel takes ~18.7 us there.
 // So the cache's layout does not limit attention decode; its chain does.
 #include <algorithm>
 #include <cstdio>
