@@ -331,38 +331,47 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
 
 // One block per query (grid-stride). The block's threads are groups of
 // C = Dv / 4 (a float4 column of the sums each); group g takes splits g,
-// g + SG, ..., SG = kThreads / C groups, kCombineU of them in flight per
-// thread (their m, l and sums loaded together: the loads need no M), and
-// merges them in order online:
-//   M' = max(M, m_s), O = O exp(M - M') + o_s exp(m_s - M'), L likewise,
-// a split with no rows (m_s = -inf) adding nothing but a NaN l_s. The
-// groups' (M, O, L) then meet in shared memory and each output is
-//   out = sum_g w_g O_g / sum_g w_g L_g, w_g = exp(M_g - max_g M_g)
+// g + SG, ..., SG = kThreads / C groups, in rounds of U (a template
+// parameter the host sizes to the splits a group has, so that no round
+// carries loads and merges for splits that do not exist; their m, l and
+// sums loaded together: the loads need no M). Per round, with M' the larger
+// of the group's M and the round's m_s:
+//   O = O exp(M - M') + sum_s w_s o_s, L likewise, w_s = exp(m_s - M'),
+// the round's exps independent of each other (no chain through a running
+// max per split), a split with no rows (m_s = -inf) adding nothing but a
+// NaN l_s. The groups' (M, O, L) then meet in shared memory; one thread per
+// group computes its weight w_g = exp(M_g - max_g M_g) once, and each output
+// is
+//   out = sum_g w_g O_g / sum_g w_g L_g
 // over g in order (deterministic). So every load of a query is in one round
-// trip (43 splits at attn.decode's shape: 11 per thread), where the first
-// version walked the splits three times one dependent load after another
-// (~9 us, bench/NOTES.md session 20) and the second loaded m and l, reduced
-// M over the block, then loaded the sums, 8 in flight per thread (ncu on an
-// H100 at 43 splits, caches flushed: 9.6 us against this one's 7.7-8.8;
-// bench/NOTES.md session 57). A query without rows at all
-// (its splits' m are NaN, a flag) gives zeros; any other gives O / L
-// whatever L is, so NaN scores (L NaN) and all-(-inf) scores (0/0) give NaN,
-// as the reference does.
+// trip where U covers the group's splits (43 splits at attn.decode's shape:
+// 11 per thread, U 16; a 1.1B llama's 17 ranges at Dv 64 in the timeline's
+// 1,051-row cache: 3 per thread, U 4). Earlier forms, each slower: the
+// splits walked three times one dependent load after another (~9 us,
+// bench/NOTES.md session 20); m and l loaded and M reduced over the block
+// before the sums were loaded (session 57); and (sessions 57-58) one round
+// of 16 predicated loads and a running max with one dependent exp per
+// split: ~970 instructions per warp in a 1.1B layer against ~550, 6.8-7.1
+// against 4.9-5.1 us per launch (ncu on an H200, session 59). A query without rows at all (its splits' m are NaN, a
+// flag) gives zeros; any other gives O / L whatever L is, so NaN scores (L
+// NaN) and all-(-inf) scores (0/0) give NaN, as the reference does.
 constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this (bounds the partial sums)
-constexpr int kCombineU = 16;
+constexpr int kCombineMaxU = 16;
 
 // qb: out (F32, contiguous, Dv a multiple of 32) also quantized for the
 // quantized GEMV after the attention (cuda/fuse.cu's link, mmv.cuh
 // tg_cuda_mmv_qin): out seen as columns of Dv Hq floats, blocks of 32 as
 // quantize_b_kernel makes them (the same bits), int8 at qb, (d, d * sum) at qd.
+template <int U>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, int nsplit, tg_cuda_desc out,
                                                            long long nq, int8_t *qb = nullptr, float2 *qd = nullptr) {
     __shared__ __align__(16) float so[4 * kThreads];  // SG x Dv <= 4 kThreads
-    __shared__ float sm[kThreads], sl[kThreads];
+    __shared__ float sm[kThreads], sl[kThreads], sw[kThreads];
     tg_pdl_trigger();
     tg_pdl_wait();
-    const long long Dv = out.ne[0], Hq = out.ne[1], T = out.ne[2];
-    const int C = (int)(Dv / 4), SG = kThreads / C, c = threadIdx.x % C, g = threadIdx.x / C;
+    const int Dv = (int)out.ne[0];
+    const long long Hq = out.ne[1], T = out.ne[2];
+    const int C = Dv / 4, SG = kThreads / C, c = threadIdx.x % C, g = threadIdx.x / C;
     const float2 *ml_all = (const float2 *)part_ml((float *)part, nq, nsplit, Dv);
     for (long long qg = blockIdx.x; qg < nq; qg += gridDim.x) {
         const float *po = part + qg * nsplit * Dv;
@@ -371,46 +380,56 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
         float M = -INFINITY, L = 0.0f;
         float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (g < SG)
-            for (int s0 = g; s0 < nsplit; s0 += SG * kCombineU) {
-                float2 ml[kCombineU];
-                float4 o[kCombineU];
+            for (int s0 = g; s0 < nsplit; s0 += SG * U) {
+                float2 ml[U];
+                float4 o[U];
 #pragma unroll
-                for (int u = 0; u < kCombineU; u++) {
+                for (int u = 0; u < U; u++) {
                     const int s = s0 + u * SG;
+                    ml[u] = make_float2(-INFINITY, 0.0f), o[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     if (s < nsplit) ml[u] = pml[s], o[u] = ((const float4 *)(po + (long long)s * Dv))[c];
                 }
+                float Mn = M;
 #pragma unroll
-                for (int u = 0; u < kCombineU; u++) {
-                    const int s = s0 + u * SG;
-                    if (s >= nsplit) continue;
-                    if (ml[u].x == -INFINITY) {  // no rows here, or every score NaN (l_s NaN)
-                        L += 0.0f * ml[u].y;      // a NaN l_s stays in the sum
-                        continue;
-                    }
-                    // one exp per split: the smaller of M and m_s is scaled down
-                    float a = 1.0f, w = 1.0f;
-                    if (ml[u].x > M) a = M == -INFINITY ? 0.0f : expf(M - ml[u].x), M = ml[u].x;
-                    else w = expf(ml[u].x - M);  // (a NaN m_s lands here: NaN weights, NaN out)
-                    L = L * a + w * ml[u].y;      // a NaN l_s stays in the sum
-                    O.x = O.x * a + w * o[u].x, O.y = O.y * a + w * o[u].y;
-                    O.z = O.z * a + w * o[u].z, O.w = O.w * a + w * o[u].w;
+                for (int u = 0; u < U; u++) Mn = fmaxf(Mn, ml[u].x);  // (a NaN m_s: no rows, the flag decides)
+                if (Mn == -INFINITY) {  // no rows in the round (or all its scores NaN: a NaN l_s)
+#pragma unroll
+                    for (int u = 0; u < U; u++) L += 0.0f * ml[u].y;
+                    continue;
                 }
+                // M = -inf: nothing summed yet (L is 0 or NaN, O is 0)
+                const float a = M == -INFINITY ? 0.0f : expf(M - Mn);
+                L *= a, O.x *= a, O.y *= a, O.z *= a, O.w *= a;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    // a split with no rows (m_s = -inf) has zero sums: w_s = 0 adds nothing but a NaN l_s
+                    const bool none = ml[u].x == -INFINITY;
+                    const float w = none ? 0.0f : expf(ml[u].x - Mn);
+                    L += none ? 0.0f * ml[u].y : w * ml[u].y;
+                    O.x = fmaf(w, o[u].x, O.x), O.y = fmaf(w, o[u].y, O.y);
+                    O.z = fmaf(w, o[u].z, O.z), O.w = fmaf(w, o[u].w, O.w);
+                }
+                M = Mn;
             }
         if (g < SG) {
-            *(float4 *)(so + (long long)g * Dv + 4 * c) = O;
+            *(float4 *)(so + g * Dv + 4 * c) = O;
             if (c == 0) sm[g] = M, sl[g] = L;
         }
         __syncthreads();
-        float Mx = -INFINITY;
-        for (int h = 0; h < SG; h++) Mx = fmaxf(Mx, sm[h]);
+        if (threadIdx.x < SG) {
+            float Mx = -INFINITY;
+            for (int h = 0; h < SG; h++) Mx = fmaxf(Mx, sm[h]);
+            const float mg = sm[threadIdx.x];
+            sw[threadIdx.x] = mg != -INFINITY ? expf(mg - Mx) : 0.0f;
+        }
+        __syncthreads();
         float l = 0.0f;
-        for (int h = 0; h < SG; h++) l += (sm[h] != -INFINITY ? expf(sm[h] - Mx) : 0.0f) * sl[h];  // NaN stays
+        for (int h = 0; h < SG; h++) l += sw[h] * sl[h];  // a NaN L_g stays (0 * NaN)
         const long long h = qg % Hq, t = (qg / Hq) % T, b = qg / (Hq * T);
-        for (long long i = threadIdx.x; i < Dv; i += kThreads) {
+        for (int i = threadIdx.x; i < Dv; i += kThreads) {
             float o = 0.0f;
             if (rows) {
-                for (int k = 0; k < SG; k++)
-                    if (sm[k] != -INFINITY) o += expf(sm[k] - Mx) * so[(long long)k * Dv + i];
+                for (int k = 0; k < SG; k++) o += sw[k] * so[k * Dv + i];
                 o /= l;
             }
             *(float *)tg_cuda_ptr(out, i, h, t, b) = o;
@@ -419,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
                 tg_cuda_q8_block(o, qb + e, qd + e / 32);
             }
         }
-        __syncthreads();  // so / sm / sl are rewritten by the next query
+        __syncthreads();  // so / sm / sl / sw are rewritten by the next query
     }
 }
 
@@ -524,7 +543,12 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
         default: *st = launch_qn<__nv_bfloat16>(be, QN, dc, A, grid, smem); break;
     }
     if (*st != TG_OK || nsplit == 1) return true;
-    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine_kernel, tg_cuda_blocks(nq, 1), kThreads, 0,
+    // U: the splits each group takes (Dv / 4 threads a group), rounded up to a power of two
+    const long long per = (nsplit + kThreads / (Dv / 4) - 1) / (kThreads / (Dv / 4));
+    const int U = per <= 1 ? 1 : per <= 2 ? 2 : per <= 4 ? 4 : per <= 8 ? 8 : kCombineMaxU;
+    auto combine = U == 1 ? combine_kernel<1> : U == 2 ? combine_kernel<2> : U == 4 ? combine_kernel<4>
+                 : U == 8 ? combine_kernel<8> : combine_kernel<kCombineMaxU>;
+    tg_cuda_launch(tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN), impl->stream, combine, tg_cuda_blocks(nq, 1), kThreads, 0,
                    (const float *)A.part, (int)nsplit, A.out, nq, qb, qd);
     cudaError_t e = cudaGetLastError();
     *st = e == cudaSuccess ? TG_OK : tg_cuda_status(be, e, "attention", "combine_kernel launch");
