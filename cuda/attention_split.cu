@@ -332,9 +332,10 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
 // One block per query (grid-stride). The block's threads are groups of
 // C = Dv / 4 (a float4 column of the sums each); group g takes splits g,
 // g + SG, ..., SG = kThreads / C groups, in rounds of U (a template
-// parameter the host sizes to the splits a group has, so that no round
-// carries loads and merges for splits that do not exist; their m, l and
-// sums loaded together: the loads need no M). Per round, with M' the larger
+// parameter the host sizes to the splits a group has, rounded up to a power
+// of two, so that a round's loads are only of splits that exist (its merge
+// runs all U slots, the missing ones with weight 0); their m, l and sums
+// loaded together: the loads need no M). Per round, with M' the larger
 // of the group's M and the round's m_s:
 //   O = O exp(M - M') + sum_s w_s o_s, L likewise, w_s = exp(m_s - M'),
 // the round's exps independent of each other (no chain through a running
@@ -349,12 +350,13 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
 // 1,051-row cache: 3 per thread, U 4). Earlier forms, each slower: the
 // splits walked three times one dependent load after another (~9 us,
 // bench/NOTES.md session 20); m and l loaded and M reduced over the block
-// before the sums were loaded (session 57); and (sessions 57-58) one round
-// of 16 predicated loads and a running max with one dependent exp per
-// split: ~970 instructions per warp in a 1.1B layer against ~550, 6.8-7.1
-// against 4.9-5.1 us per launch (ncu on an H200, session 59). A query without rows at all (its splits' m are NaN, a
-// flag) gives zeros; any other gives O / L whatever L is, so NaN scores (L
-// NaN) and all-(-inf) scores (0/0) give NaN, as the reference does.
+// before the sums were loaded (session 20's second kernel); and (sessions
+// 57-58) one round of 16 predicated loads and a running max with one
+// dependent exp per split: ~980-1,020 instructions per warp in a 1.1B layer
+// against ~550, 6.8-7.1 against 4.9-5.1 us per launch (ncu on an H200,
+// session 59). A query without rows at all (its splits' m are NaN, a flag)
+// gives zeros; any other gives O / L whatever L is, so NaN scores (L NaN)
+// and all-(-inf) scores (0/0) give NaN, as the reference does.
 constexpr int kMaxSplit = 512;  // host: nsplit <= 3 * SMs / base, clamped to this (bounds the partial sums)
 constexpr int kCombineMaxU = 16;
 
