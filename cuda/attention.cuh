@@ -20,14 +20,68 @@ __device__ inline long long tg_attn_least_pos(const tg_cuda_desc &pos, long long
 // block's threads (only moves lines into the L2, where every write of the
 // kernel before lands too: nothing read by a prefetch is used, so any rows
 // may be prefetched)
+template <typename I>  // I: int where the line count fits (32-bit divisions), else long long
+__device__ inline void tg_attn_prefetch_lines(const char *kbase, long long kst, int lk, const char *vbase,
+                                              long long vst, int lr, long long r0, I n) {
+    for (I i = threadIdx.x; i < n; i += blockDim.x) {
+        const long long r = r0 + i / lr;
+        const int c = (int)(i % lr);
+        const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+}
 __device__ inline void tg_attn_prefetch_rows(const char *kbase, long long kst, long long kbytes, const char *vbase,
                                              long long vst, long long vbytes, long long r0, long long r1) {
     const int lk = (int)((kbytes + 127) / 128), lv = (int)((vbytes + 127) / 128);
-    for (long long i = threadIdx.x; i < (r1 - r0) * (lk + lv); i += blockDim.x) {
-        const long long r = r0 + i / (lk + lv);
-        const int c = (int)(i % (lk + lv));
-        const char *p = c < lk ? kbase + r * kst + c * 128 : vbase + r * vst + (c - lk) * 128;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    const long long n = (r1 - r0) * (lk + lv);
+    if (n <= INT_MAX - 1024) tg_attn_prefetch_lines<int>(kbase, kst, lk, vbase, vst, lk + lv, r0, (int)n);
+    else tg_attn_prefetch_lines<long long>(kbase, kst, lk, vbase, vst, lk + lv, r0, n);
+}
+
+// Host: t's rows are whole 16-byte units (elements contiguous along dim 0,
+// data and every stride of a dim with more than one element 16-byte aligned).
+inline bool tg_attn_rows16(const tg_tensor *t) {
+    if (t->nb[0] != tg_type_size(t->type) || (uintptr_t)t->data % 16 != 0) return false;
+    for (int i = 1; i < 4; i++)
+        if (t->ne[i] > 1 && t->nb[i] % 16 != 0) return false;
+    return true;
+}
+
+// The decode kernels' queries: flat query f of a kv head's group of Hq/Hkv
+// heads times T tokens is head hk group + f % group, token f / group; its q
+// row (null for f >= nflat, past the queries), from the block's indices
+// alone, so before the wait for the kernel before ...
+__device__ inline const char *tg_attn_qrow(const tg_cuda_desc &q, long long f, long long nflat, long long group,
+                                           long long hk, long long b) {
+    return f < nflat ? tg_cuda_ptr(q, 0, hk * group + f % group, f / group, b) : nullptr;
+}
+// ... and the QN x D floats of those rows into qs (16-byte aligned), zeros
+// for a null row, by the block's nthreads threads: with vec (F32 rows,
+// contiguous, 16-byte aligned) as float4, NQ loads a thread in flight before
+// its first store; else one float at a time (element d at d * nb0).
+template <int NQ>
+__device__ inline void tg_attn_load_q(float *qs, const char *const *qrow, int QN, int D, bool vec, long long nb0,
+                                      int nthreads) {
+    const int tid = threadIdx.x;
+    if (vec) {
+        const int n4 = QN * D / 4, d4 = D / 4;
+        for (int i0 = tid; i0 < n4; i0 += NQ * nthreads) {
+            float4 v[NQ];
+#pragma unroll
+            for (int u = 0; u < NQ; u++) {
+                const int i = i0 + u * nthreads;
+                const char *r = i < n4 ? qrow[i / d4] : nullptr;
+                v[u] = r ? *(const float4 *)(r + 16 * (i % d4)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < NQ; u++)
+                if (i0 + u * nthreads < n4) ((float4 *)qs)[i0 + u * nthreads] = v[u];
+        }
+    } else {
+        for (int i = tid; i < QN * D; i += nthreads) {
+            const char *r = qrow[i / D];
+            qs[i] = r ? *(const float *)(r + (long long)(i % D) * nb0) : 0.0f;
+        }
     }
 }
 

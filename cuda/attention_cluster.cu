@@ -76,6 +76,7 @@ struct cl_args {
     int kpb;      // bytes per K row in shared memory (padded: bank-conflict free scoring)
     int vpb;      // bytes per V row in shared memory
     int pos_pre;  // no node of the graph writes the positions
+    int q_vec;    // q's rows F32, contiguous and 16-byte aligned: float4 loads
     int rows_pre; // the rows below a sequence's least position may be read before the wait
                   // (tg_cuda_attention_rows_pre; implies pos_pre)
 };
@@ -174,6 +175,10 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
     const long long kst = A.k.nb[2], vst = A.v.nb[2];
 
     // the block's rows [jb, je): every block of the cluster sees the same nrow
+    // the block's q rows (before the wait: block indices only)
+    // (by warp 1, beside warp 0's position loads)
+    __shared__ const char *s_qrow[QN];
+    if (tid >= 32 && tid < 32 + QN) s_qrow[tid - 32] = tg_attn_qrow(A.q, (long long)qc * QN + tid - 32, nflat, A.group, hk, b);
     long long jb = 0, je = 0, jpre = 0;  // [jb, jpre): copies issued before the wait
     auto rows_and_range = [&]() {
         if (tid < QN) {
@@ -230,12 +235,8 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
         tg_cp_async_commit();
     };
     for (int t = 0; t < NST - 1; t++) issue(t);
-    // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
-    for (int i = tid; i < QN * D; i += kThreads) {
-        const int qq = i / (int)D;
-        const long long f = (long long)qc * QN + qq, d = i % D;
-        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * A.group + f % A.group, f / A.group, b) : 0.0f;
-    }
+    // the block's queries (zeros past them; s_qrow: the barrier in rows_and_range)
+    tg_attn_load_q<2>(qs, s_qrow, QN, (int)D, A.q_vec, A.q.nb[0], kThreads);
 
     const int sr = tid / TPS, sp = tid % TPS;         // scoring: the thread's row and part
     const int vpair = tid % pairs, vg = tid / pairs;  // values: column pair and row group
@@ -480,6 +481,7 @@ bool tg_cuda_attention_cluster(tg_backend *be, const tg_tensor *dst, long long n
     A.group = (int)group, A.nqc = (int)nqc, A.TR = TR, A.nst = (int)std::max(1LL, nst), A.kpb = kpb, A.vpb = vpb;
     A.pos_pre = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN) && tg_cuda_graph_const(impl, A.pos);
     A.rows_pre = A.pos_pre && tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN_PRE) && tg_cuda_attention_rows_pre(impl, dst);
+    A.q_vec = tq->type == TG_TYPE_F32 && tg_attn_rows16(tq);
     const dim3 grid((unsigned)S, (unsigned)(nqc * Hkv), (unsigned)B);
     switch (tk->type) {
         case TG_TYPE_F32: *st = launch_qn<float>(be, QN, A, grid, S, lay.total); break;

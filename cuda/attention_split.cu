@@ -68,6 +68,8 @@ struct split_args {
                    // before the wait (tg_cuda_attention_rows_pre)
     int pos_ranges;  // ranges from the positions (else s * chunk: the cache's length)
     int row_lanes;   // G threads per row when scoring a tile of few rows (else 1)
+    int q_vec;       // q's rows F32, contiguous and 16-byte aligned: float4 loads
+    int out_vec;     // nsplit 1: out's rows likewise (float4 stores); nsplit > 1 always (part)
     float *part; // nsplit > 1: the partial sums (part_floats, part_ml)
 };
 
@@ -91,8 +93,9 @@ __device__ __forceinline__ int score_lanes(int tn, int units, bool on) {
 }
 constexpr int kRangeRows = 16;  // position ranges: rows per split a multiple of this
 
-// Shared memory, in floats: qs[QN][D], ps[QN][kRows], red[2][QN][kWarps],
-// ml[2][QN], nrow[QN] (int), racc[RG][QN][Dv].
+// Shared memory, in floats: qs[QN][D], ps[QN][kRows], racc[RG][QN][Dv] (each
+// 16-byte aligned: D and Dv are multiples of 4), red[2][QN][kWarps], ml[2][QN],
+// nrow[QN] (int).
 inline size_t split_smem(int QN, long long D, long long Dv, int vev) {
     const long long rg = kThreads / (Dv / vev);
     return (size_t)(QN * D + QN * kRows + 2 * QN * kWarps + 3 * QN + rg * QN * Dv) * 4;
@@ -115,13 +118,19 @@ template <typename T, int QN, int DC>
 __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split_kernel(split_args A) {
     using I = std::conditional_t<DC != 0, int, long long>;  // indices below QN * Dv and the flat queries
     constexpr int VE = 16 / sizeof(T);
-    extern __shared__ float smem[];
+    extern __shared__ __align__(16) float smem[];
     const I D = DC ? (I)DC : (I)A.q.ne[0], Dv = DC ? (I)DC : (I)A.v.ne[0];
     const long long Hq = A.q.ne[1], T_ = A.q.ne[2], L = A.k.ne[2];
     const int TPR = (int)(Dv / VE), RG = kThreads / TPR;
-    float *qs = smem, *ps = qs + QN * D, *red = ps + QN * kRows, *ml = red + 2 * QN * kWarps;
+    float *qs = smem, *ps = qs + QN * D, *racc = ps + QN * kRows, *red = racc + (I)RG * QN * Dv;
+    float *ml = red + 2 * QN * kWarps;
     int *nrow = (int *)(ml + 2 * QN);
-    float *racc = (float *)(nrow + QN);
+    // per query of the block, from the block's indices alone (before the wait): its q row (null past
+    // the block's queries), where its Dv results go (out's row; with nsplit > 1 the split's partial
+    // sums) and, nsplit > 1, its (m, l) slot
+    __shared__ const char *s_qrow[QN];
+    __shared__ char *s_orow[QN];
+    __shared__ float *s_ml[QN];
     tg_pdl_trigger();
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int s = blockIdx.x, qc = blockIdx.y % A.nqc;
@@ -141,6 +150,21 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
             nrow[tid] = n;
         }
     };
+    // (by warp 1, beside warp 0's position loads: the block's first barrier waits for both)
+    if (tid >= 32 && tid < 32 + QN) {
+        const int qq = tid - 32;
+        const I f = (I)qc * QN + qq;
+        const bool ok = f < nflat;
+        const long long h = hk * group + (ok ? f % group : 0), t = ok ? f / group : 0;
+        s_qrow[qq] = tg_attn_qrow(A.q, f, nflat, group, hk, b);
+        if (A.nsplit == 1) {
+            s_orow[qq] = ok ? tg_cuda_ptr(A.out, 0, h, t, b) : nullptr;
+        } else {
+            const long long slot = (h + Hq * (t + T_ * b)) * A.nsplit + s;
+            s_orow[qq] = ok ? (char *)(A.part + slot * Dv) : nullptr;
+            s_ml[qq] = part_ml(A.part, Hq * T_ * A.q.ne[3], A.nsplit, Dv) + 2 * slot;
+        }
+    }
     long long j_begin = (long long)s * A.chunk, j_end = j_begin;
     auto range = [&]() {
         int nmax = 0;
@@ -148,9 +172,10 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         for (int qq = 0; qq < QN; qq++) nmax = max(nmax, nrow[qq]);
         long long c = A.chunk;
         if (A.pos_ranges) {
-            // nsplit c >= nmax; c <= chunk since nsplit chunk >= L >= nmax (chunk a multiple of 16 or L)
-            const long long per = ((long long)nmax + A.nsplit - 1) / A.nsplit;
-            c = min(c, max((long long)kRangeRows, (per + kRangeRows - 1) / kRangeRows * kRangeRows));
+            // nsplit c >= nmax; c <= chunk since nsplit chunk >= L >= nmax (chunk a multiple of 16 or L);
+            // 32-bit: nmax <= L <= INT_MAX, nsplit <= kMaxSplit
+            const unsigned per = ((unsigned)nmax + (unsigned)A.nsplit - 1u) / (unsigned)A.nsplit;
+            c = min(c, (long long)max((unsigned)kRangeRows, (per + kRangeRows - 1) / kRangeRows * kRangeRows));
         }
         j_begin = (long long)s * c;
         j_end = min(j_begin + c, (long long)nmax);
@@ -189,14 +214,14 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         }
     }
     tg_pdl_wait();
-    if (!A.pos_pre) rows_of_queries();
-
-    // the block's queries: flat index f = qc*QN + qq -> head hk*group + f % group, token f / group
-    for (int i = tid; i < QN * D; i += kThreads) {
-        const int qq = i / (int)D;
-        const I f = (I)qc * QN + qq, d = i % D;
-        qs[i] = f < nflat ? *(const float *)tg_cuda_ptr(A.q, d, hk * group + f % group, f / group, b) : 0.0f;
+    if (!A.pos_pre) {
+        rows_of_queries();
+        __syncthreads();  // s_qrow
     }
+
+    // the block's queries (zeros past them)
+    tg_attn_load_q<DC ? (QN * DC / 4 + kThreads - 1) / kThreads : 2>(qs, s_qrow, QN, (int)D, A.q_vec, A.q.nb[0],
+                                                                      kThreads);
     __syncthreads();
     if (!A.pos_pre) range();
 
@@ -296,35 +321,45 @@ __global__ void __launch_bounds__(kThreads, QN == 1 ? 4 : QN == 4 ? 3 : 0) split
         __syncthreads();  // ps and red are overwritten by the next tile
     }
 
-    // sum the row groups' accumulators in a fixed order
+    // sum the row groups' accumulators in a fixed order, 4 values of a query per thread
     if (v_active)
 #pragma unroll
         for (int qq = 0; qq < QN; qq++)
 #pragma unroll
-            for (int e = 0; e < VE; e++) racc[((I)vg * QN + qq) * Dv + vc * VE + e] = acc[qq][e];
+            for (int e = 0; e < VE; e += 4)
+                *(float4 *)(racc + ((I)vg * QN + qq) * Dv + vc * VE + e) =
+                    make_float4(acc[qq][e], acc[qq][e + 1], acc[qq][e + 2], acc[qq][e + 3]);
     if (tid == 0)
 #pragma unroll
         for (int qq = 0; qq < QN; qq++) ml[qq] = m_run[qq], ml[QN + qq] = l_run[qq];
     __syncthreads();
-    for (I i = tid; i < QN * Dv; i += kThreads) {
-        const int qq = (int)(i / Dv);
-        const I f = (I)qc * QN + qq, dv = i % Dv;
-        if (f >= nflat) continue;
-        float o = 0.0f;
-        for (int g = 0; g < RG; g++) o += racc[((I)g * QN + qq) * Dv + dv];
-        const long long h = hk * group + f % group, t = f / group;
+    const I dv4 = Dv / 4;
+    for (I i = tid; i < QN * dv4; i += kThreads) {
+        const int qq = (int)(i / dv4);
+        const I c = i % dv4;
+        char *orow = s_orow[qq];
+        if (!orow) continue;  // past the block's queries
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int g = 0; g < RG; g++) {
+            const float4 r = *(const float4 *)(racc + ((I)g * QN + qq) * Dv + 4 * c);
+            o.x += r.x, o.y += r.y, o.z += r.z, o.w += r.w;
+        }
         const float l = ml[QN + qq];
         if (A.nsplit == 1) {
             // zeros only for a query without rows: 0/0 and NaN scores stay NaN, as the reference
-            *(float *)tg_cuda_ptr(A.out, dv, h, t, b) = nrow[qq] > 0 ? o / l : 0.0f;
-        } else {
-            const long long qg = h + Hq * (t + T_ * b);
-            const long long slot = qg * A.nsplit + s;
-            A.part[slot * Dv + dv] = o;
-            if (dv == 0) {  // m NaN: the query has no rows
-                float *pml = part_ml(A.part, Hq * T_ * A.q.ne[3], A.nsplit, Dv) + 2 * slot;
-                pml[0] = nrow[qq] > 0 ? ml[qq] : NAN, pml[1] = l;
+            if (nrow[qq] > 0) o.x /= l, o.y /= l, o.z /= l, o.w /= l;
+            else o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (A.out_vec) {
+                *(float4 *)(orow + 16 * c) = o;
+            } else {
+                const long long st = A.out.nb[0];
+                float *const d = (float *)(orow + 4 * c * st);
+                *d = o.x, *(float *)((char *)d + st) = o.y, *(float *)((char *)d + 2 * st) = o.z;
+                *(float *)((char *)d + 3 * st) = o.w;
             }
+        } else {
+            *(float4 *)(orow + 16 * c) = o;
+            if (c == 0) s_ml[qq][0] = nrow[qq] > 0 ? ml[qq] : NAN, s_ml[qq][1] = l;  // m NaN: no rows
         }
     }
 }
@@ -444,13 +479,6 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const float *part, in
     }
 }
 
-bool rows16(const tg_tensor *t) {
-    if (t->nb[0] != tg_type_size(t->type) || (uintptr_t)t->data % 16 != 0) return false;
-    for (int i = 1; i < 4; i++)
-        if (t->ne[i] > 1 && t->nb[i] % 16 != 0) return false;
-    return true;
-}
-
 template <typename T, int QN> tg_status launch(tg_backend *be, int dc, split_args A, dim3 grid, size_t smem) {
     const tg_cuda_impl *impl = tg_cuda(be);
     const bool pdl = tg_cuda_pdl_for(impl, TG_CUDA_PDL_ATTN);
@@ -474,7 +502,7 @@ template <typename T> tg_status launch_qn(tg_backend *be, int QN, int dc, split_
 
 bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split_rows, tg_status *st, bool dry) {
     const tg_tensor *tq = dst->src[0], *tk = dst->src[1], *tv = dst->src[2], *tp = dst->src[3];
-    if (tk->type != tv->type || !rows16(tk) || !rows16(tv)) return false;
+    if (tk->type != tv->type || !tg_attn_rows16(tk) || !tg_attn_rows16(tv)) return false;
     const int ve = 16 / (int)tg_type_size(tk->type);
     const long long D = tq->ne[0], Hq = tq->ne[1], T = tq->ne[2], B = tq->ne[3];
     const long long Hkv = tk->ne[1], L = tk->ne[2], Dv = tv->ne[0];
@@ -514,6 +542,8 @@ bool tg_cuda_attention_split(tg_backend *be, const tg_tensor *dst, int min_split
     A.rows_pre = A.pre_l2 && tg_cuda_attention_rows_pre(impl, dst);
     A.pos_ranges = (impl->sig.attn_split_rows & 1) == 0;
     A.row_lanes = (impl->sig.attn_split_rows & 2) == 0;
+    A.q_vec = tq->type == TG_TYPE_F32 && tg_attn_rows16(tq);
+    A.out_vec = tg_attn_rows16(dst);
     const long long nq = Hq * T * B;
     // the link (impl->attn_qlink, cuda/fuse.cu): the combine kernel also
     // quantizes out for the GEMV after it, the partial sums past its quantized b
