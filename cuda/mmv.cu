@@ -34,6 +34,12 @@
 namespace {
 
 constexpr int kThreads = 128, kWarps = kThreads / 32;
+// Launches reading at least this many weight bytes let the next kernel launch
+// at their blocks' start (knob mmv_trigger 0). Measured (H100, session 61,
+// bench/NOTES.md): a 1.1B F16 step (q/k/v 12.6 MB, o 8.4, gate/up 67, down
+// 33.5) 1,034 -> 984 us with every GEMV triggering at the start; the 125M's
+// (q/k/v 3.5 MB, o 1.2) slower when its small ones do too.
+constexpr long long kMmvEarlyTriggerBytes = 4LL << 20;
 
 __device__ inline float to_f32(float x) { return x; }
 __device__ inline float to_f32(__half x) { return __half2float(x); }
@@ -44,7 +50,7 @@ struct mmv_args {
     long long blk_end[TG_CUDA_MMV_MAX_JOBS];  // prefix sums of the jobs' blocks
     int rows_per_block;                        // R, or R / 2 for swiglu (gate and up rows)
     int a_const;  // no node of the graph writes the weights: first loads before tg_pdl_wait
-    int late;     // trigger the next kernel's launch after the loads, not at the start (knob mmv_trigger)
+    int late;     // trigger the next kernel's launch after the loads, not at the block's start (knob mmv_trigger)
 };
 
 // grid: x over row groups of every job, y over output batches i2 + B2*i3.
@@ -434,7 +440,13 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     args.rows_per_block = p.swiglu ? R / 2 : R;
     const bool pdl = tg_cuda_pdl_for(impl, tg_cuda_mmv_pdl_class(p));
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
-    args.late = impl->sig.mmv_trigger != 1;
+    // where the next kernel may launch (knob mmv_trigger): by default at the
+    // block's start for launches of at least kMmvEarlyTriggerBytes of weights,
+    // whose next kernel then finds the SMs as this one's blocks leave
+    long long wbytes = 0;
+    for (int j = 0; j < p.njob; j++) wbytes += p.job[j].a.ne[0] * p.job[j].a.ne[1] * p.job[j].a.ne[2] * p.job[j].a.ne[3] * (long long)tg_type_size(ta);
+    const int trig = impl->sig.mmv_trigger;
+    args.late = trig == 2 || (trig == 0 && wbytes < kMmvEarlyTriggerBytes);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
     long long groups = 0;
     for (int j = 0; j < (p.swiglu ? 1 : p.njob); j++) {

@@ -468,7 +468,7 @@ tg_status tg_cuda_mmvq_launch(tg_backend *be, const tg_cuda_mmv &p, const char *
     args.pdl = pdl;
     args.a_const = pdl && tg_cuda_pdl_for(impl, TG_CUDA_PDL_MMV_PRE);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);
-    args.late = impl->sig.mmv_trigger != 1;
+    args.late = impl->sig.mmv_trigger != 1;  // knob 0 and 2: after the loads (early not measured here)
     // warps per group from K alone (the order of a row's sum depends on it)
     const long long nu = K / (ta == TG_TYPE_Q4_K ? 64 : 32);
     args.wpr = nu >= 256 ? 4 : nu >= 128 ? 2 : 1;

@@ -136,11 +136,14 @@ struct tg_cuda_sig_knobs {
     // depend on it.
     int mmvq_fill = 0;
     // mul_mat GEMV (F16/BF16/F32 and quantized) under programmatic dependent
-    // launch: 0 (default) each block lets the next kernel launch once its
-    // weight loads are done, before its reduction; 1 at the block's start (as
-    // before 2026-12-04; measured slower: bench/NOTES.md session 26; also for
-    // the q/k/v launch with a folded rope alone, session 28). Env
-    // TG_CUDA_MMV_TRIGGER. Results do not depend on it.
+    // launch, where a block lets the next kernel launch: 0 (default) at the
+    // block's start for an F16/BF16/F32 launch reading at least 4 MiB of
+    // weights (kMmvEarlyTriggerBytes, cuda/mmv.cu; since session 61: a 1.1B
+    // step 5% shorter), else once its weight loads are done, before its
+    // reduction (the quantized GEMV always so); 1 at the start everywhere; 2
+    // after the loads everywhere (the default of sessions 26-60; bench/NOTES.md
+    // sessions 26, 28 and 61). Env TG_CUDA_MMV_TRIGGER. Results do not depend
+    // on it.
     int mmv_trigger = 0;
     // diagnostics (env TG_CUDA_PDL_MASK): bit c set (tg_cuda_pdl_class) takes
     // class c out of programmatic dependent launch (the edge into its kernels

@@ -52,7 +52,7 @@ struct layer_case {
     int64_t E, F, QD, KD, N;
     bool use_intermediates;  // outputs also read the norm, the o product and the gate product
     int mmv_rows = 0;        // GEMV knob mmv_rows: 0 auto, else rows per block forced
-    int mmv_trigger = 0;     // GEMV knob mmv_trigger: 1 lets the next kernel launch at the block's start
+    int mmv_trigger = 0;     // GEMV knob mmv_trigger: 1 the next kernel's launch at the block's start, 2 after the loads
     int pdl_mask = 0;        // knob pdl_mask: kernel classes launched without PDL
     bool norm_outs = false;  // outputs also read the mul results the GEMVs read (the folded norm writes them)
 };
@@ -308,6 +308,7 @@ std::vector<layer_case> layer_cases() {
         // launch knobs: the GEMV's trigger at the block's start; every class without PDL
         // (and the GEMVs' weight loads after their wait)
         {"llm_1p1b_f16_n1_trigger_start", F16, E, F, QD, KD, 1, false, 0, 1, 0},
+        {"llm_1p1b_f16_n1_trigger_after_loads", F16, E, F, QD, KD, 1, false, 0, 2, 0},
         {"llm_1p1b_q4_0_n1_trigger_start", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1, 0},
         {"llm_1p1b_f16_uses_no_pdl", F16, E, F, QD, KD, 1, true, 0, 0, 0xFF},
         {"llm_1p1b_q8_0_n1_no_pdl", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 0, 0, 0xFF},
