@@ -174,11 +174,11 @@ template <typename T, int QN> __global__ void __launch_bounds__(kThreads) cluste
     const char *kbase = tg_cuda_ptr(A.k, 0, hk, 0, b), *vbase = tg_cuda_ptr(A.v, 0, hk, 0, b);
     const long long kst = A.k.nb[2], vst = A.v.nb[2];
 
-    // the block's rows [jb, je): every block of the cluster sees the same nrow
-    // the block's q rows (before the wait: block indices only)
-    // (by warp 1, beside warp 0's position loads)
+    // the block's q rows (before the wait: block indices only; by warp 1,
+    // beside warp 0's position loads)
     __shared__ const char *s_qrow[QN];
     if (tid >= 32 && tid < 32 + QN) s_qrow[tid - 32] = tg_attn_qrow(A.q, (long long)qc * QN + tid - 32, nflat, A.group, hk, b);
+    // the block's rows [jb, je): every block of the cluster sees the same nrow
     long long jb = 0, je = 0, jpre = 0;  // [jb, jpre): copies issued before the wait
     auto rows_and_range = [&]() {
         if (tid < QN) {

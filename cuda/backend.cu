@@ -562,7 +562,10 @@ tg_status init_impl(tg_cuda_impl *impl, int device) {
     }
     // diagnostics and A/B of the launch chain (knobs pdl_mask, mmv_trigger)
     if (const char *env = getenv("TG_CUDA_PDL_MASK")) impl->sig.pdl_mask = (int)strtol(env, nullptr, 0);
-    if (const char *env = getenv("TG_CUDA_MMV_TRIGGER")) impl->sig.mmv_trigger = atoi(env) == 1 || atoi(env) == 2 ? atoi(env) : 0;
+    if (const char *env = getenv("TG_CUDA_MMV_TRIGGER")) {  // 0, 1 or 2; anything else keeps the default
+        const int v = atoi(env);
+        if (v >= 0 && v <= 2) impl->sig.mmv_trigger = v;
+    }
     if (const char *env = getenv("TG_CUDA_MMV_ROWS")) impl->sig.mmv_rows = atoi(env);
     if (const char *env = getenv("TG_CUDA_DELTA_PHASE_FULL")) impl->sig.delta_chunk_phase_full = atoi(env) == 0 ? 2 : 1;
     if (const char *env = getenv("TG_CUDA_DELTA_H16")) impl->sig.delta_chunk_h16 = atoi(env) == 0 ? 2 : 1;

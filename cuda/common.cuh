@@ -185,8 +185,9 @@ bool tg_cuda_is_sticky(cudaError_t e);
 // called tg_pdl_trigger or ended), so its blocks start and its first loads
 // are in flight instead of the GPU draining between two kernels of a decode
 // step. Where a kernel calls tg_pdl_trigger decides how early the next one
-// is scheduled: the GEMVs call it after their weight loads (knob
-// mmv_trigger; docs/ops.md), the other kernels at or near their start.
+// is scheduled: the GEMVs at their start where a launch reads at least 4 MiB
+// of weights, else after their weight loads (knob mmv_trigger; docs/ops.md),
+// the other kernels at or near their start.
 // A kernel launched so calls tg_pdl_wait() before it reads anything an earlier
 // launch writes and before it writes anything: wait returns once the
 // kernel before has ended and its writes are visible. Before the wait it may

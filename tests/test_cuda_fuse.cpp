@@ -309,6 +309,10 @@ std::vector<layer_case> layer_cases() {
         // (and the GEMVs' weight loads after their wait)
         {"llm_1p1b_f16_n1_trigger_start", F16, E, F, QD, KD, 1, false, 0, 1, 0},
         {"llm_1p1b_f16_n1_trigger_after_loads", F16, E, F, QD, KD, 1, false, 0, 2, 0},
+        // the 125M's shapes at every TG_TEST_SMALL: by default its q/k/v and o launches (under 4 MiB of
+        // weights) trigger after their loads and gate/up and down (over) at their start: against both knobs
+        {"llm_125m_f16_n1_trigger_start", F16, 768, 3072, 768, 768, 1, false, 0, 1, 0},
+        {"llm_125m_f16_n1_trigger_after_loads", F16, 768, 3072, 768, 768, 1, false, 0, 2, 0},
         {"llm_1p1b_q4_0_n1_trigger_start", TG_TYPE_Q4_0, E, F, QD, KD, 1, false, 0, 1, 0},
         {"llm_1p1b_f16_uses_no_pdl", F16, E, F, QD, KD, 1, true, 0, 0, 0xFF},
         {"llm_1p1b_q8_0_n1_no_pdl", TG_TYPE_Q8_0, E, F, QD, KD, 1, false, 0, 0, 0xFF},
