@@ -36,9 +36,10 @@ namespace {
 constexpr int kThreads = 128, kWarps = kThreads / 32;
 // Launches reading at least this many weight bytes let the next kernel launch
 // at their blocks' start (knob mmv_trigger 0). Measured (H100, session 61,
-// bench/NOTES.md): a 1.1B F16 step (q/k/v 12.6 MB, o 8.4, gate/up 67, down
-// 33.5) 1,034 -> 984 us with every GEMV triggering at the start; the 125M's
-// (q/k/v 3.5 MB, o 1.2) slower when its small ones do too.
+// bench/NOTES.md), this rule against after the loads everywhere: a 1.1B F16
+// step (q/k/v 12.6 MB, o 8.4, gate/up 67, down 33.5: all early) 1,033.9 ->
+// 991.1 us; the 125M's (q/k/v 3.5 MB and o 1.2 late, the rest early) 321.9 ->
+// 317.9 us, where every GEMV early gave 323.8.
 constexpr long long kMmvEarlyTriggerBytes = 4LL << 20;
 
 __device__ inline float to_f32(float x) { return x; }
@@ -444,7 +445,10 @@ tg_status tg_cuda_mmv_launch(tg_backend *be, const tg_cuda_mmv &p, const char *c
     // block's start for launches of at least kMmvEarlyTriggerBytes of weights,
     // whose next kernel then finds the SMs as this one's blocks leave
     long long wbytes = 0;
-    for (int j = 0; j < p.njob; j++) wbytes += p.job[j].a.ne[0] * p.job[j].a.ne[1] * p.job[j].a.ne[2] * p.job[j].a.ne[3] * (long long)tg_type_size(ta);
+    for (int j = 0; j < p.njob; j++) {
+        const tg_cuda_desc &a = p.job[j].a;
+        wbytes += a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3] * (long long)tg_type_size(ta);
+    }
     const int trig = impl->sig.mmv_trigger;
     args.late = trig == 2 || (trig == 0 && wbytes < kMmvEarlyTriggerBytes);
     for (int j = 0; j < p.njob; j++) args.a_const = args.a_const && tg_cuda_graph_const(impl, p.job[j].a);

@@ -307,6 +307,9 @@ std::vector<layer_case> layer_cases() {
         {"odd_f32_n2_r4", F32, 7, 5, 7, 3, 2, false, 4},
         // launch knobs: the GEMV's trigger at the block's start; every class without PDL
         // (and the GEMVs' weight loads after their wait)
+        // (at the 1.1B's full sizes the default triggers every GEMV at its start, as knob 1; under
+        // TG_TEST_SMALL every product is under 4 MiB and the default is knob 2: each knob differs from
+        // the default at one of the two sizes, and the 125M's below at both)
         {"llm_1p1b_f16_n1_trigger_start", F16, E, F, QD, KD, 1, false, 0, 1, 0},
         {"llm_1p1b_f16_n1_trigger_after_loads", F16, E, F, QD, KD, 1, false, 0, 2, 0},
         // the 125M's shapes at every TG_TEST_SMALL: by default its q/k/v and o launches (under 4 MiB of
